@@ -1,0 +1,53 @@
+"""alpha_F: attention on the input of a lifting or group convolution.
+
+The paper's cheap variant (used for CIFAR-10 and PCam): instead of attending to
+the un-summed responses of the convolution, attend to its input once, shared by
+all output channels, then convolve:
+
+    y = conv(x - spatial(channel * x) * channel * x).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..gconv import GroupConv, LiftingConv
+from .parts import AttentiveLayer
+
+__all__ = ["InputAttentiveLiftingConv", "InputAttentiveGroupConv"]
+
+
+class _InputAttention(AttentiveLayer):
+    """Mixin: attend to the input, then run the parent convolution."""
+
+    def __init__(
+        self, *conv_args, channel_attention: nn.Module | None,
+        spatial_attention: nn.Module | None, **conv_kwargs,
+    ):
+        super().__init__(*conv_args, **conv_kwargs)
+        self.channel_attention = channel_attention
+        self.spatial_attention = spatial_attention
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        attended, parts = self.attend(x)
+        out = super().forward(attended)
+        return (out, parts) if return_attention else out
+
+
+class InputAttentiveLiftingConv(_InputAttention, LiftingConv):
+    """alpha_F lifting convolution. Arguments as :class:`LiftingConv` plus the two attention modules.
+
+    Shape: ``(B, C_in, X, Y)`` -> ``(B, C_out, G, X', Y')``. Attention parts:
+    channel ``(B, C_in, 1, 1)``, spatial ``(B, 1, X, Y)``; effective map
+    ``(B, C_in, X, Y)``.
+    """
+
+
+class InputAttentiveGroupConv(_InputAttention, GroupConv):
+    """alpha_F group convolution. Arguments as :class:`GroupConv` plus the two attention modules.
+
+    Shape: ``(B, C_in, G, X, Y)`` -> ``(B, C_out, G, X', Y')``. Attention parts:
+    channel ``(B, C_in, G, 1, 1)``, spatial ``(B, 1, G, X, Y)``; effective map
+    ``(B, C_in, G, X, Y)``.
+    """

@@ -1,0 +1,51 @@
+"""What an attentive layer returns besides its output: the attention it applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["AttentionParts", "AttentiveLayer"]
+
+
+@dataclass(frozen=True)
+class AttentionParts:
+    """The two sigmoid maps of one attentive layer, as the paper's code computes them.
+
+    The paper's layers compute a sigmoid "alpha-minus" and multiply the
+    attended tensor f by ``1 - channel * spatial`` (the residual attention
+    branch: ``f - spatial(channel * f) * channel * f``). ``effective`` is that
+    multiplier, the attention the network really applies, in [0, 1].
+
+    Either part may be None (channel-only or spatial-only layers); a missing
+    part counts as 1. Shapes broadcast against the attended tensor; each
+    layer documents its own.
+    """
+
+    channel: torch.Tensor | None
+    spatial: torch.Tensor | None
+
+    def effective(self) -> torch.Tensor:
+        """``1 - channel * spatial``, broadcast to the shape both parts span."""
+        present = [part for part in (self.channel, self.spatial) if part is not None]
+        suppressed = present[0] if len(present) == 1 else present[0] * present[1]
+        return 1 - suppressed
+
+
+class AttentiveLayer(nn.Module):
+    """Marker base class: ``forward(x, return_attention=True)`` returns ``(y, AttentionParts)``."""
+
+    def attend(self, f: torch.Tensor) -> tuple[torch.Tensor, AttentionParts]:
+        """Apply channel then spatial attention to f on the residual branch.
+
+        Returns ``f - spatial(channel * f) * (channel * f)`` and the two maps,
+        evaluated in the paper's order so that results agree to round-off.
+        """
+        channel = self.channel_attention(f) if self.channel_attention is not None else None
+        attended = channel * f if channel is not None else f
+        spatial = self.spatial_attention(attended) if self.spatial_attention is not None else None
+        if spatial is not None:
+            attended = spatial * attended
+        return f - attended, AttentionParts(channel, spatial)

@@ -1,0 +1,128 @@
+"""Spatial attention: a (group) convolution followed by a sigmoid.
+
+* :class:`InputSpatialAttention` (alpha_F): on a layer's input, from the mean
+  and max over channels (CBAM statistics), one map per input orientation. On a
+  planar input the statistics are lifted and max-pooled over the group, so the
+  map is rotation invariant. With ``statistics=False`` and a 1x1 kernel it is
+  the co-attentive baseline alpha_RH of Romero & Hoogendoorn (2020): attention
+  over the rotation axis computed from all channels.
+* :class:`FullSpatialAttention`: on the un-summed responses f~ of an attentive
+  convolution; for every (output channel, output orientation, input
+  orientation) a map from the statistics over input channels, filtered with
+  the group-transformed 7x7 filter of that output channel.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..gconv import group_conv, group_filters, lifting_conv, lifting_filters, uniform_init_
+from ..groups import Group, get_group
+
+__all__ = ["InputSpatialAttention", "FullSpatialAttention"]
+
+
+def channel_statistics(f: torch.Tensor, dim: int) -> torch.Tensor:
+    """Mean and max over axis ``dim``, stacked in that axis (size 2, mean first)."""
+    return torch.cat([f.mean(dim=dim, keepdim=True), f.amax(dim=dim, keepdim=True)], dim=dim)
+
+
+class InputSpatialAttention(nn.Module):
+    """Spatial attention on a layer's input (alpha_F, or alpha_RH without statistics).
+
+    Args:
+        group: the group.
+        kernel_size: filter size (the paper: 7; alpha_RH: 1).
+        lifting: True for planar inputs ``(B, C, X, Y)``.
+        dilation: filter dilation; padding keeps the size.
+        statistics: pool mean and max over channels first (True), or filter all
+            ``in_channels`` channels directly (False, alpha_RH).
+        in_channels: needed only when ``statistics`` is False.
+        wscale: initialisation scale.
+
+    Shape: planar ``(B, C, X, Y)`` -> ``(B, 1, X, Y)``; group
+    ``(B, C, G, X, Y)`` -> ``(B, 1, G, X, Y)``. Values in (0, 1).
+    """
+
+    def __init__(
+        self, group: str | Group, kernel_size: int = 7, *, lifting: bool, dilation: int = 1,
+        statistics: bool = True, in_channels: int | None = None, wscale: float = 1.0,
+    ):
+        super().__init__()
+        self.group = get_group(group)
+        self.lifting = lifting
+        self.dilation = dilation
+        self.padding = dilation * (kernel_size // 2)
+        self.statistics = statistics
+        if not statistics and in_channels is None:
+            raise ValueError("InputSpatialAttention without statistics needs in_channels")
+        channels = 2 if statistics else in_channels
+        orientations = () if lifting else (self.group.order,)
+        self.weight = nn.Parameter(torch.empty(1, channels, *orientations, kernel_size, kernel_size))
+        uniform_init_(self.weight, channels * kernel_size**2, wscale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.statistics:
+            x = channel_statistics(x, dim=1)
+        conv = lifting_conv if self.lifting else group_conv
+        out = conv(x, self.weight, self.group, padding=self.padding, dilation=self.dilation)
+        if self.lifting:
+            out = out.amax(dim=2)  # (B, 1, X, Y): invariant to the orientation of the filter
+        return torch.sigmoid(out)
+
+
+class FullSpatialAttention(nn.Module):
+    """Spatial attention on the un-summed responses f~ of an attentive convolution.
+
+    Args:
+        out_channels: C_out of the convolution (one filter pair each).
+        group: the group.
+        kernel_size: filter size (the paper: 7).
+        lifting: True when the convolution is a lifting one.
+        dilation: filter dilation; padding keeps the size.
+        wscale: initialisation scale.
+
+    Shape: lifting f~ ``(B, C_out, G, C_in, X, Y)`` -> ``(B, C_out, G, 1, X, Y)``;
+    group f~ ``(B, C_out, G, C_in, G_in, X, Y)`` -> ``(B, C_out, G, 1, G_in, X, Y)``.
+    Unlike the other group convolutions the paper's code applies no Haar weight here.
+    """
+
+    def __init__(
+        self, out_channels: int, group: str | Group, kernel_size: int = 7, *,
+        lifting: bool, dilation: int = 1, wscale: float = 1.0,
+    ):
+        super().__init__()
+        self.group = get_group(group)
+        self.lifting = lifting
+        self.dilation = dilation
+        self.padding = dilation * (kernel_size // 2)
+        orientations = () if lifting else (self.group.order,)
+        self.weight = nn.Parameter(torch.empty(out_channels, 2, *orientations, kernel_size, kernel_size))
+        uniform_init_(self.weight, 2 * kernel_size**2, wscale)
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        b, o, n = f.shape[:3]
+        k = self.weight.shape[-1]
+        x, y = f.shape[-2:]
+        if self.lifting:
+            stats = channel_statistics(f, dim=3)  # (B, O, G, 2, X, Y)
+            filters = lifting_filters(self.weight, self.group)  # (O, G, 2, k, k)
+            groups = o * n
+        else:
+            # (B, O, G, 2, G_in, X, Y) -> (B, O, G, G_in, 2, X, Y): one conv group per G_in
+            stats = channel_statistics(f, dim=3).transpose(3, 4)
+            filters = group_filters(self.weight, self.group).transpose(2, 3)  # (O, G, G_in, 2, k, k)
+            groups = o * n * n
+        out = F.conv2d(
+            stats.reshape(b, groups * 2, x, y),  # (B, groups * 2, X, Y)
+            filters.reshape(groups, 2, k, k),
+            padding=self.padding,
+            dilation=self.dilation,
+            groups=groups,
+        )
+        out = torch.sigmoid(out)
+        if self.lifting:
+            return out.view(b, o, n, 1, x, y)
+        return out.view(b, o, n, 1, n, x, y)

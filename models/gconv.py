@@ -1,0 +1,179 @@
+"""Lifting (image -> group) and group (group -> group) convolutions.
+
+Both follow one path: transform the filter bank by every group element, then
+run a single ``F.conv2d``.
+
+Lifting: [f * psi](x, g) = sum_c sum_y f_c(y) (g.psi)_c(y - x), so the filter
+for output orientation g is the plane action of g on psi.
+
+Group: [f * psi](x, g) = sum_c sum_h sum_y f_c(y, h) (L_g psi)_c(y - x, h), with
+(L_g psi)(y, h) = psi(g^-1 y, g^-1 h): the planes of psi move by g and its
+input-orientation axis is re-indexed by ``group.permutation(g)``. Treating
+(channel, input orientation) as one axis of size C * G turns this into a plain
+2-D convolution. As in the paper's code the group sum carries the Haar weight
+``group.haar_measure``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .groups import Group, get_group
+
+__all__ = [
+    "lifting_filters",
+    "group_filters",
+    "lifting_conv",
+    "group_conv",
+    "LiftingConv",
+    "GroupConv",
+]
+
+
+def lifting_filters(weight: torch.Tensor, group: Group) -> torch.Tensor:
+    """Every transformed copy of a planar filter bank.
+
+    Shape: weight ``(C_out, C_in, k, k)`` -> ``(C_out, G, C_in, k, k)``.
+    """
+    return torch.stack([group.act_on_plane(weight, g) for g in group.elements()], dim=1)
+
+
+def group_filters(weight: torch.Tensor, group: Group) -> torch.Tensor:
+    """Every transformed copy L_g psi of a group filter bank.
+
+    The input-orientation axis must be axis 2 and the plane the last two axes;
+    leading/extra axes are carried along (the attention layers use this for
+    weights without a plane too, with k = 1).
+
+    Shape: weight ``(C_out, C_in, G, k, k)`` -> ``(C_out, G, C_in, G, k, k)``.
+    """
+    return torch.stack([group.act(weight, g, group_axes=(2,)) for g in group.elements()], dim=1)
+
+
+def lifting_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    group: Group,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+) -> torch.Tensor:
+    """Lifting convolution.
+
+    Shape: x ``(B, C_in, X, Y)``, weight ``(C_out, C_in, k, k)`` ->
+    ``(B, C_out, G, X', Y')``.
+    """
+    c_out, c_in, k, _ = weight.shape
+    filters = lifting_filters(weight, group).reshape(c_out * group.order, c_in, k, k)
+    out = F.conv2d(x, filters, stride=stride, padding=padding, dilation=dilation)
+    return out.view(x.shape[0], c_out, group.order, *out.shape[-2:])  # (B, C_out, G, X', Y')
+
+
+def group_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    group: Group,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+) -> torch.Tensor:
+    """Group convolution, times the Haar weight of the group.
+
+    Shape: x ``(B, C_in, G, X, Y)``, weight ``(C_out, C_in, G, k, k)`` ->
+    ``(B, C_out, G, X', Y')``.
+    """
+    c_out, c_in, n, k, _ = weight.shape
+    filters = group_filters(weight, group).reshape(c_out * n, c_in * n, k, k)
+    planar = x.reshape(x.shape[0], c_in * n, *x.shape[-2:])  # (B, C_in * G, X, Y)
+    out = F.conv2d(planar, filters, stride=stride, padding=padding, dilation=dilation)
+    out = out.view(x.shape[0], c_out, n, *out.shape[-2:])  # (B, C_out, G, X', Y')
+    return group.haar_measure * out
+
+
+def uniform_init_(weight: torch.Tensor, fan_in: int, wscale: float) -> None:
+    """The paper's initialisation: U(-s, s) with s = wscale / sqrt(fan_in).
+
+    Its group layers count fan_in as C_in * k * k (the input orientations are
+    not counted); we keep that so training reproduces its recipes.
+    """
+    bound = wscale / math.sqrt(fan_in)
+    with torch.no_grad():
+        weight.uniform_(-bound, bound)
+
+
+class _GConvBase(nn.Module):
+    def __init__(self, group, in_channels, out_channels, kernel_size, stride, padding, dilation):
+        super().__init__()
+        self.group = get_group(group)
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.dilation = dilation
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.group.name}, {self.in_channels}, {self.out_channels}, "
+            f"kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"padding={self.padding}, dilation={self.dilation}"
+        )
+
+
+class LiftingConv(_GConvBase):
+    """Image -> group feature map. ``(B, C_in, X, Y)`` -> ``(B, C_out, G, X', Y')``.
+
+    Args:
+        group: ``"p4"``/``"p4m"`` or a :class:`Group`.
+        in_channels, out_channels, kernel_size, stride, padding, dilation: as
+            ``nn.Conv2d`` (square kernels, no bias: the paper uses none).
+        wscale: initialisation scale (see :func:`uniform_init_`).
+    """
+
+    def __init__(
+        self, group, in_channels, out_channels, kernel_size,
+        stride=1, padding=0, dilation=1, wscale=1.0,
+    ):
+        super().__init__(group, in_channels, out_channels, kernel_size, stride, padding, dilation)
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size))
+        uniform_init_(self.weight, in_channels * kernel_size**2, wscale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"LiftingConv expects (B, {self.in_channels}, X, Y), got {tuple(x.shape)}"
+            )
+        return lifting_conv(x, self.weight, self.group, self.stride, self.padding, self.dilation)
+
+
+class GroupConv(_GConvBase):
+    """Group -> group feature map. ``(B, C_in, G, X, Y)`` -> ``(B, C_out, G, X', Y')``.
+
+    Arguments as :class:`LiftingConv`.
+    """
+
+    def __init__(
+        self, group, in_channels, out_channels, kernel_size,
+        stride=1, padding=0, dilation=1, wscale=1.0,
+    ):
+        super().__init__(group, in_channels, out_channels, kernel_size, stride, padding, dilation)
+        n = self.group.order
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, n, kernel_size, kernel_size))
+        uniform_init_(self.weight, in_channels * kernel_size**2, wscale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_group_input(x, self.in_channels, self.group, type(self).__name__)
+        return group_conv(x, self.weight, self.group, self.stride, self.padding, self.dilation)
+
+
+def check_group_input(x: torch.Tensor, channels: int, group: Group, who: str) -> None:
+    """Raise a clear error unless x is ``(B, channels, G, X, Y)``."""
+    if x.dim() != 5 or x.shape[1] != channels or x.shape[2] != group.order:
+        raise ValueError(
+            f"{who} expects a {group.name} feature map (B, {channels}, {group.order}, X, Y), "
+            f"got {tuple(x.shape)}"
+        )
