@@ -64,6 +64,8 @@ class AttentiveLiftingConv(_FullAttention, LiftingConv):
     ``(B, C_out, G, C_in, 1, 1)``, spatial ``(B, C_out, G, 1, X', Y')``.
     """
 
+    attention_group_axes = (2,)
+
     def unsummed_responses(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"{type(self).__name__} expects (B, {self.in_channels}, X, Y), got {tuple(x.shape)}")
@@ -90,6 +92,8 @@ class AttentiveGroupConv(_FullAttention, GroupConv):
     Haar weight for p4 but is a quarter of it for p4m, where it has no p4m
     full-attention model; we keep the attentive layer consistent with the plain one.)
     """
+
+    attention_group_axes = (2, 4)
 
     def unsummed_responses(self, x: torch.Tensor) -> torch.Tensor:
         check_group_input(x, self.in_channels, self.group, type(self).__name__)

@@ -51,3 +51,5 @@ class InputAttentiveGroupConv(_InputAttention, GroupConv):
     channel ``(B, C_in, G, 1, 1)``, spatial ``(B, 1, G, X, Y)``; effective map
     ``(B, C_in, G, X, Y)``.
     """
+
+    attention_group_axes = (2,)

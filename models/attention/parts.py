@@ -21,11 +21,14 @@ class AttentionParts:
 
     Either part may be None (channel-only or spatial-only layers); a missing
     part counts as 1. Shapes broadcast against the attended tensor; each
-    layer documents its own.
+    layer documents its own. ``group_axes`` lists the axes indexed by group
+    elements (the same for both parts and the effective map), so that the
+    maps can be transformed with ``Group.act``.
     """
 
     channel: torch.Tensor | None
     spatial: torch.Tensor | None
+    group_axes: tuple[int, ...] = ()
 
     def effective(self) -> torch.Tensor:
         """``1 - channel * spatial``, broadcast to the shape both parts span."""
@@ -36,6 +39,8 @@ class AttentionParts:
 
 class AttentiveLayer(nn.Module):
     """Marker base class: ``forward(x, return_attention=True)`` returns ``(y, AttentionParts)``."""
+
+    attention_group_axes: tuple[int, ...] = ()
 
     def attend(self, f: torch.Tensor) -> tuple[torch.Tensor, AttentionParts]:
         """Apply channel then spatial attention to f on the residual branch.
@@ -48,4 +53,4 @@ class AttentiveLayer(nn.Module):
         spatial = self.spatial_attention(attended) if self.spatial_attention is not None else None
         if spatial is not None:
             attended = spatial * attended
-        return f - attended, AttentionParts(channel, spatial)
+        return f - attended, AttentionParts(channel, spatial, self.attention_group_axes)
