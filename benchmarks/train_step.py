@@ -1,0 +1,253 @@
+"""Time and peak memory of one training step per architecture, on CPU.
+
+For each selected model this measures one training step at a fixed batch size:
+train mode, forward, cross-entropy against random labels, backward (no optimizer
+step). One warm-up step is run first, then ``--repeats`` timed steps; the median
+is reported.
+
+Every model runs in a fresh subprocess (this same file with a hidden ``--worker``
+flag) so that the process peak memory belongs to that model alone. Memory is the
+process max RSS (``getrusage``); the reported "delta" is max RSS after the timed
+steps minus max RSS right after building the model and the input batch, i.e. the
+extra memory the training step itself needs (activations, gradients, workspace).
+
+``p4cnn`` is always measured as well, and every row shows its time and delta
+memory relative to p4cnn's from the same run, which is the figure to compare
+across machines. Beside it are the figures measured with the authors' code on
+the same kind of machine (CPU, 2 threads, batch 64), where known.
+
+Run from the repository root::
+
+    python -m benchmarks.train_step
+    python benchmarks/train_step.py --models all --json out/train_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# Run as a script, the repo root is not on sys.path; the workers are always run as a script.
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+DEFAULT_MODELS = ["z2cnn", "p4cnn", "fa_p4cnn", "arh_p4cnn", "ach_p4cnn", "asp_p4cnn", "a_p4cnn"]
+REFERENCE = "p4cnn"
+
+# Authors' code, CPU, 2 threads, batch 64: (fwd+bwd seconds, peak memory MiB).
+PAPER_FIGURES = {
+    "z2cnn": (0.045, 66),
+    "p4cnn": (0.11, 125),
+    "fa_p4cnn": (0.2, 172),
+    "a_p4cnn": (3.5, 1812),
+    "arh_p4cnn": (0.124, 145),
+}
+
+
+def max_rss_mib() -> float:
+    """Peak resident set size of this process so far, in MiB."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+def input_channels(dataset: str) -> int:
+    return 1 if dataset == "rot_mnist" else 3
+
+
+def training_step(model, x, labels=None):
+    """Forward, cross-entropy, backward; returns the labels used (drawn on first call) and the class count."""
+    import torch
+    import torch.nn.functional as F
+
+    logits = model(x)
+    if labels is None:
+        # The number of classes is only known from the logits; drawing the labels here
+        # avoids an extra forward before the memory baseline is taken.
+        labels = torch.randint(0, logits.shape[1], (x.shape[0],))
+    F.cross_entropy(logits, labels).backward()
+    return labels, logits.shape[1]
+
+
+def measure(name: str, batch: int, threads: int, repeats: int) -> dict:
+    """Build ``name`` and time its training step; meant to run alone in a fresh process."""
+    import torch
+
+    import models
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    info = models.model_info(name)
+    model = models.build_model(name).train()
+    x = torch.randn(batch, input_channels(info.dataset), info.input_size, info.input_size)
+    base = max_rss_mib()
+
+    labels, classes = training_step(model, x)  # warm-up: allocator pools, lazy initialisations
+    times = []
+    for _ in range(repeats):
+        # Free the gradients first so that every timed step allocates them, as after optimizer.zero_grad().
+        model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        training_step(model, x, labels)
+        times.append(time.perf_counter() - start)
+    peak = max_rss_mib()
+
+    return {
+        "model": name,
+        "dataset": info.dataset,
+        "input_shape": list(x.shape),
+        "classes": classes,
+        "params": sum(p.numel() for p in model.parameters()),
+        "seconds": statistics.median(times),
+        "times": times,
+        "rss_base_mib": base,
+        "rss_peak_mib": peak,
+        "delta_mib": peak - base,
+    }
+
+
+def run_worker(name: str, args: argparse.Namespace) -> dict:
+    """Measure ``name`` in a fresh interpreter; a failure becomes an ``error`` entry, not an exception."""
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        name,
+        "--batch",
+        str(args.batch),
+        "--threads",
+        str(args.threads),
+        "--repeats",
+        str(args.repeats),
+    ]
+    try:
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"model": name, "error": f"timed out after {args.timeout} s"}
+    if proc.returncode != 0:
+        return {"model": name, "error": describe_failure(proc)}
+    try:
+        # The result is the last line; anything the model printed before it is ignored.
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"model": name, "error": f"unreadable worker output: {proc.stdout[-200:]!r}"}
+
+
+def describe_failure(proc: subprocess.CompletedProcess) -> str:
+    if proc.returncode < 0:
+        sig = signal.Signals(-proc.returncode).name
+        # The kernel's OOM killer sends SIGKILL, which leaves no traceback behind.
+        hint = " (likely out of memory)" if sig == "SIGKILL" else ""
+        return f"killed by {sig}{hint}"
+    lines = proc.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit status {proc.returncode}"
+
+
+def select_models(requested: list[str]) -> list[str]:
+    """The models to run, in order, without duplicates, with the reference always included."""
+    import models
+
+    names = models.list_models() if requested == ["all"] else requested
+    names = list(dict.fromkeys(names))
+    if REFERENCE not in names:
+        names.append(REFERENCE)
+    return names
+
+
+def add_ratios(results: list[dict]) -> None:
+    """Time and delta memory relative to the reference model measured in the same run."""
+    ref = next((r for r in results if r["model"] == REFERENCE and "error" not in r), None)
+    for r in results:
+        if ref is None or "error" in r:
+            continue
+        r["time_ratio"] = r["seconds"] / ref["seconds"]
+        # A tiny model can show no RSS growth at all, so guard the division.
+        r["mem_ratio"] = r["delta_mib"] / ref["delta_mib"] if ref["delta_mib"] > 0 else None
+
+
+def header(args: argparse.Namespace) -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    return (
+        f"machine: {cpu}, {os.cpu_count()} CPUs ({platform.system()}) | torch {torch.__version__} | "
+        f"threads {args.threads} | batch {args.batch} | median of {args.repeats} after 1 warm-up"
+    )
+
+
+def fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+COLUMNS = "{:<12} {:>9} {:>10} {:>7} {:>10} {:>7} {:>9} {:>10}  {}"
+
+
+def table(results: list[dict]) -> list[str]:
+    lines = [
+        COLUMNS.format("model", "params", "fwd+bwd s", "x p4", "delta MiB", "x p4", "paper s", "paper MiB", "note"),
+        COLUMNS.format("-" * 12, "-" * 9, "-" * 10, "-" * 7, "-" * 10, "-" * 7, "-" * 9, "-" * 10, "----"),
+    ]
+    for r in results:
+        paper_s, paper_mib = PAPER_FIGURES.get(r["model"], (None, None))
+        lines.append(
+            COLUMNS.format(
+                r["model"],
+                fmt(r.get("params"), ","),
+                fmt(r.get("seconds"), ".3f"),
+                fmt(r.get("time_ratio"), ".2f"),
+                fmt(r.get("delta_mib"), ".0f"),
+                fmt(r.get("mem_ratio"), ".2f"),
+                fmt(paper_s, "g"),
+                fmt(paper_mib, "d"),
+                "FAILED: " + r["error"] if "error" in r else "",
+            )
+        )
+    return lines
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=DEFAULT_MODELS,
+        help="registry names, or 'all' (default: the rot-MNIST set); p4cnn is always added",
+    )
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in each worker")
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per model; the median is reported")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per model")
+    parser.add_argument("--json", metavar="PATH", help="also write the raw results here")
+    parser.add_argument("--worker", metavar="NAME", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps(measure(args.worker, args.batch, args.threads, args.repeats)))
+        return
+
+    print(header(args))
+    results = []
+    for name in select_models(args.models):
+        print(f"  measuring {name} ...", file=sys.stderr, flush=True)
+        results.append(run_worker(name, args))
+    add_ratios(results)
+    print("\n".join(table(results)))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"header": header(args), "results": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The PCam DenseNet of Veeling et al. (2018), planar, p4 and p4m, as in the paper's code.
+
+96x96 patches, valid 3x3 convolutions. Five dense blocks (BN-ReLU-conv 3x3,
+output concatenated with the input cropped by one pixel) with transition blocks
+(BN-ReLU-conv 1x1, 2x2 average pooling) between them:
+96 -> 94 -> 92 -> 46 -> 44 -> 22 -> 20 -> 10 -> 8 -> 4 -> 2. Every pooled size
+is even, so equivariance is exact. Two logits: a 1x1 convolution, then the
+mean over positions and orientations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..network import Network, Trace, call
+from ..pooling import spatial_avg_pool
+from .layer_factory import LayerFactory
+
+__all__ = ["DenseNetConfig", "DenseNet"]
+
+# Dilation of the alpha_F spatial-attention filters in the paper's code: larger
+# early, where the maps are large ("dilatedkernelseverywhere").
+_BLOCK_DILATIONS = (4, 4, 3, 2)
+_TRANSITION_DILATIONS = (4, 4, 3, 1)
+
+
+@dataclass(frozen=True)
+class DenseNetConfig:
+    """Args:
+        group: None, "p4" or "p4m".
+        attention: "none" or "input" (alpha_F), see ``LayerFactory``.
+        channels: growth rate and width of the first layer (planar 26, p4 13, p4m 9).
+        blocks: dense blocks.
+        in_channels, num_classes: input channels and classes.
+        input_attention_dilation: dilation of the alpha_F spatial filter on the image.
+    """
+
+    group: str | None = "p4m"
+    attention: str = "none"
+    channels: int = 9
+    blocks: int = 5
+    in_channels: int = 3
+    num_classes: int = 2
+    input_attention_dilation: int = 4
+
+
+class DenseBlock(nn.Module):
+    def __init__(self, make: LayerFactory, in_ch: int, growth: int, att_kernel: int, att_dilation: int):
+        super().__init__()
+        self.bn = make.batch_norm(in_ch)
+        self.conv = make.conv(in_ch, growth, 3, 0, reduction=max(in_ch // 2, 1),
+                              att_kernel=att_kernel, att_dilation=att_dilation)
+
+    def forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
+        h = call(self.conv, torch.relu(self.bn(x)), trace)
+        return torch.cat([h, x[..., 1:-1, 1:-1]], dim=1)  # crop x to h's size
+
+
+class TransitionBlock(nn.Module):
+    def __init__(self, make: LayerFactory, channels: int, att_dilation: int):
+        super().__init__()
+        self.bn = make.batch_norm(channels)
+        self.conv = make.conv(channels, channels, 1, 0, reduction=max(channels // 2, 1), att_dilation=att_dilation)
+
+    def forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
+        return spatial_avg_pool(call(self.conv, torch.relu(self.bn(x)), trace), 2)
+
+
+class DenseNet(Network):
+    """Shape: ``(B, in_channels, 96, 96)`` -> ``(B, num_classes)``.
+
+    Attention maps: ``"c1"``, ``"block_layers.i.conv"``, ``"trans_layers.i.conv"``, ``"c_out"``.
+    """
+
+    def __init__(self, config: DenseNetConfig):
+        super().__init__(config)
+        make = LayerFactory(config.group, config.attention, wscale=math.sqrt(2.0))
+        width = growth = config.channels
+        self.c1 = make.lift(config.in_channels, width, 3, 0, reduction=1,
+                            att_dilation=config.input_attention_dilation)
+        blocks, transitions = [], []
+        for i in range(config.blocks):
+            last = i == config.blocks - 1
+            # The last block's spatial attention uses a 5x5 filter on its small maps.
+            kernel, dilation = (5, 1) if last else (7, _BLOCK_DILATIONS[min(i, 3)])
+            blocks.append(DenseBlock(make, width, growth, kernel, dilation))
+            width += growth
+            if not last:
+                transitions.append(TransitionBlock(make, width, _TRANSITION_DILATIONS[min(i, 3)]))
+        self.block_layers = nn.ModuleList(blocks)
+        self.trans_layers = nn.ModuleList(transitions)
+        self.bn_out = make.batch_norm(width)
+        self.c_out = make.conv(width, config.num_classes, 1, 0, reduction=max(width // 2, 1), att_kernel=3)
+        if config.group is None:
+            for module in self.modules():
+                if isinstance(module, nn.Conv2d):
+                    nn.init.normal_(module.weight, 0.0, math.sqrt(2.0 / module.weight[0].numel()))
+
+    def _forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
+        h = call(self.c1, x, trace)
+        for block, transition in zip(self.block_layers, self.trans_layers):
+            h = transition(block(h, trace), trace)
+        h = torch.relu(self.bn_out(self.block_layers[-1](h, trace)))
+        h = call(self.c_out, h, trace)
+        h = spatial_avg_pool(h, h.shape[-1])  # (B, classes, [G,] 1, 1)
+        return h.flatten(2).mean(dim=2)  # (B, classes)
