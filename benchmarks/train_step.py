@@ -180,8 +180,25 @@ def header(args: argparse.Namespace) -> str:
     cpu = platform.processor() or platform.machine()
     return (
         f"machine: {cpu}, {os.cpu_count()} CPUs ({platform.system()}) | torch {torch.__version__} | "
-        f"threads {args.threads} | batch {args.batch} | median of {args.repeats} after 1 warm-up"
+        f"threads {args.threads} | batch {args.batch} | median of {args.repeats} after 1 warm-up | "
+        # Other processes competing for the cores make the timings unreliable; show how busy the machine was.
+        f"load avg {os.getloadavg()[0]:.1f}"
     )
+
+
+def note(result: dict, spread: float = 1.5) -> str:
+    """Why a row is missing or should not be trusted."""
+    if "error" in result:
+        return "FAILED: " + shorten(result["error"])
+    fastest, slowest = min(result["times"]), max(result["times"])
+    if slowest > spread * fastest:
+        return f"noisy: steps took {fastest:.3g}-{slowest:.3g} s"
+    return ""
+
+
+def shorten(text: str, width: int = 100) -> str:
+    """Keep failure notes to one line; the full message is in the --json output."""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def fmt(value, spec: str) -> str:
@@ -208,7 +225,7 @@ def table(results: list[dict]) -> list[str]:
                 fmt(r.get("mem_ratio"), ".2f"),
                 fmt(paper_s, "g"),
                 fmt(paper_mib, "d"),
-                "FAILED: " + r["error"] if "error" in r else "",
+                note(r),
             )
         )
     return lines
@@ -237,7 +254,8 @@ def main(argv=None) -> None:
         print(json.dumps(measure(args.worker, args.batch, args.threads, args.repeats)))
         return
 
-    print(header(args))
+    head = header(args)
+    print(head)
     results = []
     for name in select_models(args.models):
         print(f"  measuring {name} ...", file=sys.stderr, flush=True)
@@ -246,7 +264,7 @@ def main(argv=None) -> None:
     print("\n".join(table(results)))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"header": header(args), "results": results}, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({"header": head, "results": results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ divided by max |g.F(x)|.
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -75,10 +75,13 @@ def reference_card(arch: str, source: str = "") -> dict:
         card["notes"].append(
             "Selected on the test set by the paper's code (it used the test split for validation)."
         )
-        card["notes"].append("Trained on digits stored transposed (the rot-MNIST .amat layout): transpose images first.")
+        card["notes"].append(
+            "Trained on digits stored transposed (the rot-MNIST .amat layout): transpose images first."
+        )
     if arch == "p4m_densenet":
         card["notes"].append(
-            "Released as 'f_att_p4m_densenet', but the paper's code built a plain P4MDenseNet for that name: no attention."
+            "Released as 'f_att_p4m_densenet', but the paper's code built a plain P4MDenseNet "
+            "for that name: no attention."
         )
     return card
 

@@ -102,7 +102,7 @@ class DenseNet(Network):
 
     def _forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
         h = call(self.c1, x, trace)
-        for block, transition in zip(self.block_layers, self.trans_layers):
+        for block, transition in zip(self.block_layers[:-1], self.trans_layers, strict=True):
             h = transition(block(h, trace), trace)
         h = torch.relu(self.bn_out(self.block_layers[-1](h, trace)))
         h = call(self.c_out, h, trace)

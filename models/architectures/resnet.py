@@ -94,7 +94,10 @@ class ResNet44(Network):
         self.c1 = make.lift(config.in_channels, w32, 3, 1, reduction=1, att_kernel=k)
         stages = []
         for stage, (cin, cout) in enumerate([(w32, w32), (w32, w16), (w16, w8)]):
-            blocks = [ResBlock(make, cin if i == 0 else cout, cout, stage > 0 and i == 0, k) for i in range(config.blocks)]
+            blocks = [
+                ResBlock(make, cin if i == 0 else cout, cout, downsample=stage > 0 and i == 0, att_kernel=k)
+                for i in range(config.blocks)
+            ]
             stages.append(nn.ModuleList(blocks))
         self.layers_nc32, self.layers_nc16, self.layers_nc8 = stages
         self.bn_out = make.batch_norm(w8)

@@ -36,7 +36,9 @@ def group_shifted(weight: torch.Tensor, group: Group) -> torch.Tensor:
 
 def spatial_statistics(f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and max over the last two (plane) axes."""
-    return f.mean(dim=(-2, -1)), f.amax(dim=(-2, -1))
+    # max with indices, as the paper's code: its backward routes the gradient to
+    # one maximum instead of building a full-size tie mask like amax does.
+    return f.mean(dim=(-2, -1)), f.flatten(-2).max(dim=-1).values
 
 
 def _kaiming(weight: torch.Tensor) -> torch.Tensor:

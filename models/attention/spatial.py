@@ -26,7 +26,7 @@ __all__ = ["InputSpatialAttention", "FullSpatialAttention"]
 
 def channel_statistics(f: torch.Tensor, dim: int) -> torch.Tensor:
     """Mean and max over axis ``dim``, stacked in that axis (size 2, mean first)."""
-    return torch.cat([f.mean(dim=dim, keepdim=True), f.amax(dim=dim, keepdim=True)], dim=dim)
+    return torch.cat([f.mean(dim=dim, keepdim=True), f.max(dim=dim, keepdim=True).values], dim=dim)
 
 
 class InputSpatialAttention(nn.Module):

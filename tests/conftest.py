@@ -1,0 +1,33 @@
+"""Shared fixtures: the reference outputs of the paper's code, where they are available.
+
+The reference folder is ``../shared/reference`` beside the repository (or
+``$REFERENCE_DIR``). Without it the tests that read it skip with a message;
+with ``REQUIRE_REFERENCE=1`` (set by ``.ci/run``) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = Path(os.environ.get("REFERENCE_DIR", REPO.parent / "shared" / "reference"))
+
+
+def reference_path(name: str) -> Path:
+    """Path of a reference file, skipping (or failing under REQUIRE_REFERENCE=1) when it is absent."""
+    path = REFERENCE / name
+    if not path.exists():
+        message = f"reference file {path} not found (the paper's outputs live in ../shared/reference)"
+        if os.environ.get("REQUIRE_REFERENCE") == "1":
+            pytest.fail(message + "; REQUIRE_REFERENCE=1 makes this an error")
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def layers_synthetic():
+    return np.load(reference_path("layers_synthetic.npz"))

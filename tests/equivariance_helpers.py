@@ -1,0 +1,41 @@
+"""The one equivariance assertion every layer and model test uses."""
+
+from __future__ import annotations
+
+import torch
+
+from models.equivariance import equivariance_errors, relative_error
+from models.groups import Group
+
+# float64 round-off is ~1e-15; float32 ~1e-6 relative on these networks.
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}
+
+
+def assert_equivariant(fn, x, group: Group, in_axes=(), out_axes=(2,), out_transforms=True, what="map"):
+    """Assert F(g.x) == g.F(x) (or F(g.x) == F(x) when not ``out_transforms``) for every element g."""
+    errors = equivariance_errors(fn, x, group, in_axes, out_axes, out_transforms)
+    tol = TOLERANCE[x.dtype]
+    bad = {group.describe(g): f"{e:.2e}" for g, e in errors.items() if not e <= tol}
+    prop = "equivariant" if out_transforms else "invariant"
+    assert not bad, f"{what} is not {prop} under {group.name} to {tol:g} relative ({x.dtype}): {bad}"
+
+
+def assert_trace_equivariant(model, x, tol_dtype=None):
+    """Every group feature map and attention map of a traced model moves with its input."""
+    group = model.group
+    tol = TOLERANCE[tol_dtype or x.dtype]
+    with torch.no_grad():
+        _, base = model.trace(x)
+        for g in group.elements():
+            _, moved = model.trace(group.act(x, g))
+            for name, feature in base.features.items():
+                if feature.dim() == 5:
+                    err = relative_error(moved.features[name], group.act(feature, g, (2,)))
+                    assert err <= tol, f"features of {name} under {group.describe(g)}: {err:.2e} > {tol:g}"
+            for name, parts in base.attention.items():
+                for label, part in (("channel", parts.channel), ("spatial", parts.spatial)):
+                    if part is None:
+                        continue
+                    got = getattr(moved.attention[name], label)
+                    err = relative_error(got, group.act(part, g, parts.group_axes))
+                    assert err <= tol, f"{label} attention of {name} under {group.describe(g)}: {err:.2e} > {tol:g}"
