@@ -20,10 +20,10 @@ def assert_equivariant(fn, x, group: Group, in_axes=(), out_axes=(2,), out_trans
     assert not bad, f"{what} is not {prop} under {group.name} to {tol:g} relative ({x.dtype}): {bad}"
 
 
-def assert_trace_equivariant(model, x, tol_dtype=None):
+def assert_trace_equivariant(model, x, tol=None):
     """Every group feature map and attention map of a traced model moves with its input."""
     group = model.group
-    tol = TOLERANCE[tol_dtype or x.dtype]
+    tol = tol or TOLERANCE[x.dtype]
     with torch.no_grad():
         _, base = model.trace(x)
         for g in group.elements():

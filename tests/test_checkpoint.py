@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 import torch
+from conftest import reference_path
 
 import models
-from conftest import reference_path
 from models.checkpoint import CheckpointError, card_path
 
 CARD = {
@@ -80,12 +80,15 @@ class Exploit:
         return (os.system, ("echo pwned > pwned.txt",))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_reference_import_never_unpickles_objects(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    evil = tmp_path / "model.pth"
-    evil.write_bytes(pickle.dumps({"c1.weight": Exploit()}))
-    with pytest.raises(CheckpointError, match="not a loadable PyTorch state dict"):
-        models.import_reference_checkpoint(evil, "p4cnn")
+    raw, zipped = tmp_path / "raw.pth", tmp_path / "zipped.pth"
+    raw.write_bytes(pickle.dumps({"c1.weight": Exploit()}))
+    torch.save({"c1.weight": Exploit()}, zipped)  # pickling only records the call; nothing runs
+    for evil in (raw, zipped):
+        with pytest.raises(CheckpointError, match="not a loadable PyTorch state dict"):
+            models.import_reference_checkpoint(evil, "p4cnn")
     assert not (tmp_path / "pwned.txt").exists()
     with pytest.raises(CheckpointError, match="no checkpoint file"):
         models.import_reference_checkpoint(tmp_path / "absent.pth", "p4cnn")

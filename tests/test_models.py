@@ -16,6 +16,12 @@ PARAMETERS = {
     "p4_densenet": 129_649, "fa_p4_densenet": 140_453, "p4m_densenet": 124_209, "fa_p4m_densenet": 141_221,
 }
 ALL = models.list_models()
+# In float32 the alpha_F ResNet44's deep maps differ between F(g.x) and g.F(x) by up to 1.2e-3
+# relative (spatial attention of the first shortcut of stage 3) and 2.5e-4 (features), its logits by
+# 5e-6: round-off of 44 layers, amplified where attention reads the un-normalised residual stream
+# and where the residual branch x - s * c * x cancels. The float64 check (1e-9) passes, so this is
+# round-off, not broken equivariance.
+FLOAT32_TRACE_TOLERANCE = {"fa_p4m_resnet44": 5e-3}
 EQUIVARIANT = [name for name in ALL if models.model_info(name).dataset and models.build_model(name).group]
 
 
@@ -80,7 +86,7 @@ def test_model_is_equivariant(name, dtype):
     model = trained_looking(name, dtype)
     x = example(name, batch=1, dtype=dtype)
     assert_equivariant(model, x, model.group, out_transforms=False, what=f"{name} logits")
-    assert_trace_equivariant(model, x)
+    assert_trace_equivariant(model, x, FLOAT32_TRACE_TOLERANCE.get(name) if dtype == torch.float32 else None)
 
 
 @pytest.mark.parametrize("name", ["a_p4cnn", "fa_p4m_densenet", "arh_p4cnn"])

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..network import Network, Trace, call
 from ..pooling import spatial_avg_pool
-from .layer_factory import LayerFactory
+from .layer_factory import LayerFactory, he_normal_init_
 
 __all__ = ["DenseNetConfig", "DenseNet"]
 
@@ -96,9 +96,7 @@ class DenseNet(Network):
         self.bn_out = make.batch_norm(width)
         self.c_out = make.conv(width, config.num_classes, 1, 0, reduction=max(width // 2, 1), att_kernel=3)
         if config.group is None:
-            for module in self.modules():
-                if isinstance(module, nn.Conv2d):
-                    nn.init.normal_(module.weight, 0.0, math.sqrt(2.0 / module.weight[0].numel()))
+            he_normal_init_(self)
 
     def _forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
         h = call(self.c1, x, trace)

@@ -7,6 +7,7 @@ choice is made, so each architecture is written once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from torch import nn
@@ -25,11 +26,18 @@ from ..gconv import GroupConv, LiftingConv
 from ..groups import get_group
 from ..normalization import GroupBatchNorm
 
-__all__ = ["ATTENTION_VARIANTS", "LayerFactory"]
+__all__ = ["ATTENTION_VARIANTS", "LayerFactory", "he_normal_init_"]
 
 # none: plain; full: alpha (channel + spatial on the un-summed responses);
 # channel / spatial: alpha_CH / alpha_SP; input: alpha_F; rotation: alpha_RH.
 ATTENTION_VARIANTS = ("none", "full", "channel", "spatial", "input", "rotation")
+
+
+def he_normal_init_(model: nn.Module) -> None:
+    """N(0, 2 / fan_in) for every planar convolution (He et al.), as the paper's planar ResNet and DenseNet."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.normal_(module.weight, 0.0, math.sqrt(2.0 / module.weight[0].numel()))
 
 
 @dataclass(frozen=True)

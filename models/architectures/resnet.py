@@ -15,7 +15,7 @@ from torch import nn
 
 from ..network import Network, Trace, call
 from ..pooling import spatial_avg_pool, spatial_max_pool
-from .layer_factory import LayerFactory
+from .layer_factory import LayerFactory, he_normal_init_
 
 __all__ = ["ResNetConfig", "ResNet44"]
 
@@ -103,10 +103,7 @@ class ResNet44(Network):
         self.bn_out = make.batch_norm(w8)
         self.c_out = make.conv(w8, config.num_classes, 1, 0, reduction=max(w8 // 2, 1), att_kernel=k)
         if config.group is None:
-            # He initialisation, as the paper's code: N(0, 2 / fan_in)
-            for module in self.modules():
-                if isinstance(module, nn.Conv2d):
-                    nn.init.normal_(module.weight, 0.0, math.sqrt(2.0 / module.weight[0].numel()))
+            he_normal_init_(self)
 
     def _forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
         h = call(self.c1, x, trace)

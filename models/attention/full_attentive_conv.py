@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..gconv import GroupConv, LiftingConv, check_group_input, group_filters, lifting_filters
 from .parts import AttentiveLayer
@@ -33,14 +32,6 @@ __all__ = ["AttentiveLiftingConv", "AttentiveGroupConv"]
 
 class _FullAttention(AttentiveLayer):
     """Mixin: build f~, attend to it, sum over the input axes."""
-
-    def __init__(
-        self, *conv_args, channel_attention: nn.Module | None,
-        spatial_attention: nn.Module | None, **conv_kwargs,
-    ):
-        super().__init__(*conv_args, **conv_kwargs)
-        self.channel_attention = channel_attention
-        self.spatial_attention = spatial_attention
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
         f = self.unsummed_responses(x)

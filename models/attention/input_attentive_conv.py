@@ -10,7 +10,6 @@ all output channels, then convolve:
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from ..gconv import GroupConv, LiftingConv
 from .parts import AttentiveLayer
@@ -20,14 +19,6 @@ __all__ = ["InputAttentiveLiftingConv", "InputAttentiveGroupConv"]
 
 class _InputAttention(AttentiveLayer):
     """Mixin: attend to the input, then run the parent convolution."""
-
-    def __init__(
-        self, *conv_args, channel_attention: nn.Module | None,
-        spatial_attention: nn.Module | None, **conv_kwargs,
-    ):
-        super().__init__(*conv_args, **conv_kwargs)
-        self.channel_attention = channel_attention
-        self.spatial_attention = spatial_attention
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
         attended, parts = self.attend(x)

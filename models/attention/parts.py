@@ -38,9 +38,21 @@ class AttentionParts:
 
 
 class AttentiveLayer(nn.Module):
-    """Marker base class: ``forward(x, return_attention=True)`` returns ``(y, AttentionParts)``."""
+    """Base of every attentive convolution: ``forward(x, return_attention=True)`` returns ``(y, AttentionParts)``.
+
+    Used as a mixin before a convolution class: the attention modules are taken
+    by keyword and every other argument goes to the convolution.
+    """
 
     attention_group_axes: tuple[int, ...] = ()
+
+    def __init__(
+        self, *conv_args, channel_attention: nn.Module | None,
+        spatial_attention: nn.Module | None, **conv_kwargs,
+    ):
+        super().__init__(*conv_args, **conv_kwargs)
+        self.channel_attention = channel_attention
+        self.spatial_attention = spatial_attention
 
     def attend(self, f: torch.Tensor) -> tuple[torch.Tensor, AttentionParts]:
         """Apply channel then spatial attention to f on the residual branch.
