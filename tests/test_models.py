@@ -14,6 +14,7 @@ PARAMETERS = {
     "p4m_allcnnc": 1_219_252, "fa_p4m_allcnnc": 1_249_192, "resnet44": 2_636_064,
     "p4m_resnet44": 2_621_683, "fa_p4m_resnet44": 2_693_911, "densenet": 130_598,
     "p4_densenet": 129_649, "fa_p4_densenet": 140_453, "p4m_densenet": 124_209, "fa_p4m_densenet": 141_221,
+    "a_p4_allcnnc": 3_642_388,  # the paper code's A_P4AllCNNC, which it could not run
 }
 ALL = models.list_models()
 # In float32 the alpha_F ResNet44's deep maps differ between F(g.x) and g.F(x) by up to 1.2e-3

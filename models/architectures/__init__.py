@@ -27,6 +27,8 @@ _CIFAR10 = {
     "fa_p4_allcnnc": (AllCNNC, AllCNNCConfig(group="p4", channels=48, attention="input"), "alpha_F-p4-All-CNN-C"),
     "p4m_allcnnc": (AllCNNC, AllCNNCConfig(group="p4m", channels=32), "p4m-All-CNN-C"),
     "fa_p4m_allcnnc": (AllCNNC, AllCNNCConfig(group="p4m", channels=32, attention="input"), "alpha_F-p4m-All-CNN-C"),
+    "a_p4_allcnnc": (AllCNNC, AllCNNCConfig(group="p4", channels=48, attention="full"), "alpha-p4-All-CNN-C (full)"),
+    "a_p4m_allcnnc": (AllCNNC, AllCNNCConfig(group="p4m", channels=32, attention="full"), "alpha-p4m-All-CNN-C (full)"),
     "resnet44": (ResNet44, ResNetConfig(group=None, widths=(32, 64, 128)), "ResNet44"),
     "p4m_resnet44": (ResNet44, ResNetConfig(group="p4m"), "p4m-ResNet44"),
     "fa_p4m_resnet44": (ResNet44, ResNetConfig(group="p4m", attention="input"), "alpha_F-p4m-ResNet44"),
@@ -37,6 +39,7 @@ _PCAM = {
     "fa_p4_densenet": (DenseNetConfig(group="p4", channels=13, attention="input"), "alpha_F-p4-DenseNet"),
     "p4m_densenet": (DenseNetConfig(group="p4m", channels=9), "p4m-DenseNet"),
     "fa_p4m_densenet": (DenseNetConfig(group="p4m", channels=9, attention="input"), "alpha_F-p4m-DenseNet"),
+    "a_p4m_densenet": (DenseNetConfig(group="p4m", channels=9, attention="full"), "alpha-p4m-DenseNet (full)"),
 }
 
 for _name, (_fields, _text) in _ROT_MNIST.items():

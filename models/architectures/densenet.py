@@ -37,6 +37,13 @@ class DenseNetConfig:
         blocks: dense blocks.
         in_channels, num_classes: input channels and classes.
         input_attention_dilation: dilation of the alpha_F spatial filter on the image.
+        attention_reduction: MLP reduction of full channel attention (alpha_F uses
+            a two-unit MLP everywhere, as the paper's code).
+        attention_kernel: spatial filter size of full attention.
+
+    The dilated and smaller spatial filters of the paper's alpha_F DenseNet are
+    kept for ``attention="input"``; full attention uses ``attention_kernel``
+    undilated everywhere, the paper's default.
     """
 
     group: str | None = "p4m"
@@ -46,14 +53,15 @@ class DenseNetConfig:
     in_channels: int = 3
     num_classes: int = 2
     input_attention_dilation: int = 4
+    attention_reduction: int = 16
+    attention_kernel: int = 7
 
 
 class DenseBlock(nn.Module):
-    def __init__(self, make: LayerFactory, in_ch: int, growth: int, att_kernel: int, att_dilation: int):
+    def __init__(self, make: LayerFactory, in_ch: int, growth: int, attention: dict):
         super().__init__()
         self.bn = make.batch_norm(in_ch)
-        self.conv = make.conv(in_ch, growth, 3, 0, reduction=max(in_ch // 2, 1),
-                              att_kernel=att_kernel, att_dilation=att_dilation)
+        self.conv = make.conv(in_ch, growth, 3, 0, **attention)
 
     def forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
         h = call(self.conv, torch.relu(self.bn(x)), trace)
@@ -61,10 +69,10 @@ class DenseBlock(nn.Module):
 
 
 class TransitionBlock(nn.Module):
-    def __init__(self, make: LayerFactory, channels: int, att_dilation: int):
+    def __init__(self, make: LayerFactory, channels: int, attention: dict):
         super().__init__()
         self.bn = make.batch_norm(channels)
-        self.conv = make.conv(channels, channels, 1, 0, reduction=max(channels // 2, 1), att_dilation=att_dilation)
+        self.conv = make.conv(channels, channels, 1, 0, **attention)
 
     def forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
         return spatial_avg_pool(call(self.conv, torch.relu(self.bn(x)), trace), 2)
@@ -80,21 +88,30 @@ class DenseNet(Network):
         super().__init__(config)
         make = LayerFactory(config.group, config.attention, wscale=math.sqrt(2.0))
         width = growth = config.channels
+        paper_input = config.attention == "input"
+        full = dict(reduction=config.attention_reduction, att_kernel=config.attention_kernel)
         self.c1 = make.lift(config.in_channels, width, 3, 0, reduction=1,
-                            att_dilation=config.input_attention_dilation)
+                            att_kernel=config.attention_kernel,
+                            att_dilation=config.input_attention_dilation if paper_input else 1)
         blocks, transitions = [], []
         for i in range(config.blocks):
             last = i == config.blocks - 1
-            # The last block's spatial attention uses a 5x5 filter on its small maps.
-            kernel, dilation = (5, 1) if last else (7, _BLOCK_DILATIONS[min(i, 3)])
-            blocks.append(DenseBlock(make, width, growth, kernel, dilation))
+            if paper_input:
+                # The last block's spatial attention uses a 5x5 filter on its small maps.
+                kernel, dilation = (5, 1) if last else (7, _BLOCK_DILATIONS[min(i, 3)])
+                block_att = dict(reduction=max(width // 2, 1), att_kernel=kernel, att_dilation=dilation)
+                trans_att = dict(reduction=max((width + growth) // 2, 1), att_dilation=_TRANSITION_DILATIONS[min(i, 3)])
+            else:
+                block_att = trans_att = full
+            blocks.append(DenseBlock(make, width, growth, block_att))
             width += growth
             if not last:
-                transitions.append(TransitionBlock(make, width, _TRANSITION_DILATIONS[min(i, 3)]))
+                transitions.append(TransitionBlock(make, width, trans_att))
         self.block_layers = nn.ModuleList(blocks)
         self.trans_layers = nn.ModuleList(transitions)
         self.bn_out = make.batch_norm(width)
-        self.c_out = make.conv(width, config.num_classes, 1, 0, reduction=max(width // 2, 1), att_kernel=3)
+        out_att = dict(reduction=max(width // 2, 1), att_kernel=3) if paper_input else full
+        self.c_out = make.conv(width, config.num_classes, 1, 0, **out_att)
         if config.group is None:
             he_normal_init_(self)
 

@@ -2,6 +2,7 @@
 
 from .channel import FullChannelAttention, InputChannelAttention
 from .full_attentive_conv import AttentiveGroupConv, AttentiveLiftingConv
+from .full_attentive_conv_reference import ReferenceAttentiveGroupConv, ReferenceAttentiveLiftingConv
 from .input_attentive_conv import InputAttentiveGroupConv, InputAttentiveLiftingConv
 from .parts import AttentionParts, AttentiveLayer
 from .spatial import FullSpatialAttention, InputSpatialAttention
@@ -17,4 +18,6 @@ __all__ = [
     "InputAttentiveLiftingConv",
     "InputChannelAttention",
     "InputSpatialAttention",
+    "ReferenceAttentiveGroupConv",
+    "ReferenceAttentiveLiftingConv",
 ]

@@ -52,7 +52,7 @@ class InputChannelAttention(nn.Module):
 
     Args:
         channels: input channels C.
-        reduction: hidden width is ``channels // reduction``.
+        reduction: hidden width is ``max(channels // reduction, 1)``.
         group: None for planar inputs, else the group of the input.
 
     Shape: planar ``(B, C, X, Y)`` -> ``(B, C, 1, 1)``; group
@@ -62,7 +62,7 @@ class InputChannelAttention(nn.Module):
     def __init__(self, channels: int, reduction: int = 1, group: str | Group | None = None):
         super().__init__()
         self.group = get_group(group) if group is not None else None
-        hidden = channels // reduction
+        hidden = max(channels // reduction, 1)
         orientations = () if self.group is None else (self.group.order,)
         self.weight_fc1 = nn.Parameter(_kaiming(torch.empty(hidden, channels, *orientations)))
         self.weight_fc2 = nn.Parameter(_kaiming(torch.empty(channels, hidden, *orientations)))
@@ -91,7 +91,7 @@ class FullChannelAttention(nn.Module):
     Args:
         out_channels: C_out of the convolution.
         in_channels: C_in of the convolution.
-        reduction: hidden width is ``in_channels // reduction``.
+        reduction: hidden width is ``max(in_channels // reduction, 1)``.
         group: the group.
         lifting: True when the convolution is a lifting one (planar input).
 
@@ -103,7 +103,7 @@ class FullChannelAttention(nn.Module):
         super().__init__()
         self.group = get_group(group)
         self.lifting = lifting
-        hidden = in_channels // reduction
+        hidden = max(in_channels // reduction, 1)
         orientations = () if lifting else (self.group.order,)
         shape1 = (out_channels, hidden, in_channels, *orientations)
         shape2 = (out_channels, in_channels, hidden, *orientations)
@@ -111,7 +111,13 @@ class FullChannelAttention(nn.Module):
         self.weight_fc2 = nn.Parameter(_kaiming(torch.empty(shape2)))
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
-        mean, peak = spatial_statistics(f)  # (B, O, G, C) or (B, O, G, C, G_in)
+        return self.from_statistics(*spatial_statistics(f))[..., None, None]
+
+    def from_statistics(self, mean: torch.Tensor, peak: torch.Tensor) -> torch.Tensor:
+        """The attention from the spatial mean and max of f~.
+
+        Shape: ``(B, C_out, G, C_in[, G_in])`` each -> same.
+        """
         if self.lifting:
             def mlp(v):
                 hidden = torch.relu(torch.einsum("olc,bogc->bogl", self.weight_fc1, v))
@@ -123,4 +129,4 @@ class FullChannelAttention(nn.Module):
             def mlp(v):
                 hidden = torch.relu(torch.einsum("olcgh,bogch->boglh", fc1, v))
                 return torch.einsum("oclgh,boglh->bogch", fc2, hidden)
-        return torch.sigmoid(mlp(mean) + mlp(peak))[..., None, None]
+        return torch.sigmoid(mlp(mean) + mlp(peak))

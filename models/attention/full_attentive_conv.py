@@ -1,100 +1,249 @@
-"""The full attentive group convolution (Romero et al. 2020, eq. 10-12).
+"""The full attentive group convolution (Romero et al. 2020, eq. 10-12), without storing f~.
 
 A (lifting or group) convolution sums, for every output channel o and output
-orientation g, the responses of every input channel c (and input orientation
-h) to its filter:
+orientation g, the responses of every input channel c and input orientation h:
 
-    y(x, o, g) = sum_{c, h} f~(x, o, g, c, h),
-    f~(x, o, g, c, h) = sum_y f_c(y, h) (L_g psi)_{o, c}(y - x, h).
+    y(x, o, g) = sum_{c, h} f~(x, o, g, c, h),   f~(., o, g, c, h) = f_{c, h} * K_{o, g, c, h},
 
-The attentive convolution weighs the terms before summing. Channel attention
-(one MLP per output channel on the spatial mean/max of f~) gives
-alpha_c(o, g, c, h); spatial attention (a filter per output channel on the
-mean/max over c of alpha_c f~) gives alpha_s(x, o, g, h); as in the paper's
-code they act on the residual branch:
+with K the group-transformed filters. The attentive convolution weighs the terms
+on the residual branch (``full_attentive_conv_reference.py`` spells it out):
 
-    y(x, o, g) = sum_{c, h} f~ - alpha_s * alpha_c * f~.
+    y = sum_{c, h} f~ - alpha_s(x, o, g, h) alpha_c(o, g, c, h) f~.
 
-This is the straightforward implementation: it materialises f~, so it costs
-C_in * G_in times the memory of a plain group convolution's output.
+f~ has C_in * G_in times as many values as y. The paper's code materialises it
+and keeps it for the backward pass; here it is never stored whole:
+
+* alpha_c is constant in space, so the channel-attended sum over c is one
+  convolution with per-sample filters alpha_c K:
+  S(x, o, g, h) = sum_c alpha_c f~ = sum_c f_{c, h} * (alpha_c K)_{o, g, c, h};
+  then y = (plain convolution) - sum_h alpha_s S.
+* The spatial mean of f~ is the filter applied to the mean of each input patch
+  (means commute with the convolution); the channel mean of alpha_c f~ is S / C_in.
+* The spatial max of f~ is found a few samples at a time without gradients;
+  its value is then recomputed from the one input patch where it lies, so the
+  backward pass touches those patches only.
+* The max over c of alpha_c f~ is computed a few samples at a time and
+  recomputed in the backward pass (activation checkpointing), so memory holds
+  f~ of one chunk at a time.
+
+The result equals the straightforward version up to round-off (summation order).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ..gconv import GroupConv, LiftingConv, check_group_input, group_filters, lifting_filters
-from .parts import AttentiveLayer
+from .parts import AttentionParts, AttentiveLayer
 
 __all__ = ["AttentiveLiftingConv", "AttentiveGroupConv"]
 
+# The most values of f~ held at once (4 bytes each in float32).
+CHUNK_VALUES = 4 * 2**20
 
-class _FullAttention(AttentiveLayer):
-    """Mixin: build f~, attend to it, sum over the input axes."""
+
+class _Geometry:
+    """Sizes and convolution settings of one call, shared by the helpers below."""
+
+    def __init__(self, layer, planes, filters):
+        self.o, self.n, self.c, self.h, self.k = filters.shape[:5]
+        self.b = planes.shape[0]
+        self.stride, self.padding, self.dilation = layer.stride, layer.padding, layer.dilation
+        span = self.dilation * (self.k - 1) + 1
+        self.out = tuple((size + 2 * self.padding - span) // self.stride + 1 for size in planes.shape[-2:])
+        per_sample = self.o * self.n * self.c * self.h * self.out[0] * self.out[1]
+        self.chunk = max(1, CHUNK_VALUES // per_sample)
+
+    @property
+    def conv(self) -> dict:
+        return dict(stride=self.stride, padding=self.padding, dilation=self.dilation)
+
+
+class _EfficientFullAttention(AttentiveLayer):
+    """Mixin: the attentive convolution on planes ``(B, C * H, X, Y)`` and filters ``(O, G, C, H, k, k)``.
+
+    H = G_in for group layers and 1 for lifting layers, so both share one path.
+    Internally S, the max statistic and alpha_s are laid out ``(B, H, O, G, X', Y')``.
+    """
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
-        f = self.unsummed_responses(x)
-        attended, parts = self.attend(f)
-        out = self.sum_inputs(attended)
-        return (out, parts) if return_attention else out
+        planes, filters = self._planes_and_filters(x)
+        geo = _Geometry(self, planes, filters)
+        b, o, n, c, h, k = geo.b, geo.o, geo.n, geo.c, geo.h, geo.k
+        plain = F.conv2d(planes, filters.reshape(o * n, c * h, k, k), **geo.conv)  # (B, O * G, X', Y')
 
-    def _depthwise(self, planar: torch.Tensor, filters: torch.Tensor, inputs: int) -> torch.Tensor:
-        # One conv group per input plane: filters (inputs * outputs, 1, k, k).
-        return F.conv2d(
-            planar, filters, stride=self.stride, padding=self.padding,
-            dilation=self.dilation, groups=inputs,
-        )
+        channel = None
+        if self.channel_attention is not None:
+            mean, peak = _spatial_statistics(planes, filters, geo)  # (B, O, G, C, H) each
+            if self._lifting:
+                mean, peak = mean.squeeze(4), peak.squeeze(4)
+            channel = self.channel_attention.from_statistics(mean, peak)
+            channel = channel.unsqueeze(4) if self._lifting else channel  # (B, O, G, C, H)
+
+        # S = sum_c alpha_c f~: one grouped convolution over (sample, h).
+        weights = filters.unsqueeze(0) if channel is None else channel[..., None, None] * filters
+        s = _per_sample_conv(planes, weights, geo)  # (B, H, O, G, X', Y')
+
+        spatial = None
+        if self.spatial_attention is not None:
+            peak = _weighted_channel_max(planes, filters, channel, geo)  # (B, H, O, G, X', Y')
+            if self._lifting:
+                spatial = self.spatial_attention.from_statistics(s[:, 0], peak[:, 0], mean_scale=1.0 / c)
+                spatial = spatial.unsqueeze(1)
+            else:
+                # Logical (B, O, G, H, X', Y') views of the h-major tensors.
+                spatial = self.spatial_attention.from_statistics(
+                    s.permute(0, 2, 3, 1, 4, 5), peak.permute(0, 2, 3, 1, 4, 5), mean_scale=1.0 / c
+                ).permute(0, 3, 1, 2, 4, 5)  # back to (B, H, O, G, X', Y')
+
+        attended = s if spatial is None else spatial * s
+        out = self._scale(plain.view(b, o, n, *geo.out) - attended.sum(dim=1))
+        if not return_attention:
+            return out
+        return out, self._parts(channel, spatial)
+
+    def _parts(self, channel, spatial) -> AttentionParts:
+        # The documented layouts, those of the straightforward version.
+        if channel is not None:
+            channel = channel[..., None, None]  # (B, O, G, C, H, 1, 1)
+            channel = channel.squeeze(4) if self._lifting else channel
+        if spatial is not None:
+            spatial = spatial.permute(0, 2, 3, 1, 4, 5).unsqueeze(3)  # (B, O, G, 1, H, X', Y')
+            spatial = spatial.squeeze(4) if self._lifting else spatial
+        return AttentionParts(channel, spatial, self.attention_group_axes)
 
 
-class AttentiveLiftingConv(_FullAttention, LiftingConv):
+class AttentiveLiftingConv(_EfficientFullAttention, LiftingConv):
     """Full attentive lifting convolution. Arguments as :class:`LiftingConv` plus the attention modules.
 
-    Shape: ``(B, C_in, X, Y)`` -> ``(B, C_out, G, X', Y')``. f~ is
-    ``(B, C_out, G, C_in, X', Y')``; attention parts: channel
-    ``(B, C_out, G, C_in, 1, 1)``, spatial ``(B, C_out, G, 1, X', Y')``.
+    Shape: ``(B, C_in, X, Y)`` -> ``(B, C_out, G, X', Y')``. Attention parts:
+    channel ``(B, C_out, G, C_in, 1, 1)``, spatial ``(B, C_out, G, 1, X', Y')``.
     """
 
     attention_group_axes = (2,)
+    _lifting = True
 
-    def unsummed_responses(self, x: torch.Tensor) -> torch.Tensor:
+    def _planes_and_filters(self, x):
         if x.dim() != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"{type(self).__name__} expects (B, {self.in_channels}, X, Y), got {tuple(x.shape)}")
-        o, c, n, k = self.out_channels, self.in_channels, self.group.order, self.kernel_size
-        # (O, G, C, k, k) -> (C, O, G, k, k): group c of the conv holds the filters that see input c
-        filters = lifting_filters(self.weight, self.group).permute(2, 0, 1, 3, 4)
-        out = self._depthwise(x, filters.reshape(c * o * n, 1, k, k), c)
-        out = out.view(x.shape[0], c, o, n, *out.shape[-2:])  # (B, C, O, G, X', Y')
-        return out.permute(0, 2, 3, 1, 4, 5)  # (B, O, G, C, X', Y')
+        return x, lifting_filters(self.weight, self.group).unsqueeze(3)  # (O, G, C, 1, k, k)
 
-    def sum_inputs(self, f: torch.Tensor) -> torch.Tensor:
-        return f.sum(dim=3)
+    def _scale(self, out):
+        return out
 
 
-class AttentiveGroupConv(_FullAttention, GroupConv):
+class AttentiveGroupConv(_EfficientFullAttention, GroupConv):
     """Full attentive group convolution. Arguments as :class:`GroupConv` plus the attention modules.
 
-    Shape: ``(B, C_in, G, X, Y)`` -> ``(B, C_out, G, X', Y')``. f~ is
-    ``(B, C_out, G, C_in, G_in, X', Y')``; attention parts: channel
-    ``(B, C_out, G, C_in, G_in, 1, 1)``, spatial ``(B, C_out, G, 1, G_in, X', Y')``.
-
-    The sum over (C_in, G_in) carries the group's Haar weight like
-    :class:`GroupConv`. (The paper's code uses 2 pi / G here, which equals the
-    Haar weight for p4 but is a quarter of it for p4m, where it has no p4m
-    full-attention model; we keep the attentive layer consistent with the plain one.)
+    Shape: ``(B, C_in, G, X, Y)`` -> ``(B, C_out, G, X', Y')``. Attention parts:
+    channel ``(B, C_out, G, C_in, G_in, 1, 1)``, spatial ``(B, C_out, G, 1, G_in, X', Y')``.
+    The sum carries the group's Haar weight like :class:`GroupConv` (see the
+    straightforward version for how this differs from the paper's code on p4m).
     """
 
     attention_group_axes = (2, 4)
+    _lifting = False
 
-    def unsummed_responses(self, x: torch.Tensor) -> torch.Tensor:
+    def _planes_and_filters(self, x):
         check_group_input(x, self.in_channels, self.group, type(self).__name__)
-        o, c, n, k = self.out_channels, self.in_channels, self.group.order, self.kernel_size
-        # (O, G, C, G_in, k, k) -> (C, G_in, O, G, k, k)
-        filters = group_filters(self.weight, self.group).permute(2, 3, 0, 1, 4, 5)
-        planar = x.reshape(x.shape[0], c * n, *x.shape[-2:])  # (B, C * G_in, X, Y)
-        out = self._depthwise(planar, filters.reshape(c * n * o * n, 1, k, k), c * n)
-        out = out.view(x.shape[0], c, n, o, n, *out.shape[-2:])  # (B, C, G_in, O, G, X', Y')
-        return out.permute(0, 3, 4, 1, 2, 5, 6)  # (B, O, G, C, G_in, X', Y')
+        planes = x.reshape(x.shape[0], -1, *x.shape[-2:])  # (B, C * G_in, X, Y)
+        return planes, group_filters(self.weight, self.group)  # (O, G, C, G_in, k, k)
 
-    def sum_inputs(self, f: torch.Tensor) -> torch.Tensor:
-        return self.group.haar_measure * f.sum(dim=(3, 4))
+    def _scale(self, out):
+        return self.group.haar_measure * out
+
+
+def _patches(planes, geo) -> torch.Tensor:
+    """Every input patch a filter sees: ``(b, C * H, X, Y)`` -> ``(C * H, k * k, b, L)``."""
+    cols = F.unfold(planes, geo.k, **geo.conv)  # (b, C * H * k * k, L)
+    return cols.view(planes.shape[0], geo.c * geo.h, geo.k * geo.k, -1).permute(1, 2, 0, 3)
+
+
+def _tap_slices(padded, geo):
+    """For each filter tap, the strided view of the padded input it meets: k * k views (B, C * H, X', Y')."""
+    d, s = geo.dilation, geo.stride
+    for du in range(geo.k):
+        for dv in range(geo.k):
+            rows = slice(du * d, du * d + s * (geo.out[0] - 1) + 1, s)
+            cols = slice(dv * d, dv * d + s * (geo.out[1] - 1) + 1, s)
+            yield padded[..., rows, cols]
+
+
+def _spatial_statistics(planes, filters, geo):
+    """Mean and max over positions of f~, each ``(B, O, G, C, H)``."""
+    o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
+    p = geo.padding
+    padded = F.pad(planes, (p, p, p, p))  # (B, C * H, Xp, Yp)
+    kernels = filters.reshape(o * n, c * h, kk)
+    # Mean: the filter applied to the mean patch. (B, C * H, k * k)
+    mean_patch = torch.stack([tap.mean(dim=(-2, -1)) for tap in _tap_slices(padded, geo)], dim=-1)
+    mean = torch.einsum("bpu,qpu->bqp", mean_patch, kernels)  # (B, O * G, C * H)
+
+    # Max: locate it without gradients, chunk by chunk ...
+    with torch.no_grad():
+        where = []
+        for start in range(0, geo.b, geo.chunk):
+            f = _unsummed(planes[start:start + geo.chunk], kernels, geo)  # (C * H, O * G, b, L)
+            where.append(f.argmax(dim=-1))
+        where = torch.cat(where, dim=-1)  # (C * H, O * G, B): position index in the output grid
+    # ... then recompute its value from the input patch at that position.
+    width = padded.shape[-1]
+    row, col = where // geo.out[1], where % geo.out[1]
+    taps = torch.arange(geo.k, device=planes.device) * geo.dilation
+    flat = ((row * geo.stride)[..., None, None] + taps[:, None]) * width + (col * geo.stride)[..., None, None] + taps
+    flat = flat.flatten(-2).permute(2, 0, 1, 3).reshape(geo.b, c * h, -1)  # (B, C * H, O * G * k * k)
+    values = padded.flatten(-2).gather(-1, flat).view(geo.b, c * h, o * n, kk)
+    peak = torch.einsum("bpqu,qpu->bqp", values, kernels)  # (B, O * G, C * H)
+    return mean.view(geo.b, o, n, c, h), peak.view(geo.b, o, n, c, h)
+
+
+def _unsummed(planes, kernels, geo) -> torch.Tensor:
+    """f~ of a few samples, one batched matmul over the (c, h) planes: ``(C * H, O * G, b, L)``."""
+    cols = _patches(planes, geo)  # (C * H, k * k, b, L)
+    f = torch.bmm(kernels.transpose(0, 1), cols.reshape(cols.shape[0], cols.shape[1], -1))
+    return f.view(kernels.shape[1], kernels.shape[0], planes.shape[0], -1)
+
+
+def _weighted_channel_max(planes, filters, channel, geo):
+    """max over c of alpha_c f~, ``(B, H, O, G, X', Y')``; alpha_c = 1 where ``channel`` is None."""
+    o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
+    kernels = filters.reshape(o * n, c * h, kk)
+
+    def chunk_max(part, alpha=None):
+        b = part.shape[0]
+        cols = _patches(part, geo)  # (C * H, k * k, b, L)
+        if alpha is None:
+            f = torch.bmm(kernels.transpose(0, 1), cols.reshape(c * h, kk, -1)).view(c, h, o * n, b, -1)
+            peak = f.max(dim=0).values.permute(2, 0, 1, 3)  # (b, H, O * G, L)
+        else:
+            # alpha_c folded into per-sample filters: one matmul per (c, h, sample).
+            weighted = alpha.permute(3, 4, 0, 1, 2).reshape(c * h, b, o * n, 1) * kernels.transpose(0, 1)[:, None]
+            f = torch.matmul(weighted, cols.transpose(1, 2))  # (C * H, b, O * G, L)
+            peak = f.view(c, h, b, o * n, -1).max(dim=0).values.transpose(0, 1)  # (b, H, O * G, L)
+        return peak.contiguous()
+
+    inputs = [planes] if channel is None else [planes, channel]
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs + [filters])
+    outs = []
+    for start in range(0, geo.b, geo.chunk):
+        part = [t[start:start + geo.chunk] for t in inputs]
+        outs.append(checkpoint(chunk_max, *part, use_reentrant=False) if needs_grad else chunk_max(*part))
+    peak = torch.cat(outs) if len(outs) > 1 else outs[0]
+    return peak.view(geo.b, h, o, n, *geo.out)
+
+
+def _per_sample_conv(planes, weights, geo):
+    """sum over c of f_{c, h} * W_{o, g, c, h} for every h, with filters W shared or per sample.
+
+    Shape: ``(B, C * H, X, Y)``, ``(B or 1, O, G, C, H, k, k)`` -> ``(B, H, O, G, X', Y')``.
+    """
+    b, c, h, k = geo.b, geo.c, geo.h, geo.k
+    shared = weights.shape[0] == 1
+    # One conv group per (sample, h), holding the C planes of that h.
+    x = planes.view(b, c, h, *planes.shape[-2:]).transpose(1, 2)  # (B, H, C, X, Y)
+    x = x.reshape(b if shared else 1, -1, *planes.shape[-2:])
+    w = weights.permute(0, 4, 1, 2, 3, 5, 6).reshape(-1, c, k, k)  # ((B or 1) * H * O * G, C, k, k)
+    out = F.conv2d(x, w, groups=h if shared else b * h, **geo.conv)
+    return out.view(b, h, geo.o, geo.n, *geo.out)

@@ -86,6 +86,7 @@ class FullSpatialAttention(nn.Module):
 
     Shape: lifting f~ ``(B, C_out, G, C_in, X, Y)`` -> ``(B, C_out, G, 1, X, Y)``;
     group f~ ``(B, C_out, G, C_in, G_in, X, Y)`` -> ``(B, C_out, G, 1, G_in, X, Y)``.
+    The mean and max filters are applied as two depthwise convolutions and summed.
     Unlike the other group convolutions the paper's code applies no Haar weight here.
     """
 
@@ -103,26 +104,42 @@ class FullSpatialAttention(nn.Module):
         uniform_init_(self.weight, 2 * kernel_size**2, wscale)
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
-        b, o, n = f.shape[:3]
+        # Statistics over input channels, axis 3 of f~: (B, O, G, [G_in,] X, Y) each.
+        out = self.from_statistics(f.mean(dim=3), f.max(dim=3).values)
+        return out.unsqueeze(3)
+
+    def from_statistics(self, mean: torch.Tensor, peak: torch.Tensor, mean_scale: float = 1.0) -> torch.Tensor:
+        """The attention from the mean and max of the channel-attended f~ over input channels.
+
+        Args:
+            mean: the mean over input channels, or a multiple of it (see ``mean_scale``).
+            peak: the max over input channels.
+            mean_scale: factor applied to ``mean`` (by scaling its filter, which is
+                far smaller), so callers holding the sum can pass it with 1 / C_in.
+
+        Shape: lifting ``(B, C_out, G, X, Y)`` each -> same; group
+        ``(B, C_out, G, G_in, X, Y)`` each -> same.
+        """
         k = self.weight.shape[-1]
-        x, y = f.shape[-2:]
         if self.lifting:
-            stats = channel_statistics(f, dim=3)  # (B, O, G, 2, X, Y)
             filters = lifting_filters(self.weight, self.group)  # (O, G, 2, k, k)
-            groups = o * n
         else:
-            # (B, O, G, 2, G_in, X, Y) -> (B, O, G, G_in, 2, X, Y): one conv group per G_in
-            stats = channel_statistics(f, dim=3).transpose(3, 4)
             filters = group_filters(self.weight, self.group).transpose(2, 3)  # (O, G, G_in, 2, k, k)
-            groups = o * n * n
-        out = F.conv2d(
-            stats.reshape(b, groups * 2, x, y),  # (B, groups * 2, X, Y)
-            filters.reshape(groups, 2, k, k),
-            padding=self.padding,
-            dilation=self.dilation,
-            groups=groups,
-        )
-        out = torch.sigmoid(out)
-        if self.lifting:
-            return out.view(b, o, n, 1, x, y)
-        return out.view(b, o, n, 1, n, x, y)
+        # Stats laid out (B, G_in, O, G, X, Y) in memory (as the efficient attentive
+        # convolution makes them) are filtered in that order rather than copied.
+        in_order = (0, 3, 1, 2, 4, 5)
+        h_major = not self.lifting and all(t.permute(*in_order).is_contiguous() for t in (mean, peak))
+        if h_major:
+            filters = filters.permute(2, 0, 1, 3, 4, 5)  # (G_in, O, G, 2, k, k)
+            mean, peak = mean.permute(*in_order), peak.permute(*in_order)
+        filters = filters.reshape(-1, 2, k, k)  # one depthwise filter pair per (o, g[, h])
+        groups = filters.shape[0]
+        size = mean.shape[-2:]
+
+        def depthwise(stat, weight):
+            return F.conv2d(stat.reshape(-1, groups, *size), weight[:, None], padding=self.padding,
+                            dilation=self.dilation, groups=groups)
+
+        out = torch.sigmoid(depthwise(mean, filters[:, 0] * mean_scale) + depthwise(peak, filters[:, 1]))
+        out = out.view(mean.shape)
+        return out.permute(0, 2, 3, 1, 4, 5) if h_major else out

@@ -1,0 +1,84 @@
+"""The memory-efficient full attentive convolutions compute what the straightforward ones compute.
+
+Outputs, attention maps and gradients (input and every parameter) are compared
+in float64 against ``full_attentive_conv_reference.py``, which materialises the
+un-summed responses as the paper's code does.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+import models.attention.full_attentive_conv as efficient
+from models.attention import (
+    AttentiveGroupConv,
+    AttentiveLiftingConv,
+    FullChannelAttention,
+    FullSpatialAttention,
+    ReferenceAttentiveGroupConv,
+    ReferenceAttentiveLiftingConv,
+)
+from models.groups import P4, P4M
+
+TOL = 1e-6
+CASES = list(itertools.product(
+    [P4, P4M],
+    ["lifting", "group"],
+    ["full", "channel", "spatial"],
+    [(9, 1, 1, 1), (8, 1, 1, 1), (9, 2, 0, 1), (11, 1, 2, 2)],  # (size, stride, padding, dilation)
+))
+
+
+def build(cls, group, lifting, variant, stride, padding, dilation):
+    torch.manual_seed(0)
+    cin, cout = 3, 4
+    channel = spatial = None
+    if variant != "spatial":
+        channel = FullChannelAttention(cout, cin, 1 if lifting else 2, group=group, lifting=lifting)
+    if variant != "channel":
+        spatial = FullSpatialAttention(cout, group, 5, lifting=lifting, dilation=dilation)
+    return cls(group, cin, cout, 3, stride=stride, padding=padding, dilation=dilation,
+               channel_attention=channel, spatial_attention=spatial).double()
+
+
+def relative(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize("group,kind,variant,geometry", CASES,
+                         ids=lambda v: getattr(v, "name", None) or str(v))
+def test_efficient_equals_straightforward(group, kind, variant, geometry, monkeypatch):
+    size, stride, padding, dilation = geometry
+    # Small chunks so that the batch is split and the recomputation in backward is exercised.
+    monkeypatch.setattr(efficient, "CHUNK_VALUES", 1)
+    lifting = kind == "lifting"
+    fast_cls, ref_cls = (
+        (AttentiveLiftingConv, ReferenceAttentiveLiftingConv) if lifting
+        else (AttentiveGroupConv, ReferenceAttentiveGroupConv)
+    )
+    fast = build(fast_cls, group, lifting, variant, stride, padding, dilation)
+    ref = build(ref_cls, group, lifting, variant, stride, padding, dilation)
+    shape = (3, 3, size, size) if lifting else (3, 3, group.order, size, size)
+    x = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x_fast, x_ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y_fast, parts_fast = fast(x_fast, return_attention=True)
+    y_ref, parts_ref = ref(x_ref, return_attention=True)
+    assert relative(y_fast, y_ref) <= TOL, "output"
+    for label in ("channel", "spatial"):
+        a, b = getattr(parts_fast, label), getattr(parts_ref, label)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.shape == b.shape and relative(a, b) <= TOL, f"{label} attention"
+    upstream = torch.randn(y_ref.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    (y_fast * upstream).sum().backward()
+    (y_ref * upstream).sum().backward()
+    assert relative(x_fast.grad, x_ref.grad) <= TOL, "input gradient"
+    for (name, p_fast), p_ref in zip(fast.named_parameters(), ref.parameters(), strict=True):
+        assert relative(p_fast.grad, p_ref.grad) <= TOL, f"gradient of {name}"
+
+
+def test_same_parameters_as_the_reference():
+    fast = build(AttentiveGroupConv, P4M, False, "full", 1, 1, 1)
+    ref = build(ReferenceAttentiveGroupConv, P4M, False, "full", 1, 1, 1)
+    assert fast.state_dict().keys() == ref.state_dict().keys()
