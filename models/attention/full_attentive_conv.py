@@ -55,6 +55,14 @@ class _Geometry:
         self.out = tuple((size + 2 * self.padding - span) // self.stride + 1 for size in planes.shape[-2:])
         per_sample = self.o * self.n * self.c * self.h * self.out[0] * self.out[1]
         self.chunk = max(1, CHUNK_VALUES // per_sample)
+        # Where one sample's f~ is already too large, also split the (o, g) filters.
+        self.block = max(1, (self.o * self.n * CHUNK_VALUES) // per_sample) if self.chunk == 1 else self.o * self.n
+
+    def pieces(self):
+        """(sample slice, filter slice) pairs covering the batch and the O * G filters."""
+        for start in range(0, self.b, self.chunk):
+            for first in range(0, self.o * self.n, self.block):
+                yield slice(start, start + self.chunk), slice(first, first + self.block)
 
     @property
     def conv(self) -> dict:
@@ -82,9 +90,9 @@ class _EfficientFullAttention(AttentiveLayer):
             channel = self.channel_attention.from_statistics(mean, peak)
             channel = channel.unsqueeze(4) if self._lifting else channel  # (B, O, G, C, H)
 
-        # S = sum_c alpha_c f~: one grouped convolution over (sample, h).
-        weights = filters.unsqueeze(0) if channel is None else channel[..., None, None] * filters
-        s = _per_sample_conv(planes, weights, geo)  # (B, H, O, G, X', Y')
+        # S = sum_c alpha_c f~: one grouped convolution over (sample, h). Its per-sample
+        # filters are as large as f~'s share of one position, so they are rebuilt in backward.
+        s = _maybe_checkpoint(_attended_sum, planes, filters, channel, geo=geo)  # (B, H, O, G, X', Y')
 
         spatial = None
         if self.spatial_attention is not None:
@@ -183,20 +191,37 @@ def _spatial_statistics(planes, filters, geo):
 
     # Max: locate it without gradients, chunk by chunk ...
     with torch.no_grad():
-        where = []
-        for start in range(0, geo.b, geo.chunk):
-            f = _unsummed(planes[start:start + geo.chunk], kernels, geo)  # (C * H, O * G, b, L)
-            where.append(f.argmax(dim=-1))
-        where = torch.cat(where, dim=-1)  # (C * H, O * G, B): position index in the output grid
-    # ... then recompute its value from the input patch at that position.
+        where = torch.empty(c * h, o * n, geo.b, dtype=torch.long, device=planes.device)
+        for samples, block in geo.pieces():
+            f = _unsummed(planes[samples], kernels[block], geo)  # (C * H, block, b, L)
+            where[:, block, samples] = f.argmax(dim=-1)  # position index in the output grid
+    # ... then recompute its value from the input patch at that position (again in backward,
+    # rather than keeping the patches).
+    peak = _maybe_checkpoint(_values_at, padded, kernels, where, geo=geo)  # (B, O * G, C * H)
+    return mean.view(geo.b, o, n, c, h), peak.view(geo.b, o, n, c, h)
+
+
+def _values_at(padded, kernels, where, geo):
+    """f~ at the output positions ``where`` (C * H, O * G, B), from the padded input: ``(B, O * G, C * H)``."""
     width = padded.shape[-1]
     row, col = where // geo.out[1], where % geo.out[1]
-    taps = torch.arange(geo.k, device=planes.device) * geo.dilation
+    taps = torch.arange(geo.k, device=padded.device) * geo.dilation
     flat = ((row * geo.stride)[..., None, None] + taps[:, None]) * width + (col * geo.stride)[..., None, None] + taps
-    flat = flat.flatten(-2).permute(2, 0, 1, 3).reshape(geo.b, c * h, -1)  # (B, C * H, O * G * k * k)
-    values = padded.flatten(-2).gather(-1, flat).view(geo.b, c * h, o * n, kk)
-    peak = torch.einsum("bpqu,qpu->bqp", values, kernels)  # (B, O * G, C * H)
-    return mean.view(geo.b, o, n, c, h), peak.view(geo.b, o, n, c, h)
+    flat = flat.flatten(-2).permute(2, 0, 1, 3).reshape(geo.b, geo.c * geo.h, -1)  # (B, C * H, O * G * k * k)
+    values = padded.flatten(-2).gather(-1, flat).view(geo.b, geo.c * geo.h, geo.o * geo.n, -1)
+    return torch.einsum("bpqu,qpu->bqp", values, kernels)
+
+
+def _attended_sum(planes, filters, channel, geo):
+    weights = filters.unsqueeze(0) if channel is None else channel[..., None, None] * filters
+    return _per_sample_conv(planes, weights, geo)
+
+
+def _maybe_checkpoint(fn, *tensors, geo):
+    """``fn(*tensors, geo)``, recomputed in the backward pass instead of keeping its intermediates."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return checkpoint(fn, *tensors, geo, use_reentrant=False)
+    return fn(*tensors, geo)
 
 
 def _unsummed(planes, kernels, geo) -> torch.Tensor:
@@ -211,26 +236,28 @@ def _weighted_channel_max(planes, filters, channel, geo):
     o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
     kernels = filters.reshape(o * n, c * h, kk)
 
-    def chunk_max(part, alpha=None):
-        b = part.shape[0]
+    def chunk_max(part, block_kernels, alpha, geo):
+        b, q = part.shape[0], block_kernels.shape[0]
         cols = _patches(part, geo)  # (C * H, k * k, b, L)
         if alpha is None:
-            f = torch.bmm(kernels.transpose(0, 1), cols.reshape(c * h, kk, -1)).view(c, h, o * n, b, -1)
-            peak = f.max(dim=0).values.permute(2, 0, 1, 3)  # (b, H, O * G, L)
+            f = torch.bmm(block_kernels.transpose(0, 1), cols.reshape(c * h, kk, -1)).view(c, h, q, b, -1)
+            peak = f.max(dim=0).values.permute(2, 0, 1, 3)  # (b, H, q, L)
         else:
             # alpha_c folded into per-sample filters: one matmul per (c, h, sample).
-            weighted = alpha.permute(3, 4, 0, 1, 2).reshape(c * h, b, o * n, 1) * kernels.transpose(0, 1)[:, None]
-            f = torch.matmul(weighted, cols.transpose(1, 2))  # (C * H, b, O * G, L)
-            peak = f.view(c, h, b, o * n, -1).max(dim=0).values.transpose(0, 1)  # (b, H, O * G, L)
+            weighted = alpha.permute(2, 3, 0, 1).reshape(c * h, b, q, 1) * block_kernels.transpose(0, 1)[:, None]
+            f = torch.matmul(weighted, cols.transpose(1, 2))  # (C * H, b, q, L)
+            peak = f.view(c, h, b, q, -1).max(dim=0).values.transpose(0, 1)  # (b, H, q, L)
         return peak.contiguous()
 
-    inputs = [planes] if channel is None else [planes, channel]
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs + [filters])
-    outs = []
-    for start in range(0, geo.b, geo.chunk):
-        part = [t[start:start + geo.chunk] for t in inputs]
-        outs.append(checkpoint(chunk_max, *part, use_reentrant=False) if needs_grad else chunk_max(*part))
-    peak = torch.cat(outs) if len(outs) > 1 else outs[0]
+    alphas = None if channel is None else channel.reshape(geo.b, o * n, c, h)
+    rows = []
+    for samples, block in geo.pieces():
+        args = [planes[samples], kernels[block], None if alphas is None else alphas[samples, block]]
+        piece = _maybe_checkpoint(chunk_max, *args, geo=geo)
+        if block.start == 0:
+            rows.append([])
+        rows[-1].append(piece)
+    peak = torch.cat([torch.cat(row, dim=2) if len(row) > 1 else row[0] for row in rows])
     return peak.view(geo.b, h, o, n, *geo.out)
 
 
