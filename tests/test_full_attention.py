@@ -82,3 +82,21 @@ def test_same_parameters_as_the_reference():
     fast = build(AttentiveGroupConv, P4M, False, "full", 1, 1, 1)
     ref = build(ReferenceAttentiveGroupConv, P4M, False, "full", 1, 1, 1)
     assert fast.state_dict().keys() == ref.state_dict().keys()
+
+
+@pytest.mark.parametrize("group", [P4, P4M], ids=lambda g: g.name)
+def test_ties_at_zero_follow_torch_max(group, monkeypatch):
+    # Zero input regions make f~ = 0 for every input channel there: the max over
+    # channels ties, and the gradient must go to the first channel, as torch.max does.
+    monkeypatch.setattr(efficient, "CHUNK_VALUES", 1)
+    fast = build(AttentiveGroupConv, group, False, "full", 1, 1, 1)
+    ref = build(ReferenceAttentiveGroupConv, group, False, "full", 1, 1, 1)
+    generator = torch.Generator().manual_seed(3)
+    x = torch.relu(torch.randn(2, 3, group.order, 9, 9, dtype=torch.float64, generator=generator))
+    x[..., 2:7, 2:7] = 0
+    x_fast, x_ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+    fast(x_fast).sum().backward()
+    ref(x_ref).sum().backward()
+    assert relative(x_fast.grad, x_ref.grad) <= TOL
+    for p_fast, p_ref in zip(fast.parameters(), ref.parameters(), strict=True):
+        assert relative(p_fast.grad, p_ref.grad) <= TOL

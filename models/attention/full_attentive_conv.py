@@ -241,12 +241,12 @@ def _weighted_channel_max(planes, filters, channel, geo):
         cols = _patches(part, geo)  # (C * H, k * k, b, L)
         if alpha is None:
             f = torch.bmm(block_kernels.transpose(0, 1), cols.reshape(c * h, kk, -1)).view(c, h, q, b, -1)
-            peak = f.max(dim=0).values.permute(2, 0, 1, 3)  # (b, H, q, L)
+            peak = _MaxOverFirst.apply(f).permute(2, 0, 1, 3)  # (b, H, q, L)
         else:
             # alpha_c folded into per-sample filters: one matmul per (c, h, sample).
             weighted = alpha.permute(2, 3, 0, 1).reshape(c * h, b, q, 1) * block_kernels.transpose(0, 1)[:, None]
             f = torch.matmul(weighted, cols.transpose(1, 2))  # (C * H, b, q, L)
-            peak = f.view(c, h, b, q, -1).max(dim=0).values.transpose(0, 1)  # (b, H, q, L)
+            peak = _MaxOverFirst.apply(f.view(c, h, b, q, -1)).transpose(0, 1)  # (b, H, q, L)
         return peak.contiguous()
 
     alphas = None if channel is None else channel.reshape(geo.b, o * n, c, h)
@@ -259,6 +259,28 @@ def _weighted_channel_max(planes, filters, channel, geo):
         rows[-1].append(piece)
     peak = torch.cat([torch.cat(row, dim=2) if len(row) > 1 else row[0] for row in rows])
     return peak.view(geo.b, h, o, n, *geo.out)
+
+
+class _MaxOverFirst(torch.autograd.Function):
+    """``x.max(dim=0).values`` with its gradient, faster where dim 0 is the outermost axis.
+
+    ``torch.max`` with indices reduces a leading axis about twenty times slower
+    than ``amax``; ``amax``'s own gradient shares ties out, unlike ``torch.max``,
+    which gives it all to the first maximum. This does the same as ``torch.max``.
+    """
+
+    @staticmethod
+    def forward(ctx, x):
+        peak = x.amax(dim=0)
+        ctx.save_for_backward(x, peak)
+        return peak
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, peak = ctx.saved_tensors
+        hits = x == peak
+        first = hits & (hits.cumsum(dim=0, dtype=torch.int16) == 1)
+        return first * grad
 
 
 def _per_sample_conv(planes, weights, geo):

@@ -137,9 +137,14 @@ class FullSpatialAttention(nn.Module):
         size = mean.shape[-2:]
 
         def depthwise(stat, weight):
-            return F.conv2d(stat.reshape(-1, groups, *size), weight[:, None], padding=self.padding,
-                            dilation=self.dilation, groups=groups)
+            # oneDNN's depthwise convolutions (the weight gradient above all) run about
+            # three times faster on channels-last tensors.
+            planes = stat.reshape(-1, groups, *size).contiguous(memory_format=torch.channels_last)
+            return F.conv2d(planes, weight[:, None], padding=self.padding, dilation=self.dilation, groups=groups)
 
         out = torch.sigmoid(depthwise(mean, filters[:, 0] * mean_scale) + depthwise(peak, filters[:, 1]))
-        out = out.view(mean.shape)
+        # (B, groups, X, Y) channels-last is (B, X, Y, groups) in memory: view it without a copy.
+        lead = mean.shape[1:-2]
+        out = out.permute(0, 2, 3, 1).view(mean.shape[0], *size, *lead)
+        out = out.permute(0, *range(3, 3 + len(lead)), 1, 2)  # (B, ..., X, Y)
         return out.permute(0, 2, 3, 1, 4, 5) if h_major else out
