@@ -73,7 +73,8 @@ class _EfficientFullAttention(AttentiveLayer):
     """Mixin: the attentive convolution on planes ``(B, C * H, X, Y)`` and filters ``(O, G, C, H, k, k)``.
 
     H = G_in for group layers and 1 for lifting layers, so both share one path.
-    Internally S, the max statistic and alpha_s are laid out ``(B, H, O, G, X', Y')``.
+    Internally S, the max statistic and alpha_s are ``(B, H, O, G, X', Y')`` views of
+    channels-last memory ``(B, X', Y', H, O, G)``.
     """
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
@@ -101,7 +102,7 @@ class _EfficientFullAttention(AttentiveLayer):
                 spatial = self.spatial_attention.from_statistics(s[:, 0], peak[:, 0], mean_scale=1.0 / c)
                 spatial = spatial.unsqueeze(1)
             else:
-                # Logical (B, O, G, H, X', Y') views of the h-major tensors.
+                # Logical (B, O, G, H, X', Y') views.
                 spatial = self.spatial_attention.from_statistics(
                     s.permute(0, 2, 3, 1, 4, 5), peak.permute(0, 2, 3, 1, 4, 5), mean_scale=1.0 / c
                 ).permute(0, 3, 1, 2, 4, 5)  # back to (B, H, O, G, X', Y')
@@ -247,7 +248,7 @@ def _weighted_channel_max(planes, filters, channel, geo):
             weighted = alpha.permute(2, 3, 0, 1).reshape(c * h, b, q, 1) * block_kernels.transpose(0, 1)[:, None]
             f = torch.matmul(weighted, cols.transpose(1, 2))  # (C * H, b, q, L)
             peak = _MaxOverFirst.apply(f.view(c, h, b, q, -1)).transpose(0, 1)  # (b, H, q, L)
-        return peak.contiguous()
+        return peak.permute(0, 3, 1, 2).contiguous()  # (b, L, H, q): channels last
 
     alphas = None if channel is None else channel.reshape(geo.b, o * n, c, h)
     rows = []
@@ -257,8 +258,8 @@ def _weighted_channel_max(planes, filters, channel, geo):
         if block.start == 0:
             rows.append([])
         rows[-1].append(piece)
-    peak = torch.cat([torch.cat(row, dim=2) if len(row) > 1 else row[0] for row in rows])
-    return peak.view(geo.b, h, o, n, *geo.out)
+    peak = torch.cat([torch.cat(row, dim=3) if len(row) > 1 else row[0] for row in rows])  # (B, L, H, O * G)
+    return _channels_last_view(peak, geo)
 
 
 class _MaxOverFirst(torch.autograd.Function):
@@ -295,4 +296,11 @@ def _per_sample_conv(planes, weights, geo):
     x = x.reshape(b if shared else 1, -1, *planes.shape[-2:])
     w = weights.permute(0, 4, 1, 2, 3, 5, 6).reshape(-1, c, k, k)  # ((B or 1) * H * O * G, C, k, k)
     out = F.conv2d(x, w, groups=h if shared else b * h, **geo.conv)
-    return out.view(b, h, geo.o, geo.n, *geo.out)
+    # Laid out channels last, like the max statistic, for the spatial attention's convolutions.
+    out = out.view(b, -1, geo.out[0] * geo.out[1]).transpose(1, 2).contiguous()  # (B, L, H * O * G)
+    return _channels_last_view(out, geo)
+
+
+def _channels_last_view(t, geo):
+    """``(B, L, H * O * G)`` memory as a ``(B, H, O, G, X', Y')`` view."""
+    return t.view(geo.b, *geo.out, geo.h, geo.o, geo.n).permute(0, 3, 4, 5, 1, 2)

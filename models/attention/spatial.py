@@ -124,27 +124,23 @@ class FullSpatialAttention(nn.Module):
         if self.lifting:
             filters = lifting_filters(self.weight, self.group)  # (O, G, 2, k, k)
         else:
-            filters = group_filters(self.weight, self.group).transpose(2, 3)  # (O, G, G_in, 2, k, k)
-        # Stats laid out (B, G_in, O, G, X, Y) in memory (as the efficient attentive
-        # convolution makes them) are filtered in that order rather than copied.
-        in_order = (0, 3, 1, 2, 4, 5)
-        h_major = not self.lifting and all(t.permute(*in_order).is_contiguous() for t in (mean, peak))
-        if h_major:
-            filters = filters.permute(2, 0, 1, 3, 4, 5)  # (G_in, O, G, 2, k, k)
-            mean, peak = mean.permute(*in_order), peak.permute(*in_order)
-        filters = filters.reshape(-1, 2, k, k)  # one depthwise filter pair per (o, g[, h])
+            # One filter pair per (h, o, g), h first: the efficient attentive convolution
+            # lays its statistics out as (B, X, Y, G_in, O, G), which then needs no copy.
+            filters = group_filters(self.weight, self.group).permute(3, 0, 1, 2, 4, 5)  # (G_in, O, G, 2, k, k)
+            mean, peak = mean.permute(0, 3, 1, 2, 4, 5), peak.permute(0, 3, 1, 2, 4, 5)  # (B, G_in, O, G, X, Y)
+        filters = filters.reshape(-1, 2, k, k)
         groups = filters.shape[0]
-        size = mean.shape[-2:]
+        b, size, lead = mean.shape[0], mean.shape[-2:], mean.shape[1:-2]
 
         def depthwise(stat, weight):
             # oneDNN's depthwise convolutions (the weight gradient above all) run about
             # three times faster on channels-last tensors.
-            planes = stat.reshape(-1, groups, *size).contiguous(memory_format=torch.channels_last)
+            planes = stat.reshape(b, groups, *size).contiguous(memory_format=torch.channels_last)
             return F.conv2d(planes, weight[:, None], padding=self.padding, dilation=self.dilation, groups=groups)
 
         out = torch.sigmoid(depthwise(mean, filters[:, 0] * mean_scale) + depthwise(peak, filters[:, 1]))
-        # (B, groups, X, Y) channels-last is (B, X, Y, groups) in memory: view it without a copy.
-        lead = mean.shape[1:-2]
-        out = out.permute(0, 2, 3, 1).view(mean.shape[0], *size, *lead)
-        out = out.permute(0, *range(3, 3 + len(lead)), 1, 2)  # (B, ..., X, Y)
-        return out.permute(0, 2, 3, 1, 4, 5) if h_major else out
+        # Channels-last (B, groups, X, Y) is (B, X, Y, groups) in memory: view it without a copy.
+        out = out.permute(0, 2, 3, 1).view(b, *size, *lead)  # (B, X, Y, [G_in,] O, G)
+        if self.lifting:
+            return out.permute(0, 3, 4, 1, 2)  # (B, O, G, X, Y)
+        return out.permute(0, 4, 5, 3, 1, 2)  # (B, O, G, G_in, X, Y)
