@@ -103,6 +103,11 @@ def test_return_attention_gives_effective_maps(name):
         assert 0 <= effective.min() and effective.max() <= 1
 
 
+def test_wrong_input_size_is_named():
+    with pytest.raises(ValueError, match=r"p4cnn expects 28x28 inputs, got \(32, 32\)"):
+        models.build_model("p4cnn")(torch.zeros(1, 1, 32, 32))
+
+
 def test_build_model_errors():
     with pytest.raises(ValueError, match="unknown model 'p5cnn'"):
         models.build_model("p5cnn")

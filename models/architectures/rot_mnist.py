@@ -85,6 +85,9 @@ class RotMNISTCNN(Network):
             conv, bn = getattr(self, f"c{i}"), getattr(self, f"bn{i}")
             out = self.dp(torch.relu(bn(call(conv, out, trace))))
         out = call(self.c7, out, trace)
+        if out.shape[-2:] != (1, 1):
+            # Any other size would flatten into the wrong number of logits.
+            raise ValueError(f"{self.arch or type(self).__name__} expects 28x28 inputs, got {tuple(x.shape[-2:])}")
         if self.group is not None:
             out = group_max_pool(out)
         return out.flatten(1)  # (B, classes)
