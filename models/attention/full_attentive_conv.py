@@ -239,14 +239,13 @@ def _weighted_channel_max(planes, filters, channel, geo):
 
     def chunk_max(part, block_kernels, alpha, geo):
         b, q = part.shape[0], block_kernels.shape[0]
-        cols = _patches(part, geo)  # (C * H, k * k, b, L)
         if alpha is None:
-            f = torch.bmm(block_kernels.transpose(0, 1), cols.reshape(c * h, kk, -1)).view(c, h, q, b, -1)
+            f = _unsummed(part, block_kernels, geo).view(c, h, q, b, -1)
             peak = _MaxOverFirst.apply(f).permute(2, 0, 1, 3)  # (b, H, q, L)
         else:
             # alpha_c folded into per-sample filters: one matmul per (c, h, sample).
             weighted = alpha.permute(2, 3, 0, 1).reshape(c * h, b, q, 1) * block_kernels.transpose(0, 1)[:, None]
-            f = torch.matmul(weighted, cols.transpose(1, 2))  # (C * H, b, q, L)
+            f = torch.matmul(weighted, _patches(part, geo).transpose(1, 2))  # (C * H, b, q, L)
             peak = _MaxOverFirst.apply(f.view(c, h, b, q, -1)).transpose(0, 1)  # (b, H, q, L)
         return peak.permute(0, 3, 1, 2).contiguous()  # (b, L, H, q): channels last
 
