@@ -100,3 +100,25 @@ def test_ties_at_zero_follow_torch_max(group, monkeypatch):
     assert relative(x_fast.grad, x_ref.grad) <= TOL
     for p_fast, p_ref in zip(fast.parameters(), ref.parameters(), strict=True):
         assert relative(p_fast.grad, p_ref.grad) <= TOL
+
+
+@pytest.mark.parametrize("chunk_values", [1, 10**6])
+@pytest.mark.parametrize("group,kind", list(itertools.product([P4, P4M], ["lifting", "group"])),
+                         ids=lambda v: getattr(v, "name", None) or str(v))
+def test_inference_in_one_pass_equals_straightforward(group, kind, chunk_values, monkeypatch):
+    # Without gradients both max statistics come from a single pass over f~.
+    monkeypatch.setattr(efficient, "CHUNK_VALUES", chunk_values)
+    lifting = kind == "lifting"
+    fast_cls, ref_cls = (
+        (AttentiveLiftingConv, ReferenceAttentiveLiftingConv) if lifting
+        else (AttentiveGroupConv, ReferenceAttentiveGroupConv)
+    )
+    fast, ref = (build(cls, group, lifting, "full", 1, 1, 1) for cls in (fast_cls, ref_cls))
+    shape = (3, 3, 9, 9) if lifting else (3, 3, group.order, 9, 9)
+    x = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        y_fast, parts_fast = fast(x, return_attention=True)
+        y_ref, parts_ref = ref(x, return_attention=True)
+    assert relative(y_fast, y_ref) <= TOL
+    assert relative(parts_fast.channel, parts_ref.channel) <= TOL
+    assert relative(parts_fast.spatial, parts_ref.spatial) <= TOL

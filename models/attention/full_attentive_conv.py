@@ -83,13 +83,14 @@ class _EfficientFullAttention(AttentiveLayer):
         b, o, n, c, h, k = geo.b, geo.o, geo.n, geo.c, geo.h, geo.k
         plain = F.conv2d(planes, filters.reshape(o * n, c * h, k, k), **geo.conv)  # (B, O * G, X', Y')
 
-        channel = None
-        if self.channel_attention is not None:
-            mean, peak = _spatial_statistics(planes, filters, geo)  # (B, O, G, C, H) each
-            if self._lifting:
-                mean, peak = mean.squeeze(4), peak.squeeze(4)
-            channel = self.channel_attention.from_statistics(mean, peak)
-            channel = channel.unsqueeze(4) if self._lifting else channel  # (B, O, G, C, H)
+        channel = peak = None
+        both = self.channel_attention is not None and self.spatial_attention is not None
+        if both and not _needs_grad(planes, filters) and geo.block == o * n:
+            # Inference: both max statistics from one pass over f~, sample chunk by sample chunk.
+            channel, peak = self._statistics_in_one_pass(planes, filters, geo)
+        elif self.channel_attention is not None:
+            mean, peak_xy = _spatial_statistics(planes, filters, geo)  # (B, O, G, C, H) each
+            channel = self._channel_from_statistics(mean, peak_xy)
 
         # S = sum_c alpha_c f~: one grouped convolution over (sample, h). Its per-sample
         # filters are as large as f~'s share of one position, so they are rebuilt in backward.
@@ -97,7 +98,8 @@ class _EfficientFullAttention(AttentiveLayer):
 
         spatial = None
         if self.spatial_attention is not None:
-            peak = _weighted_channel_max(planes, filters, channel, geo)  # (B, H, O, G, X', Y')
+            if peak is None:
+                peak = _weighted_channel_max(planes, filters, channel, geo)  # (B, H, O, G, X', Y')
             if self._lifting:
                 spatial = self.spatial_attention.from_statistics(s[:, 0], peak[:, 0], mean_scale=1.0 / c)
                 spatial = spatial.unsqueeze(1)
@@ -112,6 +114,29 @@ class _EfficientFullAttention(AttentiveLayer):
         if not return_attention:
             return out
         return out, self._parts(channel, spatial)
+
+    def _channel_from_statistics(self, mean, peak):
+        """alpha_c ``(B, O, G, C, H)`` from the spatial mean and max of f~, each ``(B, O, G, C, H)``."""
+        if self._lifting:
+            return self.channel_attention.from_statistics(mean.squeeze(4), peak.squeeze(4)).unsqueeze(4)
+        return self.channel_attention.from_statistics(mean, peak)
+
+    def _statistics_in_one_pass(self, planes, filters, geo):
+        """alpha_c ``(B, O, G, C, H)`` and max over c of alpha_c f~ ``(B, H, O, G, X', Y')``, without gradients."""
+        o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
+        kernels = filters.reshape(o * n, c * h, kk)
+        channels, peaks = [], []
+        for start in range(0, geo.b, geo.chunk):
+            f = _unsummed(planes[start:start + geo.chunk], kernels, geo)  # (C * H, O * G, b, L)
+            b = f.shape[2]
+            # (C * H, O * G, b) -> (b, O, G, C, H)
+            mean, top = (t.permute(2, 1, 0).reshape(b, o, n, c, h) for t in (f.mean(dim=-1), f.amax(dim=-1)))
+            alpha = self._channel_from_statistics(mean, top)
+            weights = alpha.reshape(b, o * n, c * h).permute(2, 1, 0)[..., None]  # (C * H, O * G, b, 1)
+            peak = (weights * f).view(c, h, o * n, b, -1).amax(dim=0)  # (H, O * G, b, L)
+            channels.append(alpha)
+            peaks.append(peak.permute(2, 3, 0, 1))  # (b, L, H, O * G): channels last
+        return torch.cat(channels), _channels_last_view(torch.cat(peaks).contiguous(), geo)
 
     def _parts(self, channel, spatial) -> AttentionParts:
         # The documented layouts, those of the straightforward version.
@@ -218,9 +243,13 @@ def _attended_sum(planes, filters, channel, geo):
     return _per_sample_conv(planes, weights, geo)
 
 
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def _maybe_checkpoint(fn, *tensors, geo):
     """``fn(*tensors, geo)``, recomputed in the backward pass instead of keeping its intermediates."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    if _needs_grad(*tensors):
         return checkpoint(fn, *tensors, geo, use_reentrant=False)
     return fn(*tensors, geo)
 
