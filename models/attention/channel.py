@@ -130,3 +130,24 @@ class FullChannelAttention(nn.Module):
                 hidden = torch.relu(torch.einsum("olcgh,bogch->boglh", fc1, v))
                 return torch.einsum("oclgh,boglh->bogch", fc2, hidden)
         return torch.sigmoid(mlp(mean) + mlp(peak))
+
+    def rows_from_statistics(self, mean: torch.Tensor, peak: torch.Tensor, rows: slice) -> torch.Tensor:
+        """:meth:`from_statistics` for the (output channel, orientation) pairs ``rows`` of the flattened O * G axis.
+
+        Shape: ``(B, q, C_in[, G_in])`` each, q = len(rows) -> same.
+        """
+        n = self.group.order
+        if self.lifting:
+            owner = torch.arange(self.weight_fc1.shape[0] * n, device=mean.device)[rows] // n
+            fc1, fc2 = self.weight_fc1[owner], self.weight_fc2[owner]  # (q, L, C), (q, C, L)
+
+            def mlp(v):
+                return torch.einsum("qcl,bql->bqc", fc2, torch.relu(torch.einsum("qlc,bqc->bql", fc1, v)))
+        else:
+            # (O, ., ., G, G_in) -> (O * G, ., ., G_in), then the requested rows
+            fc1 = group_shifted(self.weight_fc1, self.group).permute(0, 3, 1, 2, 4).flatten(0, 1)[rows]
+            fc2 = group_shifted(self.weight_fc2, self.group).permute(0, 3, 1, 2, 4).flatten(0, 1)[rows]
+
+            def mlp(v):
+                return torch.einsum("qclh,bqlh->bqch", fc2, torch.relu(torch.einsum("qlch,bqch->bqlh", fc1, v)))
+        return torch.sigmoid(mlp(mean) + mlp(peak))

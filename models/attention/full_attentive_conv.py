@@ -85,8 +85,8 @@ class _EfficientFullAttention(AttentiveLayer):
 
         channel = peak = None
         both = self.channel_attention is not None and self.spatial_attention is not None
-        if both and not _needs_grad(planes, filters) and geo.block == o * n:
-            # Inference: both max statistics from one pass over f~, sample chunk by sample chunk.
+        if both and not _needs_grad(planes, filters):
+            # Inference: both max statistics from one pass over f~, piece by piece.
             channel, peak = self._statistics_in_one_pass(planes, filters, geo)
         elif self.channel_attention is not None:
             mean, peak_xy = _spatial_statistics(planes, filters, geo)  # (B, O, G, C, H) each
@@ -125,18 +125,22 @@ class _EfficientFullAttention(AttentiveLayer):
         """alpha_c ``(B, O, G, C, H)`` and max over c of alpha_c f~ ``(B, H, O, G, X', Y')``, without gradients."""
         o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
         kernels = filters.reshape(o * n, c * h, kk)
-        channels, peaks = [], []
-        for start in range(0, geo.b, geo.chunk):
-            f = _unsummed(planes[start:start + geo.chunk], kernels, geo)  # (C * H, O * G, b, L)
-            b = f.shape[2]
-            # (C * H, O * G, b) -> (b, O, G, C, H)
-            mean, top = (t.permute(2, 1, 0).reshape(b, o, n, c, h) for t in (f.mean(dim=-1), f.amax(dim=-1)))
-            alpha = self._channel_from_statistics(mean, top)
-            weights = alpha.reshape(b, o * n, c * h).permute(2, 1, 0)[..., None]  # (C * H, O * G, b, 1)
-            peak = (weights * f).view(c, h, o * n, b, -1).amax(dim=0)  # (H, O * G, b, L)
-            channels.append(alpha)
-            peaks.append(peak.permute(2, 3, 0, 1))  # (b, L, H, O * G): channels last
-        return torch.cat(channels), _channels_last_view(torch.cat(peaks).contiguous(), geo)
+        channel = planes.new_empty(geo.b, o * n, c, h)
+        peak = planes.new_empty(geo.b, geo.out[0] * geo.out[1], h, o * n)  # channels last
+        for samples, block in geo.pieces():
+            f = _unsummed(planes[samples], kernels[block], geo)  # (C * H, q, b, L)
+            q, b = f.shape[1], f.shape[2]
+            # Spatial mean and max, (C * H, q, b) -> (b, q, C, H)
+            mean, top = (t.permute(2, 1, 0).reshape(b, q, c, h) for t in (f.mean(dim=-1), f.amax(dim=-1)))
+            if self._lifting:
+                alpha = self.channel_attention.rows_from_statistics(mean[..., 0], top[..., 0], block)[..., None]
+            else:
+                alpha = self.channel_attention.rows_from_statistics(mean, top, block)  # (b, q, C, H)
+            channel[samples, block] = alpha
+            weights = alpha.reshape(b, q, c * h).permute(2, 1, 0)[..., None]  # (C * H, q, b, 1)
+            top_c = (weights * f).view(c, h, q, b, -1).amax(dim=0)  # (H, q, b, L)
+            peak[samples, :, :, block] = top_c.permute(2, 3, 0, 1)
+        return channel.view(geo.b, o, n, c, h), _channels_last_view(peak, geo)
 
     def _parts(self, channel, spatial) -> AttentionParts:
         # The documented layouts, those of the straightforward version.
