@@ -1,0 +1,41 @@
+"""Dataset readers, by name: ``load_dataset("rot_mnist", "data/rot_mnist")``.
+
+Each reader takes the folder the user names and returns :class:`Splits`; see
+``base.py`` for what a split hands out. Readers are imported on first use, so
+``h5py`` (PCam) is only needed by whoever reads PCam.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from .base import ArraySplit, DataError, DatasetSpec, Split, Splits
+
+__all__ = ["load_dataset", "list_datasets", "DataError", "DatasetSpec", "Split", "ArraySplit", "Splits"]
+
+# name -> (module, function); every function is ``fn(root, **options) -> Splits``.
+_READERS = {
+    "rot_mnist": ("rot_mnist", "load_rot_mnist"),
+    "cifar10": ("cifar10", "load_cifar10"),
+    "pcam": ("pcam", "load_pcam"),
+    "he_demo": ("he_demo", "load_he_demo"),
+}
+
+
+def list_datasets() -> list[str]:
+    return sorted(_READERS)
+
+
+def load_dataset(name: str, root: str | Path, **options) -> Splits:
+    """Read dataset ``name`` from folder ``root``.
+
+    Raises:
+        ValueError: unknown dataset name.
+        DataError: missing or corrupt files, named in the message.
+    """
+    if name not in _READERS:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(list_datasets())}")
+    module, function = _READERS[name]
+    reader = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    return reader(Path(root), **options)

@@ -1,0 +1,83 @@
+"""What every dataset reader returns: a spec and three splits that hand out batches.
+
+Images leave a reader as float32 ``(B, C, H, W)`` in [0, 1], upright (a format
+that stores images transposed, like rot-MNIST's ``.amat``, is undone here), and
+labels as int64 ``(B,)``. Normalisation by ``spec.mean``/``spec.std`` happens
+later, on the batch, so that the model card can record exactly what was used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+__all__ = ["DataError", "DatasetSpec", "Split", "ArraySplit", "Splits"]
+
+
+class DataError(ValueError):
+    """A dataset file that is missing, corrupt or inconsistent; the message names the file."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Attributes:
+    name: registry name (``rot_mnist``, ``cifar10``, ``pcam``, ``he_demo``).
+    num_classes, channels, size: label count, image channels and side in pixels.
+    mean, std: per-channel normalisation of [0, 1] pixels.
+    class_names: one name per label.
+    source: where the data came from, in words (goes into model cards).
+    notes: caveats every place showing this data must repeat (e.g. a proxy label).
+    """
+
+    name: str
+    num_classes: int
+    channels: int
+    size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    class_names: tuple[str, ...]
+    source: str = ""
+    notes: str = ""
+
+
+class Split(Protocol):
+    def __len__(self) -> int: ...
+
+    def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Images float32 ``(B, C, H, W)`` in [0, 1] and labels int64 ``(B,)`` for these indices, in this order."""
+        ...
+
+
+class ArraySplit:
+    """A split held in memory: images ``(N, C, H, W)`` uint8 (0..255) or float (0..1), labels ``(N,)``."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray):
+        if images.ndim != 4:
+            raise ValueError(f"images must be (N, C, H, W), got shape {images.shape}")
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        self.images = images
+        self.labels = np.asarray(labels, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        images = self.images[indices]
+        images = images.astype(np.float32) / 255.0 if images.dtype == np.uint8 else images.astype(np.float32)
+        return images, self.labels[indices]
+
+
+@dataclass(frozen=True)
+class Splits:
+    """A dataset: its spec and its train / valid / test splits."""
+
+    spec: DatasetSpec
+    train: Split
+    valid: Split
+    test: Split
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train), "valid": len(self.valid), "test": len(self.test)}
