@@ -1,0 +1,113 @@
+"""``python -m training``: list presets, train (resumable, one or many processes), evaluate a checkpoint.
+
+    python -m training presets
+    python -m training train rot_mnist --model a_p4cnn --fetch
+    python -m training train rot_mnist --model a_p4cnn --resume          # after an interruption
+    torchrun --nproc_per_node=4 -m training train pcam --data-dir data/pcam
+    python -m training evaluate runs/rot_mnist-a_p4cnn-seed0/best.safetensors --data-dir data/rot_mnist
+
+Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import types
+import typing
+
+import torch
+
+from .config import TrainConfig
+from .presets import PRESET_NOTES, PRESETS
+
+__all__ = ["main"]
+
+
+def _parser_for(field: dataclasses.Field):
+    """How one config field is read from text: ints, floats, strings, comma lists, or 'none'."""
+    hint = typing.get_type_hints(TrainConfig)[field.name]
+    if hint == tuple[int, ...]:
+        return lambda text: tuple(int(part) for part in text.split(",") if part.strip())
+    if isinstance(hint, types.UnionType):  # float | None
+        inner = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+        return lambda text: None if text.lower() == "none" else inner(text)
+    return hint
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("presets", help="list the presets and their values")
+
+    train = commands.add_parser("train", help="train a model with a preset's recipe")
+    train.add_argument("preset", choices=sorted(PRESETS))
+    train.add_argument("--out", help="run folder (default runs/PRESET-MODEL-seedSEED)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
+    train.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    train.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
+    hints = typing.get_type_hints(TrainConfig)
+    for field in dataclasses.fields(TrainConfig):
+        flag = "--" + field.name.replace("_", "-")
+        if hints[field.name] is bool:
+            train.add_argument(flag, action="store_true", default=None, help="(preset value if not given)")
+        else:
+            train.add_argument(flag, type=_parser_for(field), metavar=field.name.upper(), help="override the preset")
+
+    evaluate = commands.add_parser("evaluate", help="re-measure a checkpoint on its dataset")
+    evaluate.add_argument("checkpoint")
+    evaluate.add_argument("--data-dir", required=True)
+    evaluate.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    evaluate.add_argument("--limit", type=int, default=0, help="only the first N images of the split")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                 if getattr(args, f.name) is not None}
+    preset = PRESETS[args.preset]
+    if "dataset" in overrides and "data_dir" not in overrides:
+        overrides["data_dir"] = f"data/{overrides['dataset']}"
+    return dataclasses.replace(preset, **overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.command == "presets":
+        for name, cfg in PRESETS.items():
+            values = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()
+                               if v != getattr(TrainConfig, k, object()))
+            print(f"{name}: {PRESET_NOTES[name]}\n    {values}")
+        return 0
+    if args.command == "evaluate":
+        from .evaluation import evaluate_checkpoint
+
+        metrics = evaluate_checkpoint(args.checkpoint, args.data_dir, split=args.split, limit=args.limit)
+        print(json.dumps(metrics, indent=1))
+        return 0
+    from models import CheckpointError
+
+    from .data import DataError
+    from .loop import RunExistsError, fit
+
+    try:
+        cfg = config_from_args(args)
+    except (TypeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = args.out or f"runs/{args.preset}-{cfg.model}-seed{cfg.seed}"
+    from . import provenance
+
+    try:
+        fit(cfg, out, resume=args.resume, preset=args.preset, device=args.device,
+            command=provenance.command_line(argv))
+    except (DataError, RunExistsError, CheckpointError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0

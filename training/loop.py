@@ -1,0 +1,285 @@
+"""The training loop: ``train_one_epoch``, then ``fit(cfg, run_dir)`` which resumes, selects on validation and
+writes the final checkpoint with its card.
+
+Every epoch draws its randomness (shuffling, augmentation, dropout) from
+generators seeded by ``(seed, epoch, rank)`` alone, and the run state is saved
+atomically after every epoch; so a run killed at any moment and resumed with
+``resume=True`` repeats the lost epoch exactly and ends with the same weights
+as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from models import build_model, load_checkpoint, save_checkpoint
+from models.checkpoint import load_state as load_weights
+
+from . import provenance
+from .config import TrainConfig, config_from_dict
+from .curves import plot_curves
+from .data import Split, Splits, load_dataset
+from .distributed import Context, setup, shard, teardown
+from .evaluation import Normaliser, evaluate, measure_equivariance, predict
+from .metrics import classification_metrics
+from .presets import PRESETS
+from .run_files import BEST, STATE, load_state, save_state, write_log
+
+__all__ = ["train_one_epoch", "fit", "RunExistsError"]
+
+
+CHECK_SUBSET = 5000
+
+
+class RunExistsError(RuntimeError):
+    """The run folder already holds a run; resume it or choose another folder."""
+
+
+def _seed(*parts: int) -> int:
+    """A 63-bit seed mixed from small integers (``(seed, epoch, rank, stream)``), so streams never collide."""
+    return int(np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def build_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer):
+    if cfg.plateau_patience > 0:
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=cfg.plateau_factor, patience=cfg.plateau_patience
+        )
+    if cfg.milestones:
+        return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(cfg.milestones), gamma=cfg.lr_gamma)
+    return None
+
+
+def train_one_epoch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    split: Split,
+    normalise: Normaliser,
+    cfg: TrainConfig,
+    ctx: Context,
+    epoch: int,
+    max_steps: int = 0,
+) -> dict:
+    """One pass over the training split in the epoch's seeded order; stops early after ``max_steps`` steps (if > 0).
+
+    Returns ``{"train_loss", "train_error", "steps"}`` averaged over this rank's examples
+    (with dropout on, as the model trains).
+    """
+    order = np.random.default_rng(_seed(cfg.seed, epoch, 0, 0)).permutation(len(split))  # the same on every rank
+    augment_rng = torch.Generator().manual_seed(_seed(cfg.seed, epoch, ctx.rank, 1))
+    torch.manual_seed(_seed(cfg.seed, epoch, ctx.rank, 2))  # dropout
+    steps = math.ceil(len(order) / cfg.batch_size)
+    if max_steps:
+        steps = min(steps, max_steps)
+    model.train()
+    loss_sum = torch.zeros((), device=ctx.device)
+    wrong = torch.zeros((), device=ctx.device)
+    seen = 0
+    bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not ctx.is_main, leave=False,
+               file=sys.stderr, dynamic_ncols=True)
+    for step in bar:
+        # Each global batch is cut into per-rank parts, so the examples of a step do not depend on the world size.
+        indices = shard(order[step * cfg.batch_size : (step + 1) * cfg.batch_size], ctx)
+        images, labels = split.get_batch(indices)
+        images = torch.from_numpy(images)
+        if cfg.augment == "flip_crop":
+            from .data.augment import flip_and_crop  # CIFAR only
+
+            images = flip_and_crop(images, augment_rng)
+        labels = torch.from_numpy(labels).to(ctx.device)
+        logits = model(normalise(images))
+        loss = F.cross_entropy(logits, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            loss_sum += loss.detach() * len(labels)
+            wrong += (logits.argmax(1) != labels).sum()
+        seen += len(labels)
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{optimizer.param_groups[0]['lr']:.2g}")
+    bar.close()
+    return {"train_loss": loss_sum.item() / seen, "train_error": wrong.item() / seen, "steps": steps}
+
+
+def _build(cfg: TrainConfig) -> nn.Module:
+    return build_model(cfg.model, **({} if cfg.dropout is None else {"dropout": cfg.dropout}))
+
+
+def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, command: str, extra: dict) -> dict:
+    spec = splits.spec
+    return {
+        "input": {"size": spec.size, "channels": spec.channels, "mean": list(spec.mean), "std": list(spec.std),
+                  "transposed": False},
+        "dataset": {"name": spec.name, "source": spec.source, "notes": spec.notes,
+                    "class_names": list(spec.class_names), "splits": splits.sizes()},
+        "class_names": list(spec.class_names),
+        "training": {
+            "preset": preset,
+            "config": dataclasses.asdict(cfg),
+            "command": command,
+            "commit": provenance.git_commit(),
+            "hardware": provenance.hardware(ctx.device, ctx.world_size),
+            "processes": ctx.world_size,
+            "torch": torch.__version__,
+            **extra,
+        },
+        "notes": [spec.notes] if spec.notes else [],
+    }
+
+
+def fit(
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    preset: str = "",
+    device: str = "auto",
+    command: str = "",
+) -> dict:
+    """Train, select on validation, evaluate on test, write ``best.safetensors`` with its final card.
+
+    Args:
+        cfg: the run.
+        run_dir: folder for state, logs, curves and the checkpoint.
+        resume: continue the run saved in ``run_dir`` (its config must equal ``cfg``).
+        preset: the preset's name, for the card.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        command: the command line, for the card.
+
+    Returns:
+        The final card.
+    """
+    run_dir = Path(run_dir)
+    ctx = setup(device)
+    try:
+        return _fit(cfg, run_dir, ctx, resume=resume, preset=preset, command=command or provenance.command_line())
+    finally:
+        teardown(ctx)
+
+
+def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset: str, command: str) -> dict:
+    state = _start_or_resume(cfg, run_dir, resume)
+    if state.get("finished"):
+        if ctx.is_main:
+            print(f"{run_dir} is already finished; its checkpoint is {run_dir / BEST}")
+        return load_checkpoint(run_dir / BEST)[1]
+    splits = load_dataset(cfg.dataset, cfg.data_dir, **({"fetch": True} if cfg.fetch else {}))
+    normalise = Normaliser.for_spec(splits.spec, ctx.device)
+    torch.manual_seed(cfg.seed)  # initialisation
+    model = _build(cfg).to(ctx.device)
+    optimizer = build_optimizer(cfg, model)
+    scheduler = build_scheduler(cfg, optimizer)
+    if "model" in state:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(state["scheduler"])
+    trained = nn.parallel.DistributedDataParallel(model) if ctx.distributed else model
+    calibration = splits.spec.num_classes == 2
+    history: list[dict] = state["history"]
+    eval_args = dict(batch_size=cfg.eval_batch_size, max_batches=cfg.max_eval_batches)
+    base_card = dict(preset=preset, command=command)
+    started = time.time() - state["seconds"]
+    epoch = state["epoch"]
+    while epoch < cfg.epochs and not (cfg.max_steps and state["steps"] >= cfg.max_steps):
+        tick = time.time()
+        lr = optimizer.param_groups[0]["lr"]
+        budget = cfg.max_steps - state["steps"] if cfg.max_steps else 0
+        row = train_one_epoch(trained, optimizer, splits.train, normalise, cfg, ctx, epoch, budget)
+        valid = evaluate(model, splits.valid, normalise, ctx, **eval_args)
+        state["steps"] += row.pop("steps")
+        epoch += 1
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            scheduler.step(valid["error"])
+        elif scheduler is not None:
+            scheduler.step()
+        history.append({"epoch": epoch, "lr": lr, **row, "valid_error": valid["error"], "valid_nll": valid["nll"],
+                        "seconds": round(time.time() - tick, 2)})
+        improved = valid["error"] < state["best_valid_error"]
+        if improved:
+            state["best_valid_error"], state["best_epoch"] = valid["error"], epoch
+        if ctx.is_main:
+            if improved:
+                card = _card(cfg, splits, ctx, **base_card, extra={"epochs_completed": epoch, "provisional": True})
+                card.update(metrics={"valid_error": valid["error"]}, equivariance_error=None)
+                save_checkpoint(model, run_dir / BEST, card)
+            state.update(epoch=epoch, seconds=time.time() - started, model=model.state_dict(),
+                         optimizer=optimizer.state_dict(),
+                         scheduler=scheduler.state_dict() if scheduler is not None else None)
+            save_state(run_dir, state)
+            write_log(run_dir, history)
+            plot_curves(history, run_dir / "curves.png", title=f"{cfg.model} on {cfg.dataset}")
+            print(f"epoch {epoch}/{cfg.epochs}: train loss {row['train_loss']:.4f}, train error "
+                  f"{100 * row['train_error']:.2f}%, valid error {100 * valid['error']:.2f}%"
+                  f"{' (best)' if improved else ''}, {history[-1]['seconds']:.1f} s", flush=True)
+        if ctx.distributed:
+            torch.distributed.barrier()  # the other ranks read best.safetensors only once rank 0 has written it
+    return _finish(cfg, run_dir, ctx, splits, state, base_card, calibration, epoch, time.time() - started)
+
+
+def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
+    fresh = {"config": dataclasses.asdict(cfg), "epoch": 0, "steps": 0, "seconds": 0.0, "history": [],
+             "best_valid_error": math.inf, "best_epoch": 0}
+    if not resume:
+        if (run_dir / STATE).exists():
+            raise RunExistsError(f"{run_dir} already holds a run: pass --resume to continue it, or another --out")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return fresh
+    state = load_state(run_dir)
+    saved = config_from_dict(state["config"])
+    if saved != cfg:
+        diff = {f.name: (getattr(saved, f.name), getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+                if getattr(saved, f.name) != getattr(cfg, f.name)}
+        raise ValueError(f"{run_dir} was started with a different config; differences (saved, now): {diff}")
+    return state
+
+
+def _finish(cfg, run_dir, ctx, splits, state, base_card, calibration, epochs_done, seconds) -> dict:
+    """Evaluate the model selected on validation on every split and write its final card."""
+    model = _build(cfg)
+    best, _ = load_checkpoint(run_dir / BEST)
+    load_weights(model, best.state_dict(), str(run_dir / BEST))
+    model = model.to(ctx.device).eval()
+    normalise = Normaliser.for_spec(splits.spec, ctx.device)
+    eval_args = dict(batch_size=cfg.eval_batch_size, max_batches=cfg.max_eval_batches)
+    test_probs, test_labels = predict(model, splits.test, normalise, ctx, **eval_args)
+    valid = evaluate(model, splits.valid, normalise, ctx, calibration=calibration, **eval_args)
+    card = None
+    if ctx.is_main:
+        test = classification_metrics(test_probs, test_labels, calibration=calibration)
+        # A subset that a test can re-measure in seconds: the first SUBSET test images.
+        subset = classification_metrics(test_probs[:CHECK_SUBSET], test_labels[:CHECK_SUBSET])
+        metrics = {"test_error": test.pop("error"), "test_nll": test.pop("nll"), "test_count": test.pop("count"),
+                   "test_error_first_n": subset["error"], "test_first_n": subset["count"],
+                   "valid_error": valid["error"], "valid_nll": valid["nll"]}
+        metrics.update({f"test_{key}": value for key, value in test.items()})
+        equivariance = measure_equivariance(model, splits.test, normalise, cfg.equivariance_images)
+        extra = {"epochs_completed": epochs_done, "epochs_planned": cfg.epochs,
+                 "recipe_epochs": PRESETS[base_card["preset"]].epochs if base_card["preset"] in PRESETS else None,
+                 "best_epoch": state["best_epoch"],
+                 "steps": state["steps"], "wall_time_s": round(seconds, 1), "provisional": False}
+        card = _card(cfg, splits, ctx, **base_card, extra=extra)
+        card.update(metrics=metrics, equivariance_error=equivariance)
+        card = save_checkpoint(model.cpu(), run_dir / BEST, card)
+        state.update(finished=True)
+        save_state(run_dir, state)
+        print(f"done: test error {100 * metrics['test_error']:.2f}% (best epoch {state['best_epoch']}), "
+              f"equivariance error {equivariance['max_relative_logit_error']}; {run_dir / BEST}", flush=True)
+    return card

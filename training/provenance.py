@@ -1,0 +1,51 @@
+"""Where a checkpoint came from: the exact command, the commit, the hardware."""
+
+from __future__ import annotations
+
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+__all__ = ["command_line", "git_commit", "hardware"]
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command as a user would retype it from the repo root."""
+    argv = sys.argv[1:] if argv is None else argv
+    return "python -m training " + " ".join(shlex.quote(arg) for arg in argv)
+
+
+def git_commit() -> str:
+    """HEAD of the repo, with ``+dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def hardware(device: torch.device, processes: int = 1) -> str:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = _cpu_name()
+        name += f", {torch.get_num_threads()} threads"
+    return f"{processes} x {name}" if processes > 1 else name
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
