@@ -122,7 +122,8 @@ def _build(cfg: TrainConfig) -> nn.Module:
     return build_model(cfg.model, **({} if cfg.dropout is None else {"dropout": cfg.dropout}))
 
 
-def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, command: str, extra: dict) -> dict:
+def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, command: str, commit: str,
+          extra: dict) -> dict:
     spec = splits.spec
     return {
         "input": {"size": spec.size, "channels": spec.channels, "mean": list(spec.mean), "std": list(spec.std),
@@ -134,7 +135,7 @@ def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, comman
             "preset": preset,
             "config": dataclasses.asdict(cfg),
             "command": command,
-            "commit": provenance.git_commit(),
+            "commit": commit,
             "hardware": provenance.hardware(ctx.device, ctx.world_size),
             "processes": ctx.world_size,
             "torch": torch.__version__,
@@ -195,7 +196,8 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
     calibration = splits.spec.num_classes == 2
     history: list[dict] = state["history"]
     eval_args = dict(batch_size=cfg.eval_batch_size, max_batches=cfg.max_eval_batches)
-    base_card = dict(preset=preset, command=command)
+    # The commit as the run starts: the code that trained it, whatever is edited while it runs.
+    base_card = dict(preset=preset, command=command, commit=state.setdefault("commit", provenance.git_commit()))
     started = time.time() - state["seconds"]
     epoch = state["epoch"]
     while epoch < cfg.epochs and not (cfg.max_steps and state["steps"] >= cfg.max_steps):
