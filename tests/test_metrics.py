@@ -1,0 +1,51 @@
+"""Metrics against definitions computed the slow way."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from training.metrics import classification_metrics, nll, reliability, roc_auc
+
+
+def auc_by_pairs(scores, labels):
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    wins = sum((p > n) + 0.5 * (p == n) for p, n in itertools.product(pos, neg))
+    return wins / (len(pos) * len(neg))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_auc_equals_pairwise_definition_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 6, 40) / 5.0  # many ties
+    labels = rng.integers(0, 2, 40)
+    assert roc_auc(scores, labels) == pytest.approx(auc_by_pairs(scores, labels), abs=1e-12)
+
+
+def test_auc_extremes_and_single_class():
+    labels = np.array([0, 0, 1, 1])
+    assert roc_auc(np.array([0.1, 0.2, 0.8, 0.9]), labels) == 1.0
+    assert roc_auc(np.array([0.9, 0.8, 0.2, 0.1]), labels) == 0.0
+    assert np.isnan(roc_auc(np.array([0.1, 0.2]), np.array([1, 1])))
+
+
+def test_reliability_bins_and_ece():
+    # Two bins used: confidence 0.95 (all right) and 0.6 (half right).
+    probs = np.array([[0.95, 0.05]] * 4 + [[0.6, 0.4]] * 4)
+    labels = np.array([0, 0, 0, 0, 0, 0, 1, 1])
+    curve = reliability(probs, labels, bins=10)
+    assert sum(curve["count"]) == 8
+    assert curve["count"][9] == 4 and curve["count"][5] == 4
+    assert curve["accuracy"][9] == 1.0 and curve["accuracy"][5] == 0.5
+    assert curve["confidence"][0] is None
+    assert curve["ece"] == pytest.approx(0.5 * 0.05 + 0.5 * 0.1)
+
+
+def test_classification_metrics():
+    probs = np.array([[0.7, 0.3], [0.2, 0.8], [0.6, 0.4]])
+    labels = np.array([0, 1, 1])
+    metrics = classification_metrics(probs, labels, calibration=True)
+    assert metrics["error"] == pytest.approx(1 / 3)
+    assert metrics["nll"] == pytest.approx(-(np.log(0.7) + np.log(0.8) + np.log(0.4)) / 3)
+    assert metrics["auc"] == pytest.approx(1.0)
+    assert nll(np.array([[1.0, 0.0]]), np.array([1])) == pytest.approx(-np.log(1e-12))

@@ -1,0 +1,150 @@
+"""The training loop end to end on tiny files in the real formats: resume after SIGKILL, torchrun, CLI errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_data_rot_mnist import write_amat
+
+from training.cli import main as cli_main
+from training.evaluation import evaluate_checkpoint
+
+REPO = Path(__file__).resolve().parent.parent
+# Tiny, fast runs: p4cnn on 60 amat digits, batch 8.
+SMALL = ["--model", "p4cnn", "--batch-size", "8", "--eval-batch-size", "16", "--equivariance-images", "4"]
+
+
+@pytest.fixture
+def amat_dir(tmp_path):
+    folder = tmp_path / "rot_mnist"
+    folder.mkdir()
+    write_amat(folder, n_train=60, n_test=20)
+    return folder
+
+
+def train_args(data_dir, out, *extra):
+    return ["train", "rot_mnist", "--data-dir", str(data_dir), "--out", str(out), *SMALL, *extra]
+
+
+def run_cli(args, **kwargs):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-m", "training", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def final_weights(run_dir):
+    return load_file(str(Path(run_dir) / "best.safetensors"))
+
+
+def history(run_dir):
+    rows = json.loads((Path(run_dir) / "log.json").read_text())
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+
+def test_a_run_writes_a_complete_card_and_evaluate_reproduces_it(amat_dir, tmp_path):
+    out = tmp_path / "run"
+    assert cli_main(train_args(amat_dir, out, "--epochs", "2", "--threads", "1")) == 0
+    card = json.loads((out / "best.json").read_text())
+    assert card["arch"] == "p4cnn" and card["group"] == "p4"
+    assert card["dataset"]["name"] == "rot_mnist"
+    assert card["dataset"]["splits"] == {"train": 50, "valid": 10, "test": 20}
+    assert card["input"] == {"size": 28, "channels": 1, "mean": [0.1307], "std": [0.3081], "transposed": False}
+    training = card["training"]
+    assert training["epochs_completed"] == 2 and training["recipe_epochs"] == 100
+    assert training["command"].startswith("python -m training train rot_mnist")
+    assert len(training["commit"]) >= 40 or training["commit"] == "unknown"
+    assert training["hardware"] and training["provisional"] is False
+    assert card["equivariance_error"]["max_relative_logit_error"] < 1e-4
+    assert card["equivariance_error"]["max_relative_logit_error_float64"] < 1e-12
+    assert {"test_error", "test_nll", "valid_error"} <= set(card["metrics"])
+    assert [row["epoch"] for row in json.loads((out / "log.json").read_text())] == [1, 2]
+    assert (out / "log.csv").read_text().splitlines()[0].startswith("epoch,lr,train_loss")
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    again = evaluate_checkpoint(out / "best.safetensors", amat_dir)
+    assert again["error"] == card["metrics"]["test_error"]
+    assert again["nll"] == pytest.approx(card["metrics"]["test_nll"], rel=1e-6)
+
+
+def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):
+    epochs = ["--epochs", "5"]
+    straight = tmp_path / "straight"
+    assert cli_main(train_args(amat_dir, straight, *epochs, "--threads", "1")) == 0
+
+    killed = tmp_path / "killed"
+    process = run_cli(train_args(amat_dir, killed, *epochs))
+    deadline = time.time() + 120
+    while not (killed / "log.json").exists() or len(history(killed)) < 2:
+        assert process.poll() is None, process.communicate()
+        assert time.time() < deadline, "the run did not reach epoch 2"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "state.pt.tmp").exists() or True  # a half-written temp file may remain; it is never read
+    assert len(history(killed)) < 5, "the run finished before it was killed; the test proved nothing"
+
+    assert cli_main(train_args(amat_dir, killed, *epochs, "--resume", "--threads", "1")) == 0
+    assert history(killed) == history(straight)
+    expected, actual = final_weights(straight), final_weights(killed)
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), name
+
+
+def test_refuses_to_overwrite_or_resume_a_different_run(amat_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli_main(train_args(amat_dir, out, "--epochs", "1", "--max-steps", "1")) == 0
+    assert cli_main(train_args(amat_dir, out, "--epochs", "1", "--max-steps", "1")) == 1
+    assert "already holds a run" in capsys.readouterr().err
+    assert cli_main(train_args(amat_dir, out, "--epochs", "1", "--max-steps", "1", "--lr", "0.5", "--resume")) == 1
+    assert "'lr': (0.001, 0.5)" in capsys.readouterr().err
+    (out / "state.pt").write_bytes(b"not a zip file")
+    assert cli_main(train_args(amat_dir, out, "--epochs", "1", "--max-steps", "1", "--resume")) == 1
+    assert "state.pt is not a resumable run state" in capsys.readouterr().err
+
+
+def test_missing_data_names_the_folder(tmp_path, capsys):
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    assert cli_main(train_args(empty, tmp_path / "run", "--epochs", "1")) == 1
+    err = capsys.readouterr().err
+    assert "no rot-MNIST data in" in err and str(empty) in err
+
+
+def test_bad_override_is_a_clear_error(amat_dir, tmp_path, capsys):
+    assert cli_main(train_args(amat_dir, tmp_path / "run", "--optimizer", "rmsprop")) == 2
+    assert "optimizer must be 'adam' or 'sgd'" in capsys.readouterr().err
+
+
+def test_presets_lists_every_recipe(capsys):
+    assert cli_main(["presets"]) == 0
+    text = capsys.readouterr().out
+    for name in ("rot_mnist", "cifar10_allcnnc", "cifar10_resnet44", "pcam", "he_demo"):
+        assert f"{name}:" in text
+
+
+def test_two_processes_under_torchrun_agree(amat_dir, tmp_path):
+    out = tmp_path / "ddp"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    command = [*torchrun, "-m", "training", *train_args(amat_dir, out, "--epochs", "2", "--device", "cpu")]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    card = json.loads((out / "best.json").read_text())
+    assert card["training"]["processes"] == 2
+    # Every rank ends with bit-identical parameters (DDP averages the gradients; the check all-gathers them).
+    assert card["training"]["max_parameter_difference_between_ranks"] == 0.0
+    # Rank 0 alone wrote the run folder, once per epoch.
+    assert [row["epoch"] for row in json.loads((out / "log.json").read_text())] == [1, 2]
+    # Evaluation was split across the ranks and gathered back: it equals a single-process evaluation.
+    again = evaluate_checkpoint(out / "best.safetensors", amat_dir)
+    assert again["error"] == card["metrics"]["test_error"]
+    assert again["nll"] == pytest.approx(card["metrics"]["test_nll"], rel=1e-5)
