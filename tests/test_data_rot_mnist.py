@@ -132,7 +132,8 @@ def test_amat_bad_row_names_file_and_line(tmp_path, line, message):
 def test_amat_missing_file_and_too_few_rows(tmp_path):
     write_amat(tmp_path, n_train=6)
     with pytest.raises(DataError, match="too few"):
-        load_rot_mnist(tmp_path)  # 6 rows cannot give 2,000 valid
+        load_rot_mnist(tmp_path, valid_size=2000)  # 6 rows cannot give 2,000 valid
+    assert load_rot_mnist(tmp_path).sizes()["valid"] == 1  # by default a small file holds out its last sixth
     (tmp_path / AMAT_FILES[1]).unlink()
     with pytest.raises(DataError, match=AMAT_FILES[1]):
         load_rot_mnist(tmp_path, source="amat")
