@@ -159,7 +159,7 @@ def fit(
     Args:
         cfg: the run.
         run_dir: folder for state, logs, curves and the checkpoint.
-        resume: continue the run saved in ``run_dir`` (its config must equal ``cfg``).
+        resume: continue the run saved in ``run_dir`` (its config must equal ``cfg`` but for ``epochs``).
         preset: the preset's name, for the card.
         device: ``auto``, ``cpu`` or ``cuda``.
         command: the command line, for the card.
@@ -258,8 +258,10 @@ def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         return fresh
     state = load_state(run_dir)
+    state["config"] = dataclasses.asdict(cfg)
     saved = config_from_dict(state["config"])
-    if saved != cfg:
+    # Only the length may change on resume (to extend or cut short a run); anything else would be another run.
+    if dataclasses.replace(saved, epochs=cfg.epochs) != cfg:
         diff = {f.name: (getattr(saved, f.name), getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
                 if getattr(saved, f.name) != getattr(cfg, f.name)}
         raise ValueError(f"{run_dir} was started with a different config; differences (saved, now): {diff}")
