@@ -99,6 +99,16 @@ def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):
         assert torch.equal(expected[name], actual[name]), name
 
 
+def test_a_finished_run_extended_equals_a_longer_run(amat_dir, tmp_path):
+    longer, extended = tmp_path / "longer", tmp_path / "extended"
+    assert cli_main(train_args(amat_dir, longer, "--epochs", "2", "--threads", "1")) == 0
+    assert cli_main(train_args(amat_dir, extended, "--epochs", "1", "--threads", "1")) == 0
+    assert cli_main(train_args(amat_dir, extended, "--epochs", "2", "--threads", "1", "--resume")) == 0
+    assert history(extended) == history(longer)
+    expected, actual = final_weights(longer), final_weights(extended)
+    assert all(torch.equal(expected[name], actual[name]) for name in expected)
+
+
 def test_refuses_to_overwrite_or_resume_a_different_run(amat_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert cli_main(train_args(amat_dir, out, "--epochs", "1", "--max-steps", "1")) == 0

@@ -177,7 +177,7 @@ def fit(
 
 def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset: str, command: str) -> dict:
     state = _start_or_resume(cfg, run_dir, resume)
-    if state.get("finished"):
+    if state.get("finished") and state["epoch"] >= cfg.epochs:
         if ctx.is_main:
             print(f"{run_dir} is already finished; its checkpoint is {run_dir / BEST}")
         return load_checkpoint(run_dir / BEST)[1]
@@ -258,13 +258,13 @@ def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         return fresh
     state = load_state(run_dir)
-    state["config"] = dataclasses.asdict(cfg)
     saved = config_from_dict(state["config"])
     # Only the length may change on resume (to extend or cut short a run); anything else would be another run.
     if dataclasses.replace(saved, epochs=cfg.epochs) != cfg:
         diff = {f.name: (getattr(saved, f.name), getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
                 if getattr(saved, f.name) != getattr(cfg, f.name)}
         raise ValueError(f"{run_dir} was started with a different config; differences (saved, now): {diff}")
+    state["config"] = dataclasses.asdict(cfg)
     return state
 
 
