@@ -17,6 +17,7 @@ from test_data_rot_mnist import write_amat
 
 from training.cli import main as cli_main
 from training.evaluation import evaluate_checkpoint
+from training.report import results_table
 
 REPO = Path(__file__).resolve().parent.parent
 # Tiny, fast runs: p4cnn on 60 amat digits, batch 8.
@@ -72,6 +73,8 @@ def test_a_run_writes_a_complete_card_and_evaluate_reproduces_it(amat_dir, tmp_p
     again = evaluate_checkpoint(out / "best.safetensors", amat_dir)
     assert again["error"] == card["metrics"]["test_error"]
     assert again["nll"] == pytest.approx(card["metrics"]["test_nll"], rel=1e-6)
+    row = results_table(out).splitlines()[-1]
+    assert row.startswith("| `best` | rot_mnist (20 test) | 2 (100) | ") and "| 2.05 |" in row
 
 
 def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):

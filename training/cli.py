@@ -5,6 +5,7 @@
     python -m training train rot_mnist --model a_p4cnn --resume          # after an interruption
     torchrun --nproc_per_node=4 -m training train pcam --data-dir data/pcam
     python -m training evaluate runs/rot_mnist-a_p4cnn-seed0/best.safetensors --data-dir data/rot_mnist
+    python -m training report checkpoints                                  # results table of the cards
 
 Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
 """
@@ -57,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             train.add_argument(flag, type=_parser_for(field), metavar=field.name.upper(), help="override the preset")
 
+    report = commands.add_parser("report", help="markdown table of the checkpoints' cards beside the paper")
+    report.add_argument("folder", nargs="?", default="checkpoints")
+
     evaluate = commands.add_parser("evaluate", help="re-measure a checkpoint on its dataset")
     evaluate.add_argument("checkpoint")
     evaluate.add_argument("--data-dir", required=True)
@@ -82,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
             values = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()
                                if v != getattr(TrainConfig, k, object()))
             print(f"{name}: {PRESET_NOTES[name]}\n    {values}")
+        return 0
+    if args.command == "report":
+        from .report import results_table
+
+        print(results_table(args.folder))
         return 0
     if args.command == "evaluate":
         from .evaluation import evaluate_checkpoint
