@@ -1,4 +1,5 @@
-"""The H&E demonstration set: colour deconvolution, tissue rule, centre label, disjoint splits, file format.
+"""The H&E demonstration set (``he_demo`` and the ``stain``, ``he_sources``, ``he_patches``, ``he_readme`` modules
+it is built from): colour deconvolution, tissue rule, centre label, disjoint splits, file format, fetching.
 
 Everything runs on synthetic images written to a temporary folder; nothing here needs the network.
 """
@@ -15,21 +16,10 @@ import pytest
 from PIL import Image
 
 from training.data import DataError, he_demo, load_dataset
-from training.data.he_demo import (
-    CLASS_NAMES,
-    NPZ_NAME,
-    SOURCES,
-    HEDemoConfig,
-    HESource,
-    build_he_demo,
-    fetch_sources,
-    hed_to_rgb,
-    ink_mask,
-    load_he_demo,
-    rgb_to_hed,
-    tissue_mask,
-    write_montage,
-)
+from training.data.he_demo import CLASS_NAMES, NPZ_NAME, build_he_demo, load_he_demo, write_montage
+from training.data.he_patches import HEDemoConfig
+from training.data.he_sources import SOURCES, HESource, fetch_sources
+from training.data.stain import hed_to_rgb, ink_mask, rgb_to_hed, tissue_mask
 
 PINK = (0.0, 0.5, 0.0)  # eosin only: stroma
 PURPLE = (1.0, 0.3, 0.0)  # haematoxylin-rich: a nucleus
@@ -314,3 +304,10 @@ def test_sources_are_described():
         assert 0.2 <= source.mpp <= 0.6
     with pytest.raises(ValueError):
         HEDemoConfig(block=64)
+
+
+def test_he_demo_still_exports_the_names_of_its_parts():
+    missing = [name for name in he_demo.__all__ if not hasattr(he_demo, name)]
+    assert not missing, f"he_demo.__all__ names missing from the module: {missing}"
+    assert he_demo.HEDemoConfig is HEDemoConfig and he_demo.fetch_sources is fetch_sources
+    assert he_demo.rgb_to_hed is rgb_to_hed and he_demo.SOURCES is SOURCES
