@@ -1,0 +1,205 @@
+"""One batched forward pass for every group transform of an image: predictions, maps and the live proof.
+
+For an image x (in the user's frame) and every element g of the model's group
+(p4 rotations for planar models, which have none), the network sees the batch
+of all g.x at once, under ``torch.inference_mode()``; the model is only read.
+Every attentive layer's effective attention and every convolution's features
+are reduced to one map per orientation (:mod:`app.reductions`) in the user's
+frame (:mod:`app.frames`).
+
+The proof compares, per layer and per g, maps(g.x) (what the network computed
+on the transformed image) with g.maps(x) (the maps of the original, moved by g:
+planes with the image, orientation axes re-indexed). g is applied to the
+un-reduced tensors (``Group.act`` with the parts' ``group_axes``) and the
+result reduced the same way, so the comparison is exact for every layer type
+and every :class:`~app.reductions.MapSelection`: an equivariant network shows
+round-off (about 1e-6 relative in float32); a planar network shows how far it
+is from equivariant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from models import P4, Group, Network
+from models.attention.parts import AttentionParts
+
+from .frames import InputFrame
+from .reductions import MEANS, MapSelection, attention_layout, describe_reduction, reduce_attention, reduce_features
+from .transforms import apply_element
+
+__all__ = ["LayerMaps", "Analysis", "analyse", "display_group"]
+
+FEATURE_DESCRIPTION = "Response strength: mean over channels of |features| (before batch norm), per orientation."
+PLANAR_FEATURE_DESCRIPTION = "Response strength: mean over channels of |features|; a planar layer has no orientations."
+
+
+@dataclass(frozen=True)
+class LayerMaps:
+    """One layer's maps for every transform of the image, and the proof that they move with it.
+
+    Attributes:
+        name: the module's name in the network (e.g. ``"c2"``, ``"block_layers.0.conv"``).
+        kind: ``"attention"`` or ``"features"``.
+        layout: attention layout (see :func:`app.reductions.attention_layout`),
+            ``"group_features"`` or ``"planar_features"``.
+        description: what the maps show, one sentence.
+        maps: ``(T, H, X, Y)`` maps(g.x) for the T group elements, H orientations (1 if none).
+        expected: ``(T, H, X, Y)`` g.maps(x): the identity's maps moved by g.
+        max_abs_error: ``(T,)`` max |maps - expected| per element.
+        relative_error: ``(T,)`` that divided by max |expected| of the element.
+    """
+
+    name: str
+    kind: str
+    layout: str
+    description: str
+    maps: np.ndarray
+    expected: np.ndarray
+    max_abs_error: np.ndarray
+    relative_error: np.ndarray
+
+    @property
+    def difference(self) -> np.ndarray:
+        """``(T, H, X, Y)`` maps(g.x) - g.maps(x)."""
+        return self.maps - self.expected
+
+    @property
+    def orientations(self) -> int:
+        return self.maps.shape[1]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the app shows for one model and one image.
+
+    Attributes:
+        group: name of the group whose elements were applied (``"p4"`` for planar models).
+        equivariant: whether the model is a group network (planar ones are not).
+        elements: the T element indices, identity first (p4m numbering).
+        element_names: e.g. ``"rot 90°"``, ``"rot 0° + flip"``.
+        images: ``(T, C, S, S)`` the transformed images g.x in [0, 1], user frame.
+        probabilities: ``(T, classes)`` softmax of the logits of each g.x.
+        class_names: one per class.
+        attention: layer name -> :class:`LayerMaps` for every attentive layer, in forward order.
+        features: layer name -> :class:`LayerMaps` for every convolution, in forward order.
+        selection: the :class:`MapSelection` used for full-attention and alpha_F maps.
+    """
+
+    group: str
+    equivariant: bool
+    elements: tuple[int, ...]
+    element_names: tuple[str, ...]
+    images: np.ndarray
+    probabilities: np.ndarray
+    class_names: tuple[str, ...]
+    attention: dict[str, LayerMaps]
+    features: dict[str, LayerMaps]
+    selection: MapSelection
+
+    @property
+    def probability_error(self) -> float:
+        """Largest change of any class probability over the transforms (0 for an invariant model)."""
+        return float(np.abs(self.probabilities - self.probabilities[:1]).max())
+
+    def layer(self, name: str) -> LayerMaps:
+        """The attention maps of ``name`` where it is attentive, else its features."""
+        return self.attention.get(name) or self.features[name]
+
+
+def display_group(model: Network) -> Group:
+    """The group whose elements the app applies: the model's, or p4 for planar models."""
+    return model.group or P4
+
+
+def analyse(
+    model: Network, card: dict, image: np.ndarray, element: int = 0, selection: MapSelection = MEANS
+) -> Analysis:
+    """Run the model once on every group transform of ``image`` and collect what the app shows.
+
+    Args:
+        model: a registered network in eval mode; it is not modified.
+        card: its model card; ``card["input"]`` gives size, channels, mean, std and
+            ``transposed``, and ``card.get("class_names")`` the labels.
+        image: float ``(C, S, S)`` in [0, 1] in the user's frame, already fitted
+            (:func:`app.images.fit_to_model`).
+        element: a group element applied to the image first (the user's transform).
+        selection: channel / input orientation of the attention maps (default: means).
+
+    Returns:
+        An :class:`Analysis`; its transform t is element ``elements[t]`` applied to
+        the (transformed) image.
+
+    Raises:
+        ValueError: a model in training mode, or an image that does not fit the card.
+    """
+    if model.training:
+        raise ValueError("analyse needs a model in eval mode (dropout and batch statistics would change its maps)")
+    spec = card["input"]
+    expected_shape = (spec["channels"], spec["size"], spec["size"])
+    if tuple(image.shape) != expected_shape:
+        raise ValueError(f"the model takes images of shape {expected_shape}, got {tuple(image.shape)}")
+    group = display_group(model)
+    frame = InputFrame.from_card(card, model.group)
+    elements = tuple(group.elements())
+    base = apply_element(image.astype(np.float32), element)
+    batch = np.stack([apply_element(base, g) for g in elements])  # (T, C, S, S)
+    dtype = next(model.parameters()).dtype
+    with torch.inference_mode():
+        logits, trace = model.trace(frame.to_network(torch.from_numpy(batch).to(dtype)))
+        probabilities = torch.softmax(logits.double(), dim=1).numpy()
+        attention = {
+            name: _attention_maps(name, parts, frame, group, selection) for name, parts in trace.attention.items()
+        }
+        features = {name: _feature_maps(name, f, frame, group) for name, f in trace.features.items()}
+    classes = probabilities.shape[1]
+    class_names = tuple(card.get("class_names") or [str(i) for i in range(classes)])
+    return Analysis(
+        group=group.name,
+        equivariant=model.group is not None,
+        elements=elements,
+        element_names=tuple(group.describe(g) for g in elements),
+        images=batch,
+        probabilities=probabilities,
+        class_names=class_names,
+        attention=attention,
+        features=features,
+        selection=selection,
+    )
+
+
+def _attention_maps(name: str, parts: AttentionParts, frame: InputFrame, group: Group,
+                    selection: MapSelection) -> LayerMaps:
+    axes = tuple(parts.group_axes)
+    user = AttentionParts(*(None if t is None else frame.to_user(t, axes) for t in (parts.channel, parts.spatial)),
+                          group_axes=axes)
+    identity = AttentionParts(*(None if t is None else t[:1] for t in (user.channel, user.spatial)), group_axes=axes)
+
+    def moved(g: int) -> AttentionParts:
+        return AttentionParts(*(None if t is None else group.act(t, g, axes) for t in (identity.channel,
+                                                                                      identity.spatial)), axes)
+
+    maps = reduce_attention(user, selection)  # (T, H, X, Y)
+    expected = torch.cat([reduce_attention(moved(g), selection) for g in group.elements()])  # (T, H, X, Y)
+    layout = attention_layout(parts)
+    return _layer_maps(name, "attention", layout, describe_reduction(layout, selection), maps, expected)
+
+
+def _feature_maps(name: str, features: torch.Tensor, frame: InputFrame, group: Group) -> LayerMaps:
+    axes = (2,) if features.dim() == 5 else ()
+    user = frame.to_user(features, axes)
+    maps = reduce_features(user)  # (T, H, X, Y)
+    expected = torch.cat([reduce_features(group.act(user[:1], g, axes)) for g in group.elements()])
+    layout, text = ("group_features", FEATURE_DESCRIPTION) if axes else ("planar_features", PLANAR_FEATURE_DESCRIPTION)
+    return _layer_maps(name, "features", layout, text, maps, expected)
+
+
+def _layer_maps(name, kind, layout, description, maps: torch.Tensor, expected: torch.Tensor) -> LayerMaps:
+    maps, expected = maps.float().numpy(), expected.float().numpy()
+    diff = np.abs(maps - expected).reshape(len(maps), -1).max(axis=1)  # (T,)
+    scale = np.abs(expected).reshape(len(maps), -1).max(axis=1)  # (T,)
+    relative = np.where(scale > 0, diff / np.where(scale > 0, scale, 1), diff)
+    return LayerMaps(name, kind, layout, description, maps, expected, diff, relative)
