@@ -19,7 +19,9 @@ is from equivariant.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -28,7 +30,15 @@ from models import P4, Group, Network
 from models.attention.parts import AttentionParts
 
 from .frames import InputFrame
-from .reductions import MEANS, MapSelection, attention_layout, describe_reduction, reduce_attention, reduce_features
+from .reductions import (
+    MEANS,
+    MapSelection,
+    attention_layout,
+    describe_reduction,
+    reduce_attention,
+    reduce_features,
+    selectable,
+)
 from .transforms import apply_element
 
 __all__ = ["LayerMaps", "Analysis", "analyse", "display_group"]
@@ -51,6 +61,10 @@ class LayerMaps:
         expected: ``(T, H, X, Y)`` g.maps(x): the identity's maps moved by g.
         max_abs_error: ``(T,)`` max |maps - expected| per element.
         relative_error: ``(T,)`` that divided by max |expected| of the element.
+        channels: attention layers: how many channels a :class:`MapSelection` can pick
+            (input channels of alpha_F layers, output channels of full ones); 0 for features.
+        in_orientations: full group layers: how many input orientations it can pick; else 0.
+        selection: the selection these maps were reduced with.
     """
 
     name: str
@@ -61,6 +75,9 @@ class LayerMaps:
     expected: np.ndarray
     max_abs_error: np.ndarray
     relative_error: np.ndarray
+    channels: int = 0
+    in_orientations: int = 0
+    selection: MapSelection = field(default=MEANS)
 
     @property
     def difference(self) -> np.ndarray:
@@ -86,7 +103,6 @@ class Analysis:
         class_names: one per class.
         attention: layer name -> :class:`LayerMaps` for every attentive layer, in forward order.
         features: layer name -> :class:`LayerMaps` for every convolution, in forward order.
-        selection: the :class:`MapSelection` used for full-attention and alpha_F maps.
     """
 
     group: str
@@ -98,7 +114,6 @@ class Analysis:
     class_names: tuple[str, ...]
     attention: dict[str, LayerMaps]
     features: dict[str, LayerMaps]
-    selection: MapSelection
 
     @property
     def probability_error(self) -> float:
@@ -116,7 +131,8 @@ def display_group(model: Network) -> Group:
 
 
 def analyse(
-    model: Network, card: dict, image: np.ndarray, element: int = 0, selection: MapSelection = MEANS
+    model: Network, card: dict, image: np.ndarray, element: int = 0,
+    selections: Mapping[str, MapSelection] | None = None,
 ) -> Analysis:
     """Run the model once on every group transform of ``image`` and collect what the app shows.
 
@@ -127,14 +143,16 @@ def analyse(
         image: float ``(C, S, S)`` in [0, 1] in the user's frame, already fitted
             (:func:`app.images.fit_to_model`).
         element: a group element applied to the image first (the user's transform).
-        selection: channel / input orientation of the attention maps (default: means).
+        selections: attention layer name -> which channel / input orientation to show;
+            layers not named show means (:data:`app.reductions.MEANS`).
 
     Returns:
         An :class:`Analysis`; its transform t is element ``elements[t]`` applied to
         the (transformed) image.
 
     Raises:
-        ValueError: a model in training mode, or an image that does not fit the card.
+        ValueError: a model in training mode, an image that does not fit the card, or a
+            selection outside its layer's channels or orientations.
     """
     if model.training:
         raise ValueError("analyse needs a model in eval mode (dropout and batch statistics would change its maps)")
@@ -152,7 +170,8 @@ def analyse(
         logits, trace = model.trace(frame.to_network(torch.from_numpy(batch).to(dtype)))
         probabilities = torch.softmax(logits.double(), dim=1).numpy()
         attention = {
-            name: _attention_maps(name, parts, frame, group, selection) for name, parts in trace.attention.items()
+            name: _attention_maps(name, parts, frame, group, (selections or {}).get(name, MEANS))
+            for name, parts in trace.attention.items()
         }
         features = {name: _feature_maps(name, f, frame, group) for name, f in trace.features.items()}
     classes = probabilities.shape[1]
@@ -167,7 +186,6 @@ def analyse(
         class_names=class_names,
         attention=attention,
         features=features,
-        selection=selection,
     )
 
 
@@ -185,7 +203,9 @@ def _attention_maps(name: str, parts: AttentionParts, frame: InputFrame, group: 
     maps = reduce_attention(user, selection)  # (T, H, X, Y)
     expected = torch.cat([reduce_attention(moved(g), selection) for g in group.elements()])  # (T, H, X, Y)
     layout = attention_layout(parts)
-    return _layer_maps(name, "attention", layout, describe_reduction(layout, selection), maps, expected)
+    channels, in_orientations = selectable(parts)
+    result = _layer_maps(name, "attention", layout, describe_reduction(layout, selection), maps, expected)
+    return dataclasses.replace(result, channels=channels, in_orientations=in_orientations, selection=selection)
 
 
 def _feature_maps(name: str, features: torch.Tensor, frame: InputFrame, group: Group) -> LayerMaps:

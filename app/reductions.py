@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from models.attention.parts import AttentionParts
 
 __all__ = ["MEANS", "MapSelection", "attention_layout", "reduce_attention", "reduce_features", "describe_reduction",
-           "upsample"]
+           "selectable", "upsample"]
 
 # Layout of the effective map: (name, number of axes, group axes).
 LAYOUTS = {
@@ -82,6 +82,18 @@ def attention_layout(parts: AttentionParts) -> str:
     if key not in LAYOUTS:
         raise ValueError(f"unknown attention layout: {present.dim()} axes, group axes {parts.group_axes}")
     return LAYOUTS[key]
+
+
+def selectable(parts: AttentionParts) -> tuple[int, int]:
+    """How many channels and input orientations a :class:`MapSelection` can choose from (0: none)."""
+    layout = attention_layout(parts)
+    full = layout.startswith("full")
+    axis = OUT_CHANNEL_AXIS if full else IN_CHANNEL_AXIS[layout]
+    channels = max(t.shape[axis] for t in (parts.channel, parts.spatial) if t is not None)
+    orientations = 0
+    if layout == "full_group":
+        orientations = max(t.shape[IN_ORIENTATION_AXIS] for t in (parts.channel, parts.spatial) if t is not None)
+    return channels, orientations
 
 
 def reduce_attention(parts: AttentionParts, selection: MapSelection = MEANS) -> torch.Tensor:

@@ -1,0 +1,155 @@
+"""Models for the app: the shipped checkpoints, and uploaded ones.
+
+Shipped checkpoints are ``checkpoints/*.safetensors`` with their model cards
+(:mod:`models.checkpoint`); listing them reads only the cards. Uploads are
+either our format (a ``.safetensors`` file with its card embedded) or a
+``.pth`` of the paper's code with its architecture named, imported by
+:func:`models.import_reference_checkpoint`, which reads with
+``torch.load(weights_only=True)`` and so refuses pickled objects other than
+tensors. Every failure is a :class:`models.CheckpointError` whose message names
+the uploaded file (never the temporary copy) and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors import safe_open
+
+from models import CheckpointError, Network, import_reference_checkpoint, load_checkpoint
+from models.checkpoint import CARD_KEY, card_path
+
+__all__ = ["CheckpointEntry", "list_checkpoints", "load_listed", "load_uploaded_checkpoint", "MAX_CHECKPOINT_BYTES",
+           "CheckpointError"]
+
+MAX_CHECKPOINT_BYTES = 200 * 2**20
+
+
+@dataclass(frozen=True)
+class CheckpointEntry:
+    """One checkpoint file as the model picker lists it.
+
+    Attributes:
+        name: the file's stem, e.g. ``"fa_p4cnn_rot_mnist"``.
+        path: the ``.safetensors`` file.
+        arch, dataset, group: from its card (group None for planar models).
+        test_error: ``card["metrics"]["test_error"]`` (or the paper code's logged one), None if absent.
+        card: the whole card; empty when it could not be read.
+        error: why the card could not be read; empty for a usable entry.
+    """
+
+    name: str
+    path: Path
+    arch: str = ""
+    dataset: str = ""
+    group: str | None = None
+    test_error: float | None = None
+    card: dict | None = None
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        """e.g. ``"fa_p4cnn_rot_mnist: fa_p4cnn, rot-MNIST, p4, test error 1.6 %"``."""
+        if self.error:
+            return f"{self.name}: unreadable ({self.error})"
+        err = f"test error {100 * self.test_error:.2f} %" if self.test_error is not None else "no test error"
+        return f"{self.name}: {self.arch}, {self.dataset or 'unknown dataset'}, {self.group or 'planar'}, {err}"
+
+
+def list_checkpoints(folder: str | Path = "checkpoints") -> list[CheckpointEntry]:
+    """Every ``*.safetensors`` in ``folder``, sorted by name; a missing or empty folder gives ``[]``.
+
+    Files whose card cannot be read are listed with ``error`` set, so the UI can
+    say so instead of failing.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return [_entry(path) for path in sorted(folder.glob("*.safetensors"))]
+
+
+def _entry(path: Path) -> CheckpointEntry:
+    try:
+        card = read_card(path)
+    except CheckpointError as err:
+        return CheckpointEntry(path.stem, path, error=str(err))
+    dataset = card.get("dataset")
+    dataset = dataset.get("name", "") if isinstance(dataset, dict) else str(dataset or "")
+    metrics = card.get("metrics") or {}
+    test_error = metrics.get("test_error", metrics.get("test_error_logged_by_paper_code"))
+    return CheckpointEntry(
+        name=path.stem, path=path, arch=str(card.get("arch", "")), dataset=dataset, group=card.get("group"),
+        test_error=None if test_error is None else float(test_error), card=card,
+    )
+
+
+def read_card(path: Path) -> dict:
+    """The model card of a checkpoint, from the JSON beside it or its embedded metadata, without loading weights."""
+    side = card_path(path)
+    try:
+        if side.is_file():
+            text = side.read_text()
+        else:
+            with safe_open(str(path), framework="pt") as handle:
+                text = (handle.metadata() or {}).get(CARD_KEY)
+        if text is None:
+            raise CheckpointError("no model card")
+        card = json.loads(text)
+    except CheckpointError:
+        raise
+    except Exception as err:  # safetensors, OS and JSON errors alike make the entry unusable
+        raise CheckpointError(f"cannot read its model card: {err}") from None
+    if not isinstance(card, dict):
+        raise CheckpointError("its model card is not a JSON object")
+    return card
+
+
+def load_listed(entry: CheckpointEntry) -> tuple[Network, dict]:
+    """The model (eval mode) and card of a listed checkpoint."""
+    return load_checkpoint(entry.path)
+
+
+def load_uploaded_checkpoint(
+    data: bytes, filename: str, arch: str | None = None, max_bytes: int = MAX_CHECKPOINT_BYTES
+) -> tuple[Network, dict]:
+    """A model from uploaded bytes: ours (``.safetensors``) or the paper's (``.pth`` with ``arch``).
+
+    Args:
+        data: the file's bytes.
+        filename: its name as uploaded; the suffix picks the format, and messages name it.
+        arch: for ``.pth`` files: our registry name or the paper code's model name
+            (e.g. ``"f_att_p4cnn"``).
+        max_bytes: largest accepted file.
+
+    Returns:
+        ``(model in eval mode, card)``.
+
+    Raises:
+        CheckpointError: the message says what is wrong, naming ``filename``.
+    """
+    suffix = Path(filename).suffix.lower()
+    if not data:
+        raise CheckpointError(f"{filename} is empty (0 bytes)")
+    if len(data) > max_bytes:
+        raise CheckpointError(f"{filename} has {len(data) / 2**20:.0f} MB; the limit is {max_bytes / 2**20:.0f} MB")
+    if suffix not in (".safetensors", ".pth", ".pt"):
+        raise CheckpointError(
+            f"{filename}: upload a .safetensors checkpoint (with its model card) or a .pth of the paper's code"
+        )
+    if suffix != ".safetensors" and not arch:
+        raise CheckpointError(f"{filename} is a PyTorch state dict: name its architecture (e.g. p4cnn, f_att_p4cnn)")
+    with tempfile.TemporaryDirectory(prefix="upload-") as folder:
+        path = Path(folder) / f"upload{suffix}"
+        path.write_bytes(data)
+        try:
+            if suffix == ".safetensors":
+                return load_checkpoint(path)
+            model = import_reference_checkpoint(path, arch)
+            return model, model.card
+        except (CheckpointError, ValueError) as err:
+            # Unknown architectures and datasets without released checkpoints come as ValueError.
+            message = str(err).replace(str(path), filename)
+            raise CheckpointError(message if filename in message else f"{filename}: {message}") from None

@@ -1,0 +1,106 @@
+"""PNG renderings for export: a map over its image, and an arrow field.
+
+matplotlib's object API with the Agg canvas (no pyplot), so no global figure
+state is shared between the app's sessions, which run in threads.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .arrows import ArrowField
+from .images import to_channels
+
+__all__ = ["render_map_png", "render_arrow_field_png", "ORIENTATION_COLOURS"]
+
+# One colour per orientation (tab10 without grey); mirrored ones are also drawn hollow.
+ORIENTATION_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22")
+
+
+def _background(ax, image: np.ndarray | None, faded: bool = False) -> None:
+    """Show an image ``(C, X, Y)`` in [0, 1] under whatever comes next; ``faded``: as light grey, for arrows."""
+    if image is None:
+        return
+    if faded:
+        grey = to_channels(image, 1)[0]
+        ax.imshow(0.55 + 0.45 * np.clip(grey, 0, 1), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+        return
+    pixels = image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0)  # (X, Y) or (X, Y, 3)
+    ax.imshow(np.clip(pixels, 0, 1), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+
+
+def _png(fig: Figure, dpi: int) -> bytes:
+    FigureCanvasAgg(fig)  # attaches the Agg canvas; no pyplot, no global state
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def render_map_png(
+    values: np.ndarray,
+    image: np.ndarray | None = None,
+    *,
+    cmap: str = "viridis",
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+    opacity: float = 0.6,
+    title: str = "",
+    dpi: int = 100,
+) -> bytes:
+    """One 2-D map, overlaid on its image when given, with a colour bar.
+
+    Args:
+        values: ``(X, Y)`` map, already upsampled to the image size when overlaid.
+        image: ``(C, X, Y)`` in [0, 1] or None.
+        cmap, vmin, vmax: colour map and its fixed range (share it across panels).
+        opacity: of the map over the image.
+        title: drawn above.
+        dpi: resolution of the 4-inch-wide figure.
+    """
+    fig = Figure(figsize=(4, 3.4))
+    ax = fig.add_subplot()
+    _background(ax, image)
+    shown = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, alpha=opacity if image is not None else 1.0,
+                      interpolation="nearest")
+    fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_title(title, fontsize=9)
+    ax.set_axis_off()
+    return _png(fig, dpi)
+
+
+def render_arrow_field_png(
+    field: ArrowField, transform: int = 0, image: np.ndarray | None = None, *, title: str = "", dpi: int = 100
+) -> bytes:
+    """The arrows of one transform over its image.
+
+    Solid arrows are rotations, hollow ones mirrored orientations; a full-length
+    arrow (``lengths == 1``) reaches half a cell, so neighbouring cells never overlap.
+
+    Args:
+        field: from :func:`app.arrows.arrow_field`.
+        transform: index t into ``field.lengths``.
+        image: ``(C, X, Y)`` in [0, 1] or None.
+        title: drawn above.
+        dpi: resolution of the 4-inch figure.
+    """
+    fig = Figure(figsize=(4, 4))
+    ax = fig.add_subplot()
+    _background(ax, image, faded=True)
+    half = field.spacing / 2
+    rows, cols = field.positions[:, 0], field.positions[:, 1]
+    for h, (d_row, d_col) in enumerate(field.directions):
+        length = field.lengths[transform, h] * half  # (P,)
+        colour = ORIENTATION_COLOURS[int(field.orientation_ids[h]) % len(ORIENTATION_COLOURS)]
+        style = dict(facecolor="none", edgecolor=colour, linewidth=0.8) if field.mirrored[h] else dict(color=colour)
+        ax.quiver(cols, rows, d_col * length, d_row * length, angles="xy", scale_units="xy", scale=1,
+                  width=0.006, headwidth=3, headlength=4, **style)
+    ax.set_xlim(-0.5, field.image_size - 0.5)
+    ax.set_ylim(field.image_size - 0.5, -0.5)  # rows grow downwards, as in the image
+    ax.set_aspect("equal")
+    ax.set_title(title, fontsize=9)
+    ax.set_axis_off()
+    return _png(fig, dpi)
