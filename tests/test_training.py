@@ -91,7 +91,6 @@ def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert not (killed / "state.pt.tmp").exists() or True  # a half-written temp file may remain; it is never read
     assert len(history(killed)) < 5, "the run finished before it was killed; the test proved nothing"
 
     assert cli_main(train_args(amat_dir, killed, *epochs, "--resume", "--threads", "1")) == 0

@@ -22,6 +22,8 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename, so a power cut leaves the old file or the new one
         os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException:

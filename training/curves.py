@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from .run_files import atomic_write_bytes
+from .atomic import write_atomic
 
 __all__ = ["plot_curves"]
 
@@ -32,4 +32,4 @@ def plot_curves(history: list[dict], path: Path, title: str = "") -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    write_atomic(path, buffer.getvalue())

@@ -11,31 +11,22 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 
 import torch
 
-__all__ = ["STATE", "BEST", "atomic_write_bytes", "save_state", "load_state", "write_log"]
+from .atomic import write_atomic
+
+__all__ = ["STATE", "BEST", "save_state", "load_state", "write_log"]
 
 STATE = "state.pt"
 BEST = "best.safetensors"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file, flush it to disk, then rename over ``path``: readers see old or new, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def save_state(run_dir: Path, state: dict) -> None:
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    atomic_write_bytes(run_dir / STATE, buffer.getvalue())
+    write_atomic(run_dir / STATE, buffer.getvalue())
 
 
 def load_state(run_dir: Path) -> dict:
@@ -50,10 +41,10 @@ def load_state(run_dir: Path) -> dict:
 
 def write_log(run_dir: Path, history: list[dict]) -> None:
     """``log.json`` and ``log.csv`` with one row per finished epoch."""
-    atomic_write_bytes(run_dir / "log.json", (json.dumps(history, indent=1) + "\n").encode())
+    write_atomic(run_dir / "log.json", (json.dumps(history, indent=1) + "\n").encode())
     text = io.StringIO()
     columns = list(history[0]) if history else []
     writer = csv.DictWriter(text, fieldnames=columns)
     writer.writeheader()
     writer.writerows(history)
-    atomic_write_bytes(run_dir / "log.csv", text.getvalue().encode())
+    write_atomic(run_dir / "log.csv", text.getvalue().encode())

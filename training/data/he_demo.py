@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .atomic import atomic_file, write_atomic
+from ..atomic import atomic_file, write_atomic
 from .base import ArraySplit, DataError, DatasetSpec, Splits
 from .he_patches import HEDemoConfig, choose_blocks, cut_patches, tile_image
 from .he_readme import CAVEATS, render_readme

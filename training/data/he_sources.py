@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .atomic import write_atomic
+from ..atomic import write_atomic
 from .base import DataError
 
 __all__ = [

@@ -17,11 +17,9 @@ Parsing either is slow (62,000 text rows; 62,000 interpolations), so both are ca
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -30,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..atomic import atomic_file
 from .base import ArraySplit, DataError, DatasetSpec, Splits
 
 __all__ = ["load_rot_mnist", "rotate_images", "read_idx", "AMAT_FILES", "IDX_FILES"]
@@ -360,14 +359,7 @@ def _write_cache(path: Path, key: np.ndarray, arrays: dict) -> None:
     A read-only data folder only costs the speed-up: the failure is reported as a warning.
     """
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    except OSError as e:
-        warnings.warn(f"cannot write the cache {path}: {e}", stacklevel=3)
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_file(path) as f:
             np.savez(f, version=np.int64(_CACHE_VERSION), key=key, **arrays)
-        os.replace(tmp, path)
     except OSError as e:
         warnings.warn(f"cannot write the cache {path}: {e}", stacklevel=3)
-        Path(tmp).unlink(missing_ok=True)
