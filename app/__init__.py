@@ -9,8 +9,11 @@ Modules, one concept each:
 * :mod:`app.reductions`: attention parts and feature maps -> one 2-D map per orientation;
 * :mod:`app.compute`: one batched forward pass for every group transform, the maps and
   the live equivariance proof;
+* :mod:`app.angles`: the measured deviation for rotations by arbitrary angles;
 * :mod:`app.arrows`: arrow fields of orientation responses;
-* :mod:`app.export`: NPZ and PNG export;
+* :mod:`app.figures`: PNG renderings (matplotlib, Agg) of maps and arrow fields;
+* :mod:`app.export`: NPZ export;
+* :mod:`app.cache`: a small LRU of analyses;
 * :mod:`app.checkpoints`: listing shipped checkpoints, loading uploaded ones.
 
 No module here imports Streamlit or :mod:`training`.
