@@ -31,12 +31,12 @@ def _to_uint8(hed: np.ndarray) -> np.ndarray:
 
 
 def _blob_centres(size: int) -> np.ndarray:
-    """``(K, 2)`` (x, y) centres of the nuclei in :func:`_blob_image`."""
+    """``(K, 2)`` (x, y) centres of the nuclei in :func:`blob_image`."""
     along = np.arange(BLOB_PERIOD // 2, size, BLOB_PERIOD)
     return np.stack(np.meshgrid(along, along, indexing="xy"), axis=-1).reshape(-1, 2)
 
 
-def _blob_image(size: int) -> np.ndarray:
+def blob_image(size: int) -> np.ndarray:
     """Pink stroma with hard-edged purple discs on a regular grid, uint8 ``(size, size, 3)``."""
     yy, xx = np.mgrid[:size, :size]
     nucleus = np.zeros((size, size), dtype=bool)
@@ -46,7 +46,7 @@ def _blob_image(size: int) -> np.ndarray:
     return _to_uint8(hed)
 
 
-def _write_png(path: Path, rgb: np.ndarray) -> Path:
+def write_png(path: Path, rgb: np.ndarray) -> Path:
     Image.fromarray(rgb).save(path)
     return path
 
@@ -55,8 +55,8 @@ def _write_png(path: Path, rgb: np.ndarray) -> Path:
 def blob_set(tmp_path_factory):
     """A built set from one 480x480 blob image at 1 um/px: (folder, summary, source image)."""
     root = tmp_path_factory.mktemp("he_demo")
-    rgb = _blob_image(480)
-    source = _write_png(root / "blobs.png", rgb)
+    rgb = blob_image(480)
+    source = write_png(root / "blobs.png", rgb)
     summary = build_he_demo(root / "set", [(source, 1.0)], seed=0)
     return root / "set", summary, rgb
 
@@ -88,10 +88,10 @@ def test_tissue_mask_rejects_white_and_keeps_stained_pixels():
 
 
 def test_background_only_source_gives_no_patch(tmp_path):
-    white = _write_png(tmp_path / "white.png", np.full((480, 480, 3), 250, dtype=np.uint8))
+    white = write_png(tmp_path / "white.png", np.full((480, 480, 3), 250, dtype=np.uint8))
     with pytest.raises(DataError, match="no training patch"):
         build_he_demo(tmp_path / "a", [(white, 1.0)])
-    tissue = _write_png(tmp_path / "tissue.png", _blob_image(480))
+    tissue = write_png(tmp_path / "tissue.png", blob_image(480))
     summary = build_he_demo(tmp_path / "b", [(white, 1.0), (tissue, 1.0)])
     assert summary["sources"][0]["patches"] == {"train": 0, "valid": 0, "test": 0}
     patches = _all_patches(tmp_path / "b")
@@ -99,9 +99,9 @@ def test_background_only_source_gives_no_patch(tmp_path):
 
 
 def test_half_background_patches_are_rejected(tmp_path):
-    rgb = _blob_image(480)
+    rgb = blob_image(480)
     rgb[:, 240:] = 255  # right half is glass
-    summary = build_he_demo(tmp_path, [(_write_png(tmp_path / "half.png", rgb), 1.0)])
+    summary = build_he_demo(tmp_path, [(write_png(tmp_path / "half.png", rgb), 1.0)])
     for split in _all_patches(tmp_path).values():
         x = split["xy"][:, 0]
         # at least half the patch and half its centre on tissue (columns < 240)
@@ -113,9 +113,9 @@ def test_marking_ink_is_not_tissue_and_not_in_a_kept_centre(tmp_path):
     ink_colour = np.array([136, 162, 192], dtype=np.uint8)  # blue-green dye on the edge of CMU-1
     assert ink_mask(ink_colour[None]).all()
     assert not ink_mask(_to_uint8(np.array([PINK, PURPLE]))).any()
-    rgb = _blob_image(480)
+    rgb = blob_image(480)
     rgb[200:260, 200:260] = ink_colour
-    build_he_demo(tmp_path, [(_write_png(tmp_path / "ink.png", rgb), 1.0)])
+    build_he_demo(tmp_path, [(write_png(tmp_path / "ink.png", rgb), 1.0)])
     kept = 0
     for split in _all_patches(tmp_path).values():
         for x, y in split["xy"]:
@@ -168,7 +168,7 @@ def test_splits_are_spatially_disjoint(blob_set):
 
 def test_same_seed_same_set_and_threshold_is_train_median(tmp_path, blob_set):
     _, summary, rgb = blob_set
-    again = build_he_demo(tmp_path, [(_write_png(tmp_path / "blobs.png", rgb), 1.0)], seed=0)
+    again = build_he_demo(tmp_path, [(write_png(tmp_path / "blobs.png", rgb), 1.0)], seed=0)
     assert (
         again["splits"] == summary["splits"]
         and again["sources"][0]["block_splits"] == (summary["sources"][0]["block_splits"])
@@ -179,7 +179,7 @@ def test_same_seed_same_set_and_threshold_is_train_median(tmp_path, blob_set):
 
 
 def test_resampling_to_one_micron(tmp_path):
-    source = _write_png(tmp_path / "fine.png", _blob_image(600))
+    source = write_png(tmp_path / "fine.png", blob_image(600))
     summary = build_he_demo(tmp_path / "set", [(source, 0.5)])
     assert summary["sources"][0]["size_at_target_mpp"] == [300, 300]
     assert summary["sources"][0]["microns_per_pixel"] == 0.5
@@ -235,7 +235,7 @@ def test_montage_is_written(blob_set, tmp_path):
 
 
 def test_cli_and_build_on_load_fetch_then_build(tmp_path, monkeypatch):
-    source = _write_png(tmp_path / "blobs.png", _blob_image(480))
+    source = write_png(tmp_path / "blobs.png", blob_image(480))
     fetched = []
 
     def fake_fetch(cache_dir):
