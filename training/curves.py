@@ -18,10 +18,10 @@ def plot_curves(history: list[dict], path: Path, title: str = "") -> None:
 
     epochs = [row["epoch"] for row in history]
     fig, (loss_ax, err_ax) = plt.subplots(1, 2, figsize=(9, 3.4))
-    loss_ax.plot(epochs, [row["train_loss"] for row in history], marker=".", label="train")
+    loss_ax.plot(epochs, [row["train_loss"] for row in history], marker=".", label="train (running, dropout on)")
     loss_ax.plot(epochs, [row["valid_nll"] for row in history], marker=".", label="validation")
     loss_ax.set(xlabel="epoch", ylabel="cross-entropy", yscale="log")
-    err_ax.plot(epochs, [100 * row["train_error"] for row in history], marker=".", label="train")
+    err_ax.plot(epochs, [100 * row["train_error"] for row in history], marker=".", label="train (running, dropout on)")
     err_ax.plot(epochs, [100 * row["valid_error"] for row in history], marker=".", label="validation")
     err_ax.set(xlabel="epoch", ylabel="error (%)")
     for ax in (loss_ax, err_ax):
