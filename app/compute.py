@@ -38,6 +38,7 @@ from .reductions import (
     reduce_attention,
     reduce_features,
     selectable,
+    upsample,
 )
 from .transforms import apply_element
 
@@ -87,6 +88,14 @@ class LayerMaps:
     @property
     def orientations(self) -> int:
         return self.maps.shape[1]
+
+    def upsampled(self, size: int, which: str = "maps") -> np.ndarray:
+        """``maps``, ``expected`` or ``difference`` stretched over the ``size`` x ``size`` image.
+
+        Bilinear, ``align_corners=False`` (see :func:`app.reductions.upsample`). Shape ``(T, H, size, size)``.
+        """
+        values = getattr(self, which)
+        return upsample(torch.from_numpy(np.ascontiguousarray(values)), size).numpy()
 
 
 @dataclass(frozen=True)

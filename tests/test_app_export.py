@@ -65,7 +65,9 @@ def decode(png: bytes) -> Image.Image:
 def test_png_renderings_decode(p4m_result):
     _, result = p4m_result
     layer = result.attention["block_layers.0.conv"]
-    overlay = upsample(torch.from_numpy(layer.maps), 96).numpy()  # (T, H, 96, 96)
+    overlay = layer.upsampled(96)  # (T, H, 96, 96)
+    assert np.allclose(overlay, upsample(torch.from_numpy(layer.maps), 96).numpy())
+    assert layer.upsampled(96, "difference").shape == (8, 8, 96, 96)
     for png in (render_map_png(overlay[1, 2], result.images[1], title="rot 90°, h = 2"),
                 render_map_png(layer.difference[1, 2], cmap="RdBu", vmin=-1e-6, vmax=1e-6),
                 render_arrow_field_png(arrow_field(result.features["c1"], 96), 5, result.images[5], title="flip")):
