@@ -21,8 +21,15 @@ import typing
 
 import torch
 
+from models import CheckpointError, load_checkpoint
+
+from . import provenance
 from .config import TrainConfig
+from .data import DataError
+from .evaluation import evaluate_checkpoint
+from .loop import RunExistsError, fit
 from .presets import PRESET_NOTES, PRESETS
+from .report import results_table
 
 __all__ = ["main"]
 
@@ -88,21 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {PRESET_NOTES[name]}\n    {values}")
         return 0
     if args.command == "report":
-        from .report import results_table
-
         print(results_table(args.folder))
         return 0
     if args.command == "evaluate":
-        from .evaluation import evaluate_checkpoint
-
-        metrics = evaluate_checkpoint(args.checkpoint, args.data_dir, split=args.split, limit=args.limit)
-        print(json.dumps(metrics, indent=1))
-        return 0
-    from models import CheckpointError
-
-    from .data import DataError
-    from .loop import RunExistsError, fit
-
+        return _evaluate(args)
     try:
         cfg = config_from_args(args)
     except (TypeError, ValueError) as err:
@@ -111,12 +107,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     out = args.out or f"runs/{args.preset}-{cfg.model}-seed{cfg.seed}"
-    from . import provenance
-
     try:
         fit(cfg, out, resume=args.resume, preset=args.preset, device=args.device,
             command=provenance.command_line(argv))
     except (DataError, RunExistsError, CheckpointError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    """Print the measured metrics, and the card's claim beside them."""
+    try:
+        metrics = evaluate_checkpoint(args.checkpoint, args.data_dir, split=args.split, limit=args.limit)
+        claimed = load_checkpoint(args.checkpoint)[1].get("metrics", {})
+    except (CheckpointError, DataError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(metrics, indent=1))
+    subset = args.split == "test" and args.limit and args.limit == claimed.get("test_first_n")
+    key = "test_error_first_n" if subset else f"{args.split}_error"
+    if key in claimed and (subset or not args.limit):
+        print(f"{args.split} error {100 * metrics['error']:.2f}% measured; the card says {100 * claimed[key]:.2f}%")
     return 0
