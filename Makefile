@@ -24,3 +24,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+.PHONY: run
+run: $(STAMP)
+	$(BIN)/streamlit run app/main.py

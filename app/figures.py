@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from .arrows import ArrowField
 from .images import to_channels
 
-__all__ = ["render_map_png", "render_arrow_field_png", "ORIENTATION_COLOURS"]
+__all__ = ["render_map_png", "render_map_row_png", "render_arrow_field_png", "ORIENTATION_COLOURS"]
 
 # One colour per orientation (tab10 without grey); mirrored ones are also drawn hollow.
 ORIENTATION_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22")
@@ -103,4 +103,37 @@ def render_arrow_field_png(
     ax.set_aspect("equal")
     ax.set_title(title, fontsize=9)
     ax.set_axis_off()
+    return _png(fig, dpi)
+
+
+def render_map_row_png(
+    values: np.ndarray,
+    image: np.ndarray | None = None,
+    titles: list[str] | None = None,
+    *,
+    cmap: str = "viridis",
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+    opacity: float = 0.6,
+    dpi: int = 100,
+) -> bytes:
+    """Maps side by side on one colour scale (one colour bar), each over the image when given.
+
+    Args:
+        values: ``(P, X, Y)`` maps, upsampled to the image size when overlaid.
+        image: ``(C, X, Y)`` in [0, 1], under every panel, or None.
+        titles: one per panel.
+        cmap, vmin, vmax, opacity, dpi: as :func:`render_map_png`.
+    """
+    count = len(values)
+    fig = Figure(figsize=(2.2 * count + 0.6, 2.5))
+    axes = fig.subplots(1, count, squeeze=False)[0]
+    shown = None
+    for p, ax in enumerate(axes):
+        _background(ax, image)
+        shown = ax.imshow(values[p], cmap=cmap, vmin=vmin, vmax=vmax,
+                          alpha=opacity if image is not None else 1.0, interpolation="nearest")
+        ax.set_title(titles[p] if titles else "", fontsize=8)
+        ax.set_axis_off()
+    fig.colorbar(shown, ax=list(axes), fraction=0.02, pad=0.01)
     return _png(fig, dpi)

@@ -1,0 +1,197 @@
+"""Streamlit inputs of the app: model, image, transform. Each ``*_ui()`` draws widgets and returns their values.
+
+Models are loaded once per process with ``st.cache_resource`` (eval mode, never
+modified afterwards; maps come out of the forward pass, nothing is stored on
+the module), keyed by the checkpoint's path and modification time, or by the
+upload's SHA-256. Decoded uploads and analyses live in small LRU caches
+(:mod:`app.cache`). Every bad file ends in ``st.error`` with the message of its
+:class:`~app.images.ImageError` or :class:`~models.CheckpointError`, and the
+function returns None so that the page says what to do instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+
+from models import Group, Network, list_models, load_checkpoint
+from models.reference_import import PAPER_NAMES
+
+from .cache import LRUCache, image_digest
+from .checkpoints import CheckpointError, list_checkpoints, load_uploaded_checkpoint
+from .gallery import list_gallery
+from .images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image
+from .pathology import is_pathology
+
+__all__ = ["LoadedModel", "ChosenImage", "model_ui", "image_ui", "transform_ui", "checkpoint_folder",
+           "NO_CHECKPOINT_HELP"]
+
+IMAGE_TYPES = ["png", "jpg", "jpeg", "tif", "tiff", "bmp", "webp"]
+NO_CHECKPOINT_HELP = """**No model checkpoint found** in `{folder}/`.
+
+* Upload one in the sidebar: one of ours (`.safetensors`, its model card embedded) or a `.pth` released with
+  the paper's code (then name its architecture), or
+* train one: `python -m training train rot_mnist --model a_p4cnn --fetch`, then copy
+  `runs/rot_mnist-a_p4cnn-seed0/best.safetensors` (and `best.json`) to `{folder}/a_p4cnn_rot_mnist.safetensors`
+  (`.json`). Set `APP_CHECKPOINTS` to list another folder.
+"""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to analyse: ``model_id`` keys the caches, ``name`` is what the user picked."""
+
+    model_id: str
+    name: str
+    model: Network
+    card: dict
+
+
+@dataclass(frozen=True)
+class ChosenImage:
+    """The fitted image (``(C, S, S)`` in [0, 1]) and where it came from."""
+
+    pixels: np.ndarray
+    info: FitInfo
+    source: str
+    microns_per_pixel: float | None
+
+
+def checkpoint_folder() -> Path:
+    """``$APP_CHECKPOINTS`` or ``checkpoints``."""
+    return Path(os.environ.get("APP_CHECKPOINTS", "checkpoints"))
+
+
+@st.cache_resource(max_entries=8, show_spinner="Loading the model ...")
+def _load_listed(path: str, mtime_ns: int) -> tuple[Network, dict]:
+    del mtime_ns  # part of the cache key only: a replaced file is loaded again
+    return load_checkpoint(path)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Loading the uploaded checkpoint ...")
+def _load_upload(digest: str, filename: str, arch: str | None, _data: bytes) -> tuple[Network, dict]:
+    del digest  # the key; the bytes themselves are not hashed again
+    return load_uploaded_checkpoint(_data, filename, arch)
+
+
+@st.cache_resource
+def decoded_images() -> LRUCache:
+    """Decoded uploads by SHA-256 of their bytes (one process-wide LRU)."""
+    return LRUCache(maxsize=4)
+
+
+def model_ui(folder: Path) -> LoadedModel | None:
+    """Sidebar: a shipped checkpoint or an uploaded one. None (after a message) when there is no usable model."""
+    entries = list_checkpoints(folder)
+    st.sidebar.header("Model")
+    source = st.sidebar.radio("Source", ["Shipped checkpoints", "Upload a checkpoint"], index=0 if entries else 1,
+                              horizontal=True, key="model_source")
+    if source == "Shipped checkpoints":
+        if not entries:
+            st.info(NO_CHECKPOINT_HELP.format(folder=folder))
+            return None
+        by_name = {e.name: e for e in entries}
+        entry = by_name[st.sidebar.selectbox("Checkpoint", list(by_name), format_func=lambda n: by_name[n].label,
+                                             key="checkpoint")]
+        if entry.error:
+            st.error(f"{entry.name}: {entry.error}")
+            return None
+        try:
+            model, card = _load_listed(str(entry.path), entry.path.stat().st_mtime_ns)
+        except (CheckpointError, OSError) as err:
+            st.error(f"Cannot load {entry.name}: {err}")
+            return None
+        return LoadedModel(f"{entry.path.resolve()}@{entry.path.stat().st_mtime_ns}", entry.name, model, card)
+    upload = st.sidebar.file_uploader("Checkpoint file (.safetensors, or the paper's .pth)",
+                                      type=["safetensors", "pth", "pt"], key="checkpoint_upload")
+    arch = None
+    if upload is not None and Path(upload.name).suffix.lower() in (".pth", ".pt"):
+        choices = list(PAPER_NAMES) + [name for name in list_models() if name not in PAPER_NAMES]
+        arch = st.sidebar.selectbox("Architecture of the .pth", choices, key="pth_arch",
+                                    help="The paper code's --model name or our registry name.")
+    if upload is None:
+        st.info("Upload a checkpoint in the sidebar." + ("" if entries else "\n\n" + NO_CHECKPOINT_HELP.format(
+            folder=folder)))
+        return None
+    data = upload.getvalue()
+    digest = image_digest(data)
+    try:
+        model, card = _load_upload(digest, upload.name, arch, data)
+    except CheckpointError as err:
+        st.error(f"Cannot use this checkpoint: {err}")
+        return None
+    return LoadedModel(f"upload:{digest}:{arch}", upload.name, model, card)
+
+
+def image_ui(card: dict) -> ChosenImage | None:
+    """Sidebar: a gallery image or an upload, fitted to the model (resize, or a crop at native scale)."""
+    spec = card["input"]
+    size, channels = int(spec["size"]), int(spec["channels"])
+    st.sidebar.header("Image")
+    source = st.sidebar.radio("Source", ["Gallery", "Upload an image"], horizontal=True, key="image_source")
+    if source == "Gallery":
+        items = list_gallery()
+        preferred = "he" if is_pathology(card) or channels == 3 else "digit"
+        items = [i for i in items if i.kind == preferred] + [i for i in items if i.kind != preferred]
+        by_name = {i.name: i for i in items}
+        item = by_name[st.sidebar.selectbox("Gallery image", list(by_name), format_func=lambda n: by_name[n].caption,
+                                            key=f"gallery-{preferred}")]
+        data, name, mpp = item.path.read_bytes(), item.name, item.microns_per_pixel
+        st.sidebar.caption(f"{item.source}. {item.credit}.")
+    else:
+        upload = st.sidebar.file_uploader(f"Image ({', '.join(FORMATS)})", type=IMAGE_TYPES, key="image_upload",
+                                          max_upload_size=MAX_UPLOAD_BYTES // 2**20)
+        if upload is None:
+            st.info("Upload an image in the sidebar, or pick one from the gallery.")
+            return None
+        data, name, mpp = upload.getvalue(), upload.name, None
+    try:
+        image = decoded_images().get_or_compute(image_digest(data), lambda: read_image(data))
+    except ImageError as err:
+        st.error(f"Cannot use {name}: {err}")
+        return None
+    rows, cols = image.shape[1:]
+    can_crop = rows >= size and cols >= size
+    mode = st.sidebar.radio("Fit to the model's input", ["resize", "crop"], horizontal=True, key="fit_mode",
+                            help=f"The model takes {size} x {size} pixels with {channels} channel(s). Resize "
+                                 "scales the centred square; crop cuts a window at native scale.",
+                            disabled=not can_crop)
+    origin = None
+    if mode == "crop" and can_crop:
+        origin = (st.sidebar.slider("Crop top row", 0, rows - size, (rows - size) // 2, key="crop_row")
+                  if rows > size else 0,
+                  st.sidebar.slider("Crop left column", 0, cols - size, (cols - size) // 2, key="crop_col")
+                  if cols > size else 0)
+    try:
+        fitted = fit_to_model(image, size, channels, mode if can_crop else "resize", origin)
+    except ImageError as err:
+        st.error(f"Cannot fit {name}: {err}")
+        return None
+    if fitted.info.mode == "resize" and mpp is not None:
+        mpp = mpp * fitted.info.region[2] / size
+    return ChosenImage(fitted.pixels, fitted.info, name, mpp)
+
+
+def transform_ui(group: Group, planar: bool) -> tuple[int, float]:
+    """Sidebar: the group element (quarter turns, mirror for p4m) and an extra arbitrary angle.
+
+    Returns:
+        ``(element index, degrees)``: the element is applied first, then the rotation by ``degrees``.
+    """
+    st.sidebar.header("Transform")
+    quarter = st.sidebar.radio("Rotate by", [0, 90, 180, 270], format_func=lambda d: f"{d}°", horizontal=True,
+                               key=f"rotate-{group.name}")
+    mirror = False
+    if group.order == 8:
+        mirror = st.sidebar.toggle("Mirror (flip the rows after rotating)", key="mirror")
+    degrees = st.sidebar.slider("Then rotate by an arbitrary angle", -180, 180, 0, step=1, key="angle")
+    note = ("Only group elements (quarter turns, mirrors) give exact equivariance: other angles resample the "
+            "pixels, so the maps follow only approximately; the measured deviation is shown with the proof.")
+    if planar:
+        note = "A planar CNN is not equivariant: the proof shows how far its maps are from it."
+    st.sidebar.caption(note)
+    return quarter // 90 + 4 * mirror, float(degrees)

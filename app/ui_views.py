@@ -1,0 +1,271 @@
+"""Streamlit views of one analysis: maps, arrow fields, the proof, the prediction, pathology mode, export.
+
+Each ``*_ui()`` draws widgets and returns their values; each ``show_*()`` draws
+figures built by :mod:`app.plots` and :mod:`app.figures` from an
+:class:`~app.compute.Analysis`. Nothing here computes beyond those calls.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pandas as pd
+import streamlit as st
+
+from models import get_group
+
+from .angles import AngleDeviation
+from .arrows import ArrowField, arrow_field
+from .cache import LRUCache
+from .compute import Analysis, LayerMaps
+from .export import export_npz
+from .figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
+from .pathology import (
+    calibration_at,
+    centre_region,
+    is_pathology,
+    model_microns_per_pixel,
+    scale_bar_microns,
+)
+from .plots import COLOUR_MAPS, PanelMarks, map_panels, probability_figure, proof_figure, reliability_figure
+from .reductions import MEANS, MapSelection
+
+__all__ = ["display_ui", "layer_ui", "selection_ui", "arrow_layer_ui", "show_maps", "show_arrows", "show_proof",
+           "show_prediction", "show_calibration", "show_angle_deviation", "show_export", "panel_marks", "maps_png",
+           "arrows_png", "value_range", "orientation_titles"]
+
+MPL_COLOUR_MAPS = {"Viridis": "viridis", "Inferno": "inferno", "Magma": "magma", "Cividis": "cividis",
+                   "Hot": "hot", "Jet": "jet", "Greys": "gray"}
+
+
+@st.cache_resource
+def rendered() -> LRUCache:
+    """Rendered arrow-field PNGs by (analysis key, layer, transform): one process-wide LRU."""
+    return LRUCache(maxsize=64)
+
+
+def display_ui() -> tuple[str, float, bool]:
+    """Sidebar: colour map, opacity, and whether the colour range is the data's (else fixed [0, 1])."""
+    st.sidebar.header("Display")
+    colorscale = st.sidebar.selectbox("Colour map", COLOUR_MAPS, key="colorscale")
+    opacity = st.sidebar.slider("Map opacity", 0.0, 1.0, 0.6, 0.05, key="opacity")
+    data_range = st.sidebar.toggle("Stretch the colours to the layer's range", value=True, key="data_range",
+                                   help="Off: attention on a fixed 0-1 scale. The range is shared by every panel "
+                                        "and every transform either way.")
+    return colorscale, opacity, data_range
+
+
+def _layer_label(key: str) -> str:
+    kind, name = key.split("/", 1)
+    return f"{name} ({'attention' if kind == 'attention' else 'features'})"
+
+
+def layer_ui(analysis: Analysis, model_id: str) -> str:
+    """Main panel: which layer to show, ``"attention/NAME"`` or ``"features/NAME"``.
+
+    Attentive layers come first (the default is the first with orientations); models
+    without attention show their group feature maps.
+    """
+    keys = [f"attention/{n}" for n in analysis.attention] + [f"features/{n}" for n in analysis.features]
+    with_orientations = [k for k in keys if _layer(analysis, k).orientations > 1]
+    default = keys.index((with_orientations or keys)[0])
+    return st.selectbox("Layer", keys, index=default, format_func=_layer_label, key=f"layer-{model_id}",
+                        help="Attentive layers show the effective attention the network multiplies by; "
+                             "every convolution also shows its response strength (features).")
+
+
+def _layer(analysis: Analysis, key: str) -> LayerMaps:
+    kind, name = key.split("/", 1)
+    return getattr(analysis, kind)[name]
+
+
+def selection_ui(layer: LayerMaps, widget_key: str, left, right) -> MapSelection:
+    """Pickers for full-attention layers (output channel, input orientation; in containers ``left``, ``right``).
+
+    The mean is the default of both.
+    """
+    if layer.kind != "attention" or not layer.layout.startswith("full"):
+        return MEANS
+    channel = left.selectbox("Output channel", ["mean"] + list(range(layer.channels)), key=f"channel-{widget_key}")
+    orientation = "mean"
+    if layer.in_orientations:
+        orientation = right.selectbox("Input orientation", ["mean"] + list(range(layer.in_orientations)),
+                                      key=f"in-orientation-{widget_key}")
+    return MapSelection(None if channel == "mean" else int(channel),
+                        None if orientation == "mean" else int(orientation))
+
+
+def orientation_titles(analysis: Analysis, layer: LayerMaps) -> list[str]:
+    """Panel titles: the orientation's group element, or one invariant map."""
+    if layer.orientations == 1:
+        return ["on the image (no orientation axis)"]
+    group = get_group(analysis.group)
+    return [f"h = {group.describe(h)}" for h in range(layer.orientations)]
+
+
+def value_range(layer: LayerMaps, data_range: bool) -> tuple[float, float]:
+    """The colour range shared by every panel and every transform of one layer."""
+    if data_range or layer.kind != "attention":
+        low, high = float(min(layer.maps.min(), layer.expected.min())), float(max(layer.maps.max(),
+                                                                                  layer.expected.max()))
+        if layer.kind != "attention":
+            low = 0.0
+        return low, high if high > low else low + 1e-6
+    return 0.0, 1.0
+
+
+def panel_marks(card: dict, size: int, microns_per_pixel: float | None) -> PanelMarks | None:
+    """Pathology marks (the central 32 x 32, a scale bar) for H&E models, else None."""
+    if not is_pathology(card):
+        return None
+    mpp = microns_per_pixel or model_microns_per_pixel(card) or 1.0
+    bar = scale_bar_microns(size, mpp)
+    return PanelMarks(centre_region(size), bar / mpp, f"{bar:.0f} µm")
+
+
+def show_maps(analysis: Analysis, layer: LayerMaps, colorscale: str, opacity: float, zrange: tuple[float, float],
+              marks: PanelMarks | None) -> None:
+    """One panel per orientation of the current image's maps, over the image, one colour scale."""
+    size = analysis.images.shape[-1]
+    maps = layer.upsampled(size)[0]  # (H, S, S), the current image (transform 0)
+    fig = map_panels(analysis.images[0], maps, orientation_titles(analysis, layer), colorscale=colorscale,
+                     opacity=opacity, zmin=zrange[0], zmax=zrange[1],
+                     colour_title="attention" if layer.kind == "attention" else "|features|", marks=marks)
+    st.plotly_chart(fig, key="maps", config={"displaylogo": False})
+    st.caption(layer.description + (" Attention shown is the effective alpha-plus = 1 - alpha_c * alpha_s, in "
+                                    "[0, 1]: what the network multiplies by." if layer.kind == "attention" else ""))
+
+
+def arrow_layer_ui(analysis: Analysis, chosen: str, model_id: str) -> str | None:
+    """Which layer's orientations the arrow field draws: the chosen layer if it has them, else a feature layer."""
+    keys = [f"attention/{n}" for n in analysis.attention] + [f"features/{n}" for n in analysis.features]
+    keys = [k for k in keys if _layer(analysis, k).orientations > 1]
+    if not keys:
+        return None
+    name = chosen.split("/", 1)[1]
+    default = chosen if chosen in keys else f"features/{name}" if f"features/{name}" in keys else keys[0]
+    return st.selectbox("Arrow field of", keys, index=keys.index(default), format_func=_layer_label,
+                        key=f"arrow-layer-{model_id}")
+
+
+def arrows_png(field: ArrowField, analysis: Analysis, t: int, dpi: int = 70) -> bytes:
+    return render_arrow_field_png(field, t, analysis.images[t], title=analysis.element_names[t], dpi=dpi)
+
+
+def show_arrows(analysis: Analysis, layer: LayerMaps, cache_key: tuple) -> ArrowField:
+    """The arrow field of every transform of the image, side by side, on one scale."""
+    size = analysis.images.shape[-1]
+    field = arrow_field(layer, size, spacing=max(4, size // 12))  # 7 x 7 arrows on digits, 12 x 12 on patches
+    count = len(analysis.elements)
+    columns = st.columns(count)
+    for t, column in enumerate(columns):
+        png = rendered().get_or_compute((cache_key, layer.kind, layer.name, t),
+                                        functools.partial(arrows_png, field, analysis, t))
+        column.image(png, width="stretch")
+    legend = " ".join(
+        f"<span style='color:{ORIENTATION_COLOURS[h]}'>{'▷' if h >= 4 else '▶'} {get_group(analysis.group).describe(h)}"
+        "</span>" for h in range(layer.orientations))
+    st.markdown(f"<small>{legend}</small>", unsafe_allow_html=True)
+    st.caption(f"One arrow per orientation at each {field.spacing} px cell, pointing where that orientation's "
+               "filter points, as long as its mean response there; a full-length arrow is "
+               f"{field.scale:.3g}, the same in every panel. Hollow arrows: mirrored orientations. Each panel is a "
+               "transform of the image: the field turns (and flips) with it.")
+    return field
+
+
+def show_proof(analysis: Analysis, layer: LayerMaps, colorscale: str, opacity: float, zrange: tuple[float, float],
+               model_id: str) -> None:
+    """maps(g.x) beside g.maps(x), their difference, the max error; then every layer's error."""
+    names = list(analysis.element_names)
+    t = st.selectbox("Transform g", list(range(1, len(names))), format_func=lambda i: names[i], key="proof_element")
+    size = analysis.images.shape[-1]
+    maps, expected = layer.upsampled(size, "maps")[t], layer.upsampled(size, "expected")[t]
+    left, right = st.columns(2)
+    left.metric(f"max |maps(g.x) - g.maps(x)|, {layer.name}", f"{layer.max_abs_error[t]:.2e}")
+    right.metric("relative to max |g.maps(x)|", f"{layer.relative_error[t]:.2e}")
+    if not analysis.equivariant:
+        st.warning("This is a planar CNN: it is not equivariant, and the differences show how far it is from it.")
+    st.plotly_chart(proof_figure(analysis.images[t], maps, expected, orientation_titles(analysis, layer),
+                                 colorscale=colorscale, zmin=zrange[0], zmax=zrange[1], opacity=opacity),
+                    key="proof", config={"displaylogo": False})
+    st.caption("Top: the maps the network computed on the transformed image g.x. Middle: the maps of the "
+               "original x, moved by g (planes rotated with the image, orientation axis permuted). Bottom: their "
+               "difference, on its own symmetric scale. An equivariant network shows float32 round-off.")
+    rows = [dict(layer=name, kind=kind, layout=lm.layout, max_abs_error=float(lm.max_abs_error.max()),
+                 max_relative_error=float(lm.relative_error.max()))
+            for kind, layers in (("attention", analysis.attention), ("features", analysis.features))
+            for name, lm in layers.items()]
+    st.markdown("**Every layer, worst over all group elements**")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"errors-{model_id}",
+                 column_config={"max_abs_error": st.column_config.NumberColumn(format="%.2e"),
+                                "max_relative_error": st.column_config.NumberColumn(format="%.2e")})
+
+
+def show_prediction(analysis: Analysis) -> None:
+    """Class probabilities of the image and of every group transform of it."""
+    table = pd.DataFrame(analysis.probabilities, columns=list(analysis.class_names),
+                         index=list(analysis.element_names))
+    table.index.name = "transform"
+    st.plotly_chart(probability_figure(analysis.probabilities, list(analysis.class_names),
+                                       list(analysis.element_names)), key="probabilities",
+                    config={"displaylogo": False})
+    st.dataframe(table.style.format("{:.4f}"), key="probability_table")
+    st.caption(f"Largest change of any probability over the transforms: {analysis.probability_error:.2e}.")
+
+
+def show_calibration(card: dict, analysis: Analysis) -> None:
+    """Pathology mode: this patch's probability against the test set's reliability diagram."""
+    probabilities = analysis.probabilities[0]
+    confidence = float(probabilities.max())
+    calibration = calibration_at(card, confidence)
+    metrics = card.get("metrics") or {}
+    if calibration is None:
+        st.info("This model's card has no reliability data, so its probabilities cannot be read as frequencies.")
+        return
+    st.write(calibration.text)
+    extra = [f"ECE {metrics['test_ece']:.3f}" if metrics.get("test_ece") is not None else "",
+             f"AUC {metrics['test_auc']:.3f}" if metrics.get("test_auc") is not None else ""]
+    if any(extra):
+        st.caption("Test set: " + ", ".join(e for e in extra if e) + ".")
+    st.plotly_chart(reliability_figure(metrics["test_reliability"], confidence), key="reliability",
+                    config={"displaylogo": False})
+
+
+def show_angle_deviation(deviation: AngleDeviation) -> None:
+    """The measured deviation of a rotation by an arbitrary angle."""
+    if deviation.exact:
+        st.success(f"{deviation.degrees:.0f}° is a quarter turn: a group element, so equivariance is exact.")
+    else:
+        st.info(f"{deviation.degrees:.0f}° is not a group element: the pixels were resampled, so equivariance "
+                "holds only approximately. Measured inside the inscribed disc, against the nearest quarter turn "
+                f"({90 * deviation.quarter_turns}°) for the orientation axis:")
+    st.metric("max change of a class probability", f"{deviation.probability_error:.3f}")
+    st.dataframe(pd.DataFrame([dict(layer=k, relative_deviation=v) for k, v in deviation.layer_errors.items()]),
+                 hide_index=True, key="angle_deviation",
+                 column_config={"relative_deviation": st.column_config.NumberColumn(format="%.3f")})
+
+
+def maps_png(analysis: Analysis, layer: LayerMaps, colorscale: str, opacity: float,
+             zrange: tuple[float, float]) -> bytes:
+    size = analysis.images.shape[-1]
+    return render_map_row_png(layer.upsampled(size)[0], analysis.images[0], orientation_titles(analysis, layer),
+                              cmap=MPL_COLOUR_MAPS.get(colorscale, "viridis"), vmin=zrange[0], vmax=zrange[1],
+                              opacity=opacity)
+
+
+def show_export(analysis: Analysis, layer: LayerMaps, field: ArrowField | None, field_layer: str, colorscale: str,
+                opacity: float, zrange: tuple[float, float], metadata: dict) -> None:
+    """Download buttons; the files are made only when clicked."""
+    stem = f"{metadata.get('model', 'model')}_{layer.name}".replace("/", "_").replace(" ", "_")
+    left, middle, right = st.columns(3)
+    left.download_button("Maps (PNG)", functools.partial(maps_png, analysis, layer, colorscale, opacity, zrange),
+                         file_name=f"{stem}_maps.png", mime="image/png", key="export_maps")
+    if field is not None:
+        middle.download_button("Arrow field (PNG)", functools.partial(arrows_png, field, analysis, 0, 150),
+                               file_name=f"{stem}_arrows.png", mime="image/png", key="export_arrows")
+    right.download_button("Maps, proof and arrows (NPZ)",
+                          functools.partial(export_npz, analysis, None, field, field_layer, metadata),
+                          file_name=f"{stem}.npz", mime="application/octet-stream", key="export_npz")
+    st.caption("The NPZ holds every layer's maps(g.x), g.maps(x) and errors, the images, the probabilities and the "
+               "arrow field, with names, shapes and a JSON description; read it with "
+               "`np.load(f, allow_pickle=False)`.")

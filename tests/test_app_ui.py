@@ -1,0 +1,253 @@
+"""The Streamlit app in AppTest: every gallery image with every checkpoint, the controls, and every bad input.
+
+Checkpoints are small models from the registry saved with proper cards in a
+temporary folder (``APP_CHECKPOINTS``), plus the shipped ``checkpoints/*.safetensors``
+where there are any.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from test_app_compute import calibrated
+
+import models
+from app.compute import analyse
+from app.export import read_npz
+from app.gallery import list_gallery
+
+streamlit_testing = pytest.importorskip("streamlit.testing.v1")
+AppTest = streamlit_testing.AppTest
+
+REPO = Path(__file__).resolve().parents[1]
+MAIN = str(REPO / "app" / "main.py")
+TIMEOUT = 120
+SHIPPED = sorted((REPO / "checkpoints").glob("*.safetensors"))
+DEV_ARCHS = ["p4cnn", "a_p4cnn", "fa_p4m_densenet"]
+HE_NOTES = "Demonstration proxy: label = nucleus-rich centre (haematoxylin colour deconvolution), not tumour"
+
+
+def dev_card(arch: str) -> dict:
+    """A card like the training package writes: input convention, dataset, class names, metrics."""
+    if models.model_info(arch).dataset == "rot_mnist":
+        return {"input": dict(size=28, channels=1, mean=[0.1307], std=[0.3081], transposed=False),
+                "dataset": {"name": "rot_mnist", "notes": ""}, "class_names": [str(i) for i in range(10)],
+                "metrics": {"test_error": 0.05}, "equivariance_error": None}
+    edges = np.linspace(0.5, 1.0, 6).tolist()
+    return {"input": dict(size=96, channels=3, mean=[0.636, 0.441, 0.580], std=[0.235, 0.257, 0.209],
+                          transposed=False),
+            "dataset": {"name": "he_demo", "notes": HE_NOTES}, "class_names": ["nucleus_sparse", "nucleus_rich"],
+            "metrics": {"test_error": 0.1, "test_ece": 0.04, "test_auc": 0.95,
+                        "test_reliability": {"bin_edges": edges, "confidence": [0.55, None, 0.75, 0.85, 0.97],
+                                             "accuracy": [0.5, None, 0.7, 0.9, 0.98], "count": [10, 0, 20, 40, 176]}},
+            "equivariance_error": None}
+
+
+def write_dev_checkpoints(folder: Path, archs: list[str]) -> list[Path]:
+    """Random-weight models (BatchNorm statistics from data) saved as ``{arch}_dev.safetensors``."""
+    paths = []
+    for arch in archs:
+        path = folder / f"{arch}_dev.safetensors"
+        models.save_checkpoint(calibrated(arch), path, dev_card(arch))
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def dev_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("checkpoints")
+    write_dev_checkpoints(folder, DEV_ARCHS)
+    return folder
+
+
+def app(monkeypatch, folder: Path) -> AppTest:
+    monkeypatch.setenv("APP_CHECKPOINTS", str(folder))
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT)
+    return at.run()
+
+
+def ok(at: AppTest) -> AppTest:
+    """Fail on any exception or error message; return the app."""
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def errors(at: AppTest) -> str:
+    assert not at.exception, [e.message for e in at.exception]
+    return " ".join(e.value for e in at.error)
+
+
+def one_checkpoint_folder(tmp_path: Path, source: Path) -> Path:
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / source.name).symlink_to(source)
+    if source.with_suffix(".json").exists():
+        (folder / source.with_suffix(".json").name).symlink_to(source.with_suffix(".json"))
+    return folder
+
+
+SHIPPED_ARCHS = {json.loads(p.with_suffix(".json").read_text()).get("arch") for p in SHIPPED
+                 if p.with_suffix(".json").exists()}
+# Every shipped checkpoint, and a dev stand-in for each architecture not shipped (yet).
+CASES = [pytest.param(path, id=f"shipped-{path.stem}") for path in SHIPPED] + [
+    pytest.param(arch, id=f"dev-{arch}") for arch in DEV_ARCHS if arch not in SHIPPED_ARCHS]
+
+
+@pytest.mark.parametrize("checkpoint", CASES)
+def test_every_gallery_image_renders(checkpoint, dev_folder, tmp_path, monkeypatch):
+    source = dev_folder / f"{checkpoint}_dev.safetensors" if isinstance(checkpoint, str) else checkpoint
+    at = ok(app(monkeypatch, one_checkpoint_folder(tmp_path, source)))
+    picker = at.sidebar.selectbox[1]
+    assert picker.label == "Gallery image"
+    assert len(picker.options) == len(list_gallery()) >= 14
+    for index, caption in enumerate(picker.options):
+        at = ok(picker.select_index(index).run())
+        picker = at.sidebar.selectbox[1]
+        assert len(at.get("plotly_chart")) >= 3 and len(at.image) >= 5, caption
+    card = json.loads(source.with_suffix(".json").read_text()) if source.with_suffix(".json").exists() else {}
+    if (card.get("dataset") or {}).get("name") == "he_demo":
+        assert "not a tumour classifier" in at.warning[0].value
+
+
+def test_no_checkpoint_says_how_to_get_one(tmp_path, monkeypatch):
+    at = app(monkeypatch, tmp_path / "empty")
+    assert not at.exception
+    assert "No model checkpoint found" in at.info[0].value and "python -m training" in at.info[0].value
+
+
+def select_model(at: AppTest, arch: str) -> AppTest:
+    box = at.sidebar.selectbox(key="checkpoint")
+    return ok(box.select_index(next(i for i, o in enumerate(box.options) if o.startswith(arch + "_"))).run())
+
+
+def chart(at: AppTest, key: str):
+    return next(c for c in at.get("plotly_chart") if c.key == key)
+
+
+def proof_error(at: AppTest) -> float:
+    return float(at.metric[1].value)
+
+
+def test_rotate_mirror_switch_layer_and_model(dev_folder, monkeypatch):
+    at = app(monkeypatch, dev_folder)
+    at = select_model(at, "a_p4cnn")
+    layer = at.selectbox(key=next(k for k in (w.key for w in at.selectbox) if k.startswith("layer-")))
+    assert layer.value == "attention/c1"
+    at = ok(at.radio(key="rotate-p4").set_value(90).run())
+    assert proof_error(at) < 1e-4
+    # A full group attention layer: channel and input orientation pickers.
+    at = ok(layer.set_value("attention/c3").run())
+    channel = next(w for w in at.selectbox if w.label == "Output channel")
+    orientation = next(w for w in at.selectbox if w.label == "Input orientation")
+    assert channel.options[0] == "mean" and len(orientation.options) == 5
+    at = ok(channel.set_value(3).run())
+    at = ok(next(w for w in at.selectbox if w.label == "Input orientation").set_value(2).run())
+    assert proof_error(at) < 1e-4
+    at = ok(at.slider(key="angle").set_value(30).run())
+    assert "not a group element" in at.info[0].value
+    # Switch to the p4m DenseNet: mirror appears, and the proof stays exact.
+    at = select_model(at, "fa_p4m_densenet")
+    at = ok(at.slider(key="angle").set_value(0).run())
+    at = ok(at.toggle(key="mirror").set_value(True).run())
+    spec = json.loads(chart(at, "maps").proto.spec)
+    assert len([t for t in spec["data"] if t["type"] == "heatmap"]) == 8  # one panel per p4m orientation
+    assert {t.get("coloraxis") for t in spec["data"] if t["type"] == "heatmap"} == {"coloraxis"}  # one scale
+    assert any(s["type"] == "rect" for s in spec["layout"]["shapes"])  # pathology: central 32 x 32
+    assert any("µm" in a["text"] for a in spec["layout"]["annotations"])  # scale bar
+    assert proof_error(at) < 1e-4
+    assert chart(at, "reliability") is not None
+    at = select_model(at, "p4cnn")
+    assert "Layer" in [w.label for w in at.selectbox]
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def bomb_png(width: int = 30_000, height: int = 30_000) -> bytes:
+    """A valid PNG header declaring 900 MP, with a tiny compressed body."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 100)) + chunk(
+        b"IEND", b"")
+
+
+def test_bad_images_show_messages_and_the_app_keeps_serving(dev_folder, monkeypatch):
+    at = app(monkeypatch, dev_folder)
+    at = ok(at.sidebar.radio(key="image_source").set_value("Upload an image").run())
+    good = png_bytes(Image.fromarray((np.random.default_rng(0).random((40, 50)) * 255).astype(np.uint8)))
+    cases = [
+        (("empty.png", b"", "image/png"), "empty"),
+        (("cut.png", good[: len(good) // 2], "image/png"), "truncated or corrupt"),
+        (("notes.png", b"this is text, not an image" * 10, "image/png"), "not an image"),
+        (("bomb.png", bomb_png(), "image/png"), "limit is"),
+    ]
+    uploader = at.sidebar.file_uploader(key="image_upload")
+    for upload, message in cases:
+        at = uploader.set_value(upload).run()
+        assert message in errors(at), upload[0]
+        uploader = at.sidebar.file_uploader(key="image_upload")
+    at = ok(uploader.set_value(("digit.png", good, "image/png")).run())
+    assert "Scaled the centred 40 x 40 square" in " ".join(c.value for c in at.caption)
+
+
+class Exploit:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > pwned.txt",))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_bad_checkpoints_show_messages(dev_folder, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    at = app(monkeypatch, dev_folder)
+    at = ok(at.sidebar.radio(key="model_source").set_value("Upload a checkpoint").run())
+    wrong = io.BytesIO()
+    torch.save(models.build_model("p4cnn").state_dict(), wrong)
+    cases = [
+        (("model.safetensors", b"", "application/octet-stream"), "is empty"),
+        (("model.safetensors", b"\x00" * 100, "application/octet-stream"), "not a readable safetensors file"),
+        (("evil.pth", pickle.dumps({"c1.weight": Exploit()}), "application/octet-stream"),
+         "not a loadable PyTorch state dict"),
+        (("p4cnn.pth", wrong.getvalue(), "application/octet-stream"), "does not fit"),
+    ]
+    uploader = at.sidebar.file_uploader(key="checkpoint_upload")
+    for upload, message in cases:
+        at = uploader.set_value(upload).run()
+        if upload[0].endswith(".pth"):
+            at = at.sidebar.selectbox(key="pth_arch").set_value("att_p4cnn").run()
+        assert message in errors(at), upload[0]
+        uploader = at.sidebar.file_uploader(key="checkpoint_upload")
+    assert not (tmp_path / "pwned.txt").exists()
+    data = (dev_folder / "a_p4cnn_dev.safetensors").read_bytes()
+    at = ok(uploader.set_value(("mine.safetensors", data, "application/octet-stream")).run())
+    assert "mine.safetensors" in at.markdown[0].value
+
+
+def test_exports(dev_folder):
+    from app.arrows import arrow_field
+    from app.export import export_npz
+    from app.ui_views import arrows_png, maps_png
+
+    model, card = models.load_checkpoint(dev_folder / "a_p4cnn_dev.safetensors")
+    image = np.asarray(Image.open(list_gallery(kind="digit")[0].path), dtype=np.float32)[None] / 255
+    result = analyse(model, card, image)
+    layer = result.attention["c2"]
+    field = arrow_field(layer, 28)
+    assert maps_png(result, layer, "Viridis", 0.6, (0.0, 1.0)).startswith(b"\x89PNG")
+    assert arrows_png(field, result, 1).startswith(b"\x89PNG")
+    arrays, metadata = read_npz(export_npz(result, None, field, "attention/c2", {"model": "a_p4cnn_dev"}))
+    assert arrays["attention/c2/maps"].shape == layer.maps.shape and metadata["extra"]["model"] == "a_p4cnn_dev"
