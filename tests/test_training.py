@@ -95,6 +95,9 @@ def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):
 
     assert cli_main(train_args(amat_dir, killed, *epochs, "--resume", "--threads", "1")) == 0
     assert history(killed) == history(straight)
+    card = json.loads((killed / "best.json").read_text())
+    assert [c.endswith("--resume --threads 1") for c in card["training"]["invocations"]] == [False, True]
+    assert "--resume" not in card["training"]["command"]
     expected, actual = final_weights(straight), final_weights(killed)
     assert expected.keys() == actual.keys()
     for name in expected:

@@ -122,8 +122,8 @@ def _build(cfg: TrainConfig) -> nn.Module:
     return build_model(cfg.model, **({} if cfg.dropout is None else {"dropout": cfg.dropout}))
 
 
-def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, command: str, commit: str,
-          extra: dict) -> dict:
+def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, command: str, invocations: list[str],
+          commit: str, extra: dict) -> dict:
     spec = splits.spec
     return {
         "input": {"size": spec.size, "channels": spec.channels, "mean": list(spec.mean), "std": list(spec.std),
@@ -135,6 +135,7 @@ def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, comman
             "preset": preset,
             "config": dataclasses.asdict(cfg),
             "command": command,
+            "invocations": list(invocations),
             "commit": commit,
             "hardware": provenance.hardware(ctx.device, ctx.world_size),
             "processes": ctx.world_size,
@@ -197,7 +198,11 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
     history: list[dict] = state["history"]
     eval_args = dict(batch_size=cfg.eval_batch_size, max_batches=cfg.max_eval_batches)
     # The commit as the run starts: the code that trained it, whatever is edited while it runs.
-    base_card = dict(preset=preset, command=command, commit=state.setdefault("commit", provenance.git_commit()))
+    # Every invocation is kept; the card's "command" is the one that trains the same run from scratch (no
+    # --resume): runs are deterministic per epoch, so it reproduces the interrupted-and-resumed run exactly.
+    state.setdefault("invocations", []).append(command)
+    base_card = dict(preset=preset, command=provenance.without_resume(command), invocations=state["invocations"],
+                     commit=state.setdefault("commit", provenance.git_commit()))
     started = time.time() - state["seconds"]
     epoch = state["epoch"]
     while epoch < cfg.epochs and not (cfg.max_steps and state["steps"] >= cfg.max_steps):

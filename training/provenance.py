@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["command_line", "git_commit", "hardware"]
+__all__ = ["command_line", "without_resume", "git_commit", "hardware"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -19,6 +19,11 @@ def command_line(argv: list[str] | None = None) -> str:
     """The command as a user would retype it from the repo root."""
     argv = sys.argv[1:] if argv is None else argv
     return "python -m training " + " ".join(shlex.quote(arg) for arg in argv)
+
+
+def without_resume(command: str) -> str:
+    """The command that trains the same run from scratch: ``command`` without its ``--resume`` flag."""
+    return shlex.join(word for word in shlex.split(command) if word != "--resume")
 
 
 def git_commit() -> str:
