@@ -48,7 +48,8 @@ def proxy_statement(card: dict) -> str:
     if not is_proxy(card):
         return ""
     notes = _notes(card) or "the label is a stand-in defined for demonstration"
-    return (f"Demonstration proxy: not a tumour classifier. {notes.rstrip('.')}. Its probabilities say nothing "
+    notes = notes.removeprefix("Demonstration proxy:").strip().rstrip(".")
+    return (f"Demonstration proxy: not a tumour classifier. Its label: {notes}. Its probabilities say nothing "
             "about cancer; it exists to show equivariant attention on real H&E tissue.")
 
 

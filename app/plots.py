@@ -19,7 +19,7 @@ __all__ = ["COLOUR_MAPS", "image_rgb", "map_panels", "proof_figure", "probabilit
            "PanelMarks"]
 
 COLOUR_MAPS = ("Viridis", "Inferno", "Magma", "Cividis", "Hot", "Jet", "Greys")
-PANEL_PX = 190
+WIDTH_PX = 1150  # about the main column of the wide layout; heights are chosen to keep panels square
 
 
 def image_rgb(image: np.ndarray) -> np.ndarray:
@@ -69,8 +69,9 @@ def _grid(rows: int, cols: int, titles: list[str]) -> go.Figure:
 def map_panels(
     images: np.ndarray, maps: np.ndarray, titles: list[str], *, colorscale: str = "Viridis", opacity: float = 0.6,
     zmin: float = 0.0, zmax: float = 1.0, colour_title: str = "", marks: PanelMarks | None = None,
+    columns: int = 4,
 ) -> go.Figure:
-    """Panels side by side, each a map over its image, on one shared colour scale.
+    """Panels side by side (rows of ``columns``), each a map over its image, on one shared colour scale.
 
     Args:
         images: ``(P, C, S, S)`` in [0, 1] (or ``(C, S, S)``: the same image under every panel).
@@ -80,20 +81,25 @@ def map_panels(
         zmin, zmax: the shared colour range.
         colour_title: the colour bar's title.
         marks: pathology marks for every panel.
+        columns: panels per row (8 p4m orientations make two rows of 4).
     """
     count, size = len(maps), maps.shape[-1]
     if images.ndim == 3:
         images = np.broadcast_to(images, (count, *images.shape))
-    fig = _grid(1, count, titles)
+    cols = min(count, columns)
+    rows = -(-count // cols)
+    fig = _grid(rows, cols, titles)
     for p in range(count):
-        fig.add_trace(go.Image(z=image_rgb(images[p]), hoverinfo="skip"), row=1, col=p + 1)
+        row, col = p // cols + 1, p % cols + 1
+        fig.add_trace(go.Image(z=image_rgb(images[p]), hoverinfo="skip"), row=row, col=col)
         fig.add_trace(go.Heatmap(z=maps[p].astype(np.float32), coloraxis="coloraxis", opacity=opacity, name=titles[p],
-                                 hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>"), row=1, col=p + 1)
+                                 hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>"), row=row, col=col)
         if marks is not None:
-            marks.draw(fig, size, 1, p + 1)
+            marks.draw(fig, size, row, col)
+    side = min(WIDTH_PX // max(cols, 3), 320)
     fig.update_layout(coloraxis=dict(colorscale=colorscale, cmin=zmin, cmax=zmax,
                                      colorbar=dict(title=dict(text=colour_title, side="right"), thickness=12)),
-                      height=PANEL_PX + 60, margin=dict(l=0, r=0, t=30, b=0))
+                      height=rows * (side + 25) + 10, margin=dict(l=0, r=0, t=30, b=0))
     return fig
 
 
@@ -111,22 +117,24 @@ def proof_figure(
     count = len(maps)
     difference = maps - expected
     bound = float(np.abs(difference).max()) or 1e-12
-    row_titles = [f"maps(g.x) {t}" for t in titles] + [f"g.maps(x) {t}" for t in titles] + [
-        f"difference {t}" for t in titles]
-    fig = _grid(3, count, row_titles)
+    fig = _grid(3, count, list(titles) + [""] * (2 * count))
     rgb = image_rgb(image)
     for h in range(count):
         for row, values in ((1, maps[h]), (2, expected[h])):
             fig.add_trace(go.Image(z=rgb, hoverinfo="skip"), row=row, col=h + 1)
             fig.add_trace(go.Heatmap(z=values.astype(np.float32), coloraxis="coloraxis", opacity=opacity,
                                      hovertemplate="%{z:.4f}<extra></extra>"), row=row, col=h + 1)
-        fig.add_trace(go.Heatmap(z=difference[h].astype(np.float32), coloraxis="coloraxis2", hovertemplate="%{z:.2e}<extra></extra>"),
-                      row=3, col=h + 1)
+        fig.add_trace(go.Heatmap(z=difference[h].astype(np.float32), coloraxis="coloraxis2",
+                                 hovertemplate="%{z:.2e}<extra></extra>"), row=3, col=h + 1)
+    for row, label in ((1, "maps(g.x)"), (2, "g.maps(x)"), (3, "difference")):
+        fig.update_yaxes(visible=True, showticklabels=False, showgrid=False, zeroline=False, title_text=label,
+                         row=row, col=1)
+    side = min(WIDTH_PX // max(count, 3), 320)
     fig.update_layout(
         coloraxis=dict(colorscale=colorscale, cmin=zmin, cmax=zmax, colorbar=dict(len=0.62, y=0.69, thickness=12)),
         coloraxis2=dict(colorscale="RdBu", cmin=-bound, cmax=bound,
                         colorbar=dict(len=0.3, y=0.14, thickness=12, exponentformat="e")),
-        height=3 * PANEL_PX + 80, margin=dict(l=0, r=0, t=30, b=0),
+        height=3 * (side + 15) + 40, margin=dict(l=0, r=0, t=30, b=0),
     )
     return fig
 

@@ -148,7 +148,7 @@ def arrow_layer_ui(analysis: Analysis, chosen: str, model_id: str) -> str | None
                         key=f"arrow-layer-{model_id}")
 
 
-def arrows_png(field: ArrowField, analysis: Analysis, t: int, dpi: int = 70) -> bytes:
+def arrows_png(field: ArrowField, analysis: Analysis, t: int, dpi: int = 75) -> bytes:
     return render_arrow_field_png(field, t, analysis.images[t], title=analysis.element_names[t], dpi=dpi)
 
 
@@ -157,8 +157,8 @@ def show_arrows(analysis: Analysis, layer: LayerMaps, cache_key: tuple) -> Arrow
     size = analysis.images.shape[-1]
     field = arrow_field(layer, size, spacing=max(4, size // 12))  # 7 x 7 arrows on digits, 12 x 12 on patches
     count = len(analysis.elements)
-    columns = st.columns(count)
-    for t, column in enumerate(columns):
+    columns = [column for _ in range(-(-count // 4)) for column in st.columns(4)]
+    for t, column in zip(range(count), columns, strict=False):
         png = rendered().get_or_compute((cache_key, layer.kind, layer.name, t),
                                         functools.partial(arrows_png, field, analysis, t))
         column.image(png, width="stretch")
