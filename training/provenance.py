@@ -13,6 +13,7 @@ import torch
 __all__ = ["command_line", "without_resume", "git_commit", "hardware"]
 
 REPO = Path(__file__).resolve().parent.parent
+TRAINING_CODE = ("models", "training")
 
 
 def command_line(argv: list[str] | None = None) -> str:
@@ -27,10 +28,14 @@ def without_resume(command: str) -> str:
 
 
 def git_commit() -> str:
-    """HEAD of the repo, with ``+dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    """HEAD of the repo, with ``+dirty`` when the code that decides the weights differs from it.
+
+    That code is ``models/`` and ``training/`` (untracked files there count too); edits
+    elsewhere (the app, docs) do not change what a run computes. ``unknown`` outside git.
+    """
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *TRAINING_CODE], cwd=REPO,
                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
