@@ -10,7 +10,8 @@
 #      "ok" and for Docker's own HEALTHCHECK to report "healthy";
 #   5. screenshot the running app with headless Chromium into out/docker-screenshot.png.
 # The container and the wheel server are removed on exit, whatever happens; any failure
-# exits non-zero. Tunables (environment): IMAGE, APP_PORT, WHEELS_PORT, HEALTH_TIMEOUT.
+# exits non-zero. Tunables (environment): IMAGE, APP_PORT, WHEELS_PORT, HEALTH_TIMEOUT,
+# SHOT_TRIES, SHOT_WAIT_FOR.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -139,7 +140,8 @@ dom="$out/docker-screenshot.html"
 # A plain `chromium --screenshot` races Streamlit: virtual time runs out while the script is still
 # running over its websocket, giving a blank or half-drawn page. So each try also dumps the DOM it
 # captured, and we retry (later tries find the app's caches warm) until the DOM shows the script
-# finished (no status widget) and drew elements. An exception drawn by the app fails the test.
+# finished (no status widget, no loading skeleton), drew elements and, if SHOT_WAIT_FOR is set,
+# contains that extended regular expression. An exception drawn by the app fails the test.
 shot_ok=""
 for try in $(seq "${SHOT_TRIES:-10}"); do
     rm -f "$screenshot" "$dom"
@@ -153,7 +155,8 @@ for try in $(seq "${SHOT_TRIES:-10}"); do
     running || fail "the container stopped while the page was open"
     grep -q 'data-testid="stException"' "$dom" && fail "the app shows an exception (see $dom)"
     if [ -s "$screenshot" ] && grep -q 'data-testid="stElementContainer"' "$dom" \
-        && ! grep -q 'data-testid="stStatusWidget"' "$dom"; then
+        && ! grep -qE 'data-testid="(stStatusWidget|stAppSkeleton)"' "$dom" \
+        && grep -qE "${SHOT_WAIT_FOR:-.}" "$dom"; then
         shot_ok=1
         break
     fi
