@@ -32,7 +32,8 @@ from .reductions import MEANS, MapSelection
 
 __all__ = ["display_ui", "layer_ui", "selection_ui", "arrow_layer_ui", "show_maps", "show_arrows", "show_proof",
            "show_prediction", "show_calibration", "show_angle_deviation", "show_export", "panel_marks", "maps_png",
-           "arrows_png", "value_range", "orientation_titles"]
+           "arrows_png", "value_range", "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing",
+           "arrows_figure"]
 
 MPL_COLOUR_MAPS = {"Viridis": "viridis", "Inferno": "inferno", "Magma": "magma", "Cividis": "cividis",
                    "Hot": "hot", "Jet": "jet", "Greys": "gray"}
@@ -40,8 +41,8 @@ MPL_COLOUR_MAPS = {"Viridis": "viridis", "Inferno": "inferno", "Magma": "magma",
 
 @st.cache_resource
 def rendered() -> LRUCache:
-    """Rendered arrow-field PNGs by (analysis key, layer, transform): one process-wide LRU."""
-    return LRUCache(maxsize=64)
+    """Rendered arrow fields by (analysis key, layer kind, layer name): one process-wide LRU."""
+    return LRUCache(maxsize=16)
 
 
 def display_ui() -> tuple[str, float, bool]:
@@ -66,12 +67,22 @@ def layer_ui(analysis: Analysis, model_id: str) -> str:
     Attentive layers come first (the default is the first with orientations); models
     without attention show their group feature maps.
     """
-    keys = [f"attention/{n}" for n in analysis.attention] + [f"features/{n}" for n in analysis.features]
-    with_orientations = [k for k in keys if _layer(analysis, k).orientations > 1]
-    default = keys.index((with_orientations or keys)[0])
-    return st.selectbox("Layer", keys, index=default, format_func=_layer_label, key=f"layer-{model_id}",
+    keys = layer_keys(analysis)
+    return st.selectbox("Layer", keys, index=keys.index(default_layer_key(analysis)), format_func=_layer_label,
+                        key=f"layer-{model_id}",
                         help="Attentive layers show the effective attention the network multiplies by; "
                              "every convolution also shows its response strength (features).")
+
+
+def layer_keys(analysis: Analysis) -> list[str]:
+    """Every layer the page can show, ``"attention/NAME"`` then ``"features/NAME"``, in forward order."""
+    return [f"attention/{n}" for n in analysis.attention] + [f"features/{n}" for n in analysis.features]
+
+
+def default_layer_key(analysis: Analysis) -> str:
+    """The layer shown first: the first attentive one with orientations (else any with them, else the first)."""
+    keys = layer_keys(analysis)
+    return next((k for k in keys if _layer(analysis, k).orientations > 1), keys[0])
 
 
 def _layer(analysis: Analysis, key: str) -> LayerMaps:
@@ -138,8 +149,7 @@ def show_maps(analysis: Analysis, layer: LayerMaps, colorscale: str, opacity: fl
 
 def arrow_layer_ui(analysis: Analysis, chosen: str, model_id: str) -> str | None:
     """Which layer's orientations the arrow field draws: the chosen layer if it has them, else a feature layer."""
-    keys = [f"attention/{n}" for n in analysis.attention] + [f"features/{n}" for n in analysis.features]
-    keys = [k for k in keys if _layer(analysis, k).orientations > 1]
+    keys = [k for k in layer_keys(analysis) if _layer(analysis, k).orientations > 1]
     if not keys:
         return None
     name = chosen.split("/", 1)[1]
@@ -152,15 +162,24 @@ def arrows_png(field: ArrowField, analysis: Analysis, t: int, dpi: int = 75) -> 
     return render_arrow_field_png(field, t, analysis.images[t], title=analysis.element_names[t], dpi=dpi)
 
 
+def arrow_spacing(size: int) -> int:
+    """Cell side of the page's arrow fields: 7 x 7 arrows on 28-pixel digits, 12 x 12 on 96-pixel patches."""
+    return max(4, size // 12)
+
+
+def arrows_figure(field: ArrowField, analysis: Analysis) -> list[bytes]:
+    """What the page shows of an arrow field: one PNG per transform of the image."""
+    return [arrows_png(field, analysis, t) for t in range(len(analysis.elements))]
+
+
 def show_arrows(analysis: Analysis, layer: LayerMaps, cache_key: tuple) -> ArrowField:
     """The arrow field of every transform of the image, side by side, on one scale."""
     size = analysis.images.shape[-1]
-    field = arrow_field(layer, size, spacing=max(4, size // 12))  # 7 x 7 arrows on digits, 12 x 12 on patches
-    count = len(analysis.elements)
-    columns = [column for _ in range(-(-count // 4)) for column in st.columns(4)]
-    for t, column in zip(range(count), columns, strict=False):
-        png = rendered().get_or_compute((cache_key, layer.kind, layer.name, t),
-                                        functools.partial(arrows_png, field, analysis, t))
+    field = arrow_field(layer, size, spacing=arrow_spacing(size))
+    pictures = rendered().get_or_compute((cache_key, layer.kind, layer.name),
+                                         functools.partial(arrows_figure, field, analysis))
+    columns = [column for _ in range(-(-len(pictures) // 4)) for column in st.columns(4)]
+    for png, column in zip(pictures, columns, strict=False):
         column.image(png, width="stretch")
     legend = " ".join(
         f"<span style='color:{ORIENTATION_COLOURS[h]}'>{'▷' if h >= 4 else '▶'} {get_group(analysis.group).describe(h)}"

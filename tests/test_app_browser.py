@@ -1,0 +1,135 @@
+"""The app in a real browser: headless Chromium (Debian's), driven by Playwright, against ``streamlit run``.
+
+The server runs as a subprocess on a free port with ``APP_CHECKPOINTS`` on a
+temporary folder holding one small dev checkpoint. The test switches the image
+source to upload, uploads a PNG, waits until the orientation panels are drawn,
+and saves a screenshot (``tmp_path``, and ``out/browser-screenshot.png`` with
+``SAVE_SCREENSHOT=1``), which must be a non-blank PNG of the window's width.
+
+Playwright's own browser download does not work on these machines, so it drives
+``/usr/bin/chromium`` (``apt-get install chromium``). Without it, or without
+the ``playwright`` package, the test skips; with ``REQUIRE_REFERENCE=1`` (CI) it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from test_app_ui import write_dev_checkpoints
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # skipped (or failed under CI) with a message below
+    sync_playwright = None
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+VIEWPORT = dict(width=1400, height=1000)
+TIMEOUT_S = 180  # the trainings of the machines this runs on can slow the first analysis down a lot
+ARCH = "p4cnn"
+
+
+def require(condition: bool, message: str) -> None:
+    """Skip without ``condition``; under ``REQUIRE_REFERENCE=1`` (CI) fail instead."""
+    if condition:
+        return
+    if os.environ.get("REQUIRE_REFERENCE") == "1":
+        pytest.fail(message + "; REQUIRE_REFERENCE=1 makes this an error (.ci/run installs chromium)")
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, server: subprocess.Popen, log: Path, timeout: float = TIMEOUT_S) -> None:
+    """Poll Streamlit's health endpoint until it answers ``ok``; fail with the server's log otherwise."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"streamlit exited with {server.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200 and response.read().strip() == b"ok":
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"{url} did not answer within {timeout:.0f} s:\n{log.read_text()}")
+
+
+def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
+    require(CHROMIUM.exists(), f"{CHROMIUM} not found (apt-get install chromium)")
+    require(sync_playwright is not None, "the playwright package is missing (pip install -r requirements-dev.txt)")
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    write_dev_checkpoints(folder, [ARCH])
+    upload = tmp_path / "upload.png"
+    rng = np.random.default_rng(0)
+    rows, cols = np.mgrid[:120, :120]
+    disc = ((rows - 60) ** 2 + (cols - 52) ** 2 < 30**2) * 200.0 + rng.normal(0, 20, (120, 120))
+    Image.fromarray(np.clip(disc, 0, 255).astype(np.uint8)).save(upload)
+
+    port = free_port()
+    log = tmp_path / "streamlit.log"
+    env = dict(os.environ, APP_CHECKPOINTS=str(folder), PYTHONUNBUFFERED="1")
+    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
+               "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+               "--server.fileWatcherType", "none"]
+    with open(log, "w") as out:
+        server = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    screenshot = tmp_path / "browser-screenshot.png"
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport=VIEWPORT)
+                page.set_default_timeout(TIMEOUT_S * 1000)
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.get_by_text("Upload an image", exact=True).click()
+                page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(upload))
+                # Only drawn once the analysis is done: the maps' heading, then the last section's button.
+                page.get_by_text("one map per orientation", exact=False).first.wait_for()
+                page.get_by_text("Maps, proof and arrows (NPZ)").wait_for()
+                charts = page.locator('[data-testid="stPlotlyChart"]')
+                assert charts.count() >= 3  # the maps, the proof, the probabilities
+                for i in range(charts.count()):
+                    charts.nth(i).locator(".main-svg").first.wait_for(state="visible")
+                assert page.locator('[data-testid="stException"]').count() == 0
+                assert "Scaled the whole image of the 120 x 120 upload to 28 x 28" in page.inner_text("body")
+                page.wait_for_timeout(500)  # let plotly finish its first paint
+                page.screenshot(path=str(screenshot), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+    with Image.open(screenshot) as shot:
+        assert shot.format == "PNG"
+        assert shot.width == VIEWPORT["width"] and shot.height >= VIEWPORT["height"], shot.size
+        pixels = np.asarray(shot.convert("L"), dtype=np.float32)
+    assert pixels.std() > 10, f"the screenshot looks blank (pixel std {pixels.std():.1f})"
+    if os.environ.get("SAVE_SCREENSHOT") == "1":
+        (REPO / "out").mkdir(exist_ok=True)
+        shutil.copyfile(screenshot, REPO / "out" / "browser-screenshot.png")
