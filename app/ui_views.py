@@ -19,7 +19,7 @@ from .arrows import ArrowField, arrow_field
 from .cache import LRUCache
 from .compute import Analysis, LayerMaps
 from .export import export_npz
-from .figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
+from .figures import ORIENTATION_COLOURS, render_arrow_field_png, render_arrow_fields_png, render_map_row_png
 from .pathology import (
     calibration_at,
     centre_region,
@@ -167,20 +167,18 @@ def arrow_spacing(size: int) -> int:
     return max(4, size // 12)
 
 
-def arrows_figure(field: ArrowField, analysis: Analysis) -> list[bytes]:
-    """What the page shows of an arrow field: one PNG per transform of the image."""
-    return [arrows_png(field, analysis, t) for t in range(len(analysis.elements))]
+def arrows_figure(field: ArrowField, analysis: Analysis) -> bytes:
+    """What the page shows of an arrow field: every transform of the image in rows of four, one PNG."""
+    return render_arrow_fields_png(field, list(analysis.images), list(analysis.element_names))
 
 
 def show_arrows(analysis: Analysis, layer: LayerMaps, cache_key: tuple) -> ArrowField:
     """The arrow field of every transform of the image, side by side, on one scale."""
     size = analysis.images.shape[-1]
     field = arrow_field(layer, size, spacing=arrow_spacing(size))
-    pictures = rendered().get_or_compute((cache_key, layer.kind, layer.name),
-                                         functools.partial(arrows_figure, field, analysis))
-    columns = [column for _ in range(-(-len(pictures) // 4)) for column in st.columns(4)]
-    for png, column in zip(pictures, columns, strict=False):
-        column.image(png, width="stretch")
+    png = rendered().get_or_compute((cache_key, layer.kind, layer.name), functools.partial(arrows_figure, field,
+                                                                                          analysis))
+    st.image(png, width="stretch")
     legend = " ".join(
         f"<span style='color:{ORIENTATION_COLOURS[h]}'>{'▷' if h >= 4 else '▶'} {get_group(analysis.group).describe(h)}"
         "</span>" for h in range(layer.orientations))
