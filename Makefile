@@ -1,10 +1,11 @@
-# `make test` creates (or reuses) .venv, installs the pinned requirements, then runs ruff and pytest.
+# `make test` creates (or reuses) .venv, installs the pinned requirements, then runs ruff and pytest;
+# `make run` starts the app on the shipped checkpoints.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint pytest bench clean
+.PHONY: test lint pytest bench clean run docker-test
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +26,9 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
-.PHONY: run
 run: $(STAMP)
 	$(BIN)/streamlit run app/main.py
+
+# Builds the image, runs it, checks its health and screenshots it (docker/test.sh says how, on machines without a registry).
+docker-test:
+	bash docker/test.sh
