@@ -20,6 +20,8 @@ is from equivariant.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -42,7 +44,7 @@ from .reductions import (
 )
 from .transforms import apply_element
 
-__all__ = ["LayerMaps", "Analysis", "analyse", "display_group"]
+__all__ = ["LayerMaps", "Analysis", "analyse", "display_group", "moved_by_every_element"]
 
 FEATURE_DESCRIPTION = "Response strength: mean over channels of |features| (before batch norm), per orientation."
 PLANAR_FEATURE_DESCRIPTION = "Response strength: mean over channels of |features|; a planar layer has no orientations."
@@ -210,14 +212,11 @@ def _attention_maps(name: str, parts: AttentionParts, frame: InputFrame, group: 
     axes = tuple(parts.group_axes)
     user = AttentionParts(*(None if t is None else frame.to_user(t, axes) for t in (parts.channel, parts.spatial)),
                           group_axes=axes)
-    identity = AttentionParts(*(None if t is None else t[:1] for t in (user.channel, user.spatial)), group_axes=axes)
-
-    def moved(g: int) -> AttentionParts:
-        return AttentionParts(*(None if t is None else group.act(t, g, axes) for t in (identity.channel,
-                                                                                      identity.spatial)), axes)
-
+    # The identity's parts moved by every g (batch T), reduced in one call.
+    moved = AttentionParts(*(None if t is None else moved_by_every_element(t[:1], group, axes)
+                             for t in (user.channel, user.spatial)), group_axes=axes)
     maps = reduce_attention(user, selection)  # (T, H, X, Y)
-    expected = torch.cat([reduce_attention(moved(g), selection) for g in group.elements()])  # (T, H, X, Y)
+    expected = reduce_attention(moved, selection)  # (T, H, X, Y)
     layout = attention_layout(parts)
     channels, in_orientations = selectable(parts)
     result = _layer_maps(name, "attention", layout, describe_reduction(layout, selection), maps, expected)
@@ -231,10 +230,29 @@ def _feature_maps(name: str, features: torch.Tensor, frame: InputFrame, group: G
     # g only moves entries (planes and the orientation axis), and the mean of |f| over channels sums the same
     # values in the same order wherever they are: moving the reduced map is exactly reducing the moved features,
     # at 1 / C of the cost.
-    reduced_axes = (1,) if axes else ()
-    expected = torch.cat([group.act(maps[:1], g, reduced_axes) for g in group.elements()])  # (T, H, X, Y)
+    expected = moved_by_every_element(maps[:1], group, (1,) if axes else ())  # (T, H, X, Y)
     layout, text = ("group_features", FEATURE_DESCRIPTION) if axes else ("planar_features", PLANAR_FEATURE_DESCRIPTION)
     return _layer_maps(name, "features", layout, text, maps, expected)
+
+
+def moved_by_every_element(t: torch.Tensor, group: Group, group_axes: tuple[int, ...] = ()) -> torch.Tensor:
+    """``(1, ...)`` -> ``(T, ...)``: entry g is ``group.act(t, g, group_axes)``, for every element g, in one gather.
+
+    Every element only moves entries, so its action is a fixed permutation of the
+    flattened tensor; the permutations of a shape are found once (by acting on
+    ``arange``) and cached, and moving a tensor by all of them is one indexing
+    operation instead of one ``act`` per element and a concatenation. The
+    result is exactly ``torch.cat([group.act(t, g, group_axes) for g in group.elements()])``.
+    """
+    index = _action_index(group, tuple(t.shape), tuple(group_axes))  # (T, N)
+    return t.reshape(-1)[index].reshape(len(index), *t.shape[1:])
+
+
+@functools.lru_cache(maxsize=128)
+def _action_index(group: Group, shape: tuple[int, ...], group_axes: tuple[int, ...]) -> torch.Tensor:
+    """``(T, N)``: where entry n of ``group.act(x, g, group_axes)`` comes from in ``x.reshape(-1)``, per element g."""
+    probe = torch.arange(math.prod(shape)).reshape(shape)
+    return torch.stack([group.act(probe, g, group_axes).reshape(-1) for g in group.elements()])
 
 
 def _layer_maps(name, kind, layout, description, maps: torch.Tensor, expected: torch.Tensor) -> LayerMaps:

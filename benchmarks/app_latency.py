@@ -16,6 +16,10 @@ without Streamlit:
 * ``prediction``: the probability chart, and the reliability diagram for pathology models;
 * ``serialise``: every plotly figure checked and turned into JSON as ``st.plotly_chart`` does.
 
+Besides, ``forward`` times the network's traced forward pass over the same
+batch on its own (not part of the total): the part of ``analyse`` that the app
+cannot make faster.
+
 Every repeat uses a new image (a gallery image of the model's kind, shifted
 and with fresh noise), so no cache could answer. The first run (not counted)
 warms up. Reported: median and min per stage and in total, over ``--repeats``.
@@ -54,6 +58,7 @@ from PIL import Image  # noqa: E402
 import models  # noqa: E402
 from app.arrows import arrow_field  # noqa: E402
 from app.compute import Analysis, analyse  # noqa: E402
+from app.frames import InputFrame  # noqa: E402
 from app.gallery import list_gallery  # noqa: E402
 from app.images import fit_to_model, read_image  # noqa: E402
 from app.pathology import is_pathology  # noqa: E402
@@ -154,13 +159,20 @@ def page(model: models.Network, card: dict, data: bytes, clock: Callable[[], flo
             pio.to_json(plotly.tools.return_figure_from_figure_or_data(figure, validate_figure=True), validate=False)
     times["serialise"] = clock() - start
     times["total"] = sum(times[s] for s in STAGES)
+
+    frame = InputFrame.from_card(card, model.group)
+    batch = frame.to_network(torch.from_numpy(current.images))
+    start = clock()
+    with torch.inference_mode():
+        model.trace(batch)
+    times["forward"] = clock() - start
     return times
 
 
 def measure(name: str, model: models.Network, card: dict, repeats: int) -> dict:
     page(model, card, new_image_bytes(card, -1))  # warm-up: first-call allocations, lazy imports
     runs = [page(model, card, new_image_bytes(card, r)) for r in range(repeats)]
-    keys = (*STAGES, "total")
+    keys = (*STAGES, "total", "forward")
     return {"name": name, "arch": card.get("arch", name), "size": card["input"]["size"], "repeats": repeats,
             "median_s": {k: statistics.median(run[k] for run in runs) for k in keys},
             "min_s": {k: min(run[k] for run in runs) for k in keys}}
@@ -193,13 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"torch {torch.__version__}, {args.threads} threads, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs; seconds per new image, median (min) of {args.repeats}")
-    print(f"{'model':34s} " + " ".join(f"{s:>15s}" for s in (*STAGES, "total")))
+    print(f"{'model':34s} " + " ".join(f"{s:>15s}" for s in (*STAGES, "total", "(forward)")))
     results = []
     for name, load in found:
         model, card = load()
         result = measure(name, model, card, args.repeats)
         results.append(result)
-        cells = [f"{result['median_s'][k]:7.3f} ({result['min_s'][k]:.3f})" for k in (*STAGES, "total")]
+        cells = [f"{result['median_s'][k]:7.3f} ({result['min_s'][k]:.3f})" for k in (*STAGES, "total", "forward")]
         verdict = ""
         if result["arch"] == GOAL_MODEL and result["size"] == 96:
             verdict = f"  goal <= {GOAL_SECONDS} s: {'PASS' if result['median_s']['total'] <= GOAL_SECONDS else 'FAIL'}"
