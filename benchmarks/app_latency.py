@@ -26,6 +26,11 @@ warms up. Reported: median and min per stage and in total, over ``--repeats``.
 The goal of the app issue is a total of at most 0.3 s for the 96 x 96 p4m
 DenseNet (``fa_p4m_densenet``) on a 2-core CPU; its line says PASS or FAIL.
 
+Measure on an idle machine. Beside other busy processes two threads wait for
+each other at every operation's barrier (a 5 us matrix product took 16 ms with
+two threads under three trainings, 0.02 ms with one): ``--threads 1`` then
+gives steadier numbers for comparing versions.
+
 Run from the repository root::
 
     python -m benchmarks.app_latency                        # checkpoints/
