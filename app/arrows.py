@@ -11,8 +11,10 @@ apart (h = 0 and h = 4 both point right).
 The grid tiles a centred square of the image into cells of ``spacing`` pixels;
 each arrow's strength is the mean of the upsampled map over its cell. The grid
 is symmetric under quarter turns and flips, so the field of g.x is the field of
-x moved by g, like the maps it comes from. Drawing is the UI's job
-(:func:`app.figures.render_arrow_field_png` draws one with matplotlib).
+x moved by g, like the maps it comes from. :func:`arrow_polygons` gives each
+arrow's outline and :class:`PanelMosaic` lays panels out side by side; the page
+draws them with plotly (:func:`app.plots.arrow_panels`), the PNG export with
+matplotlib (:func:`app.figures.render_arrow_field_png`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ import torch
 import torch.nn.functional as F
 
 from .compute import LayerMaps
+from .images import to_channels
 from .reductions import upsample
 from .transforms import arrow_direction
 
-__all__ = ["ArrowField", "arrow_field"]
+__all__ = ["ArrowField", "arrow_field", "arrow_polygons", "PanelMosaic"]
 
 
 @dataclass(frozen=True)
@@ -97,3 +100,69 @@ def arrow_field(
         spacing=spacing,
         image_size=image_size,
     )
+
+
+# Arrows shaped like matplotlib's quiver arrows: a shaft 0.45 % of a panel wide, a head 3 widths wide and 4 long.
+SHAFT_WIDTH = 0.0045
+HEAD_WIDTH, HEAD_LENGTH = 3.0, 4.0
+
+
+def _arrow_vertices(x: np.ndarray, y: np.ndarray, dx: np.ndarray, dy: np.ndarray, width: float) -> np.ndarray:
+    """Polygons of arrows from (x, y) to (x + dx, y + dy), in data units: ``(N, 8, 2)``, the last vertex closing.
+
+    A shaft ``width`` wide, a head 3 widths wide and 4 long; arrows shorter than their head shrink whole.
+    """
+    length = np.hypot(dx, dy)  # (N,)
+    safe = np.where(length > 0, length, 1.0)
+    along = np.stack([dx / safe, dy / safe], axis=-1)  # (N, 2) unit vectors
+    across = np.stack([-along[:, 1], along[:, 0]], axis=-1)  # (N, 2)
+    head = np.minimum(HEAD_LENGTH * width, length)  # (N,)
+    shrink = head / (HEAD_LENGTH * width)  # 1 unless the arrow is shorter than its head
+    shaft_half, head_half = 0.5 * width * shrink, 0.5 * HEAD_WIDTH * width * shrink
+    neck = length - head
+    # (along, across) of each corner, (N, 8) each: tail, neck, head, tip, head, neck, tail, back to the start.
+    a = np.stack([0 * neck, neck, neck, length, neck, neck, 0 * neck, 0 * neck], axis=1)
+    c = np.stack([shaft_half, shaft_half, head_half, 0 * neck, -head_half, -shaft_half, -shaft_half, shaft_half],
+                 axis=1)
+    base = np.stack([x, y], axis=-1)[:, None, :]  # (N, 1, 2)
+    return base + a[..., None] * along[:, None, :] + c[..., None] * across[:, None, :]  # (N, 8, 2)
+
+
+def arrow_polygons(field: ArrowField, transform: int, orientation: int, origin: tuple[int, int] = (0, 0)) -> np.ndarray:
+    """The arrows of one orientation of one transform as polygons ``(P, 8, 2)`` of (column, row) points.
+
+    A full-length arrow reaches half a cell. ``origin`` (top, left) shifts the panel, e.g. into a
+    :class:`PanelMosaic`.
+    """
+    top, left = origin
+    d_row, d_col = field.directions[orientation]
+    length = field.lengths[transform, orientation] * (field.spacing / 2)  # (P,)
+    return _arrow_vertices(field.positions[:, 1] + left, field.positions[:, 0] + top, d_col * length,
+                           d_row * length, SHAFT_WIDTH * field.image_size)
+
+
+class PanelMosaic:
+    """Square panels of side ``size`` in rows of ``columns`` on one canvas, with a band above each for its title.
+
+    Attributes:
+        origins: (top, left) of each panel, pixels of the canvas.
+        width, height: of the canvas.
+        band: height of the title band above each panel.
+    """
+
+    def __init__(self, count: int, size: int, columns: int = 4):
+        cols = min(count, columns)
+        rows = -(-count // cols)
+        gap, self.band = max(2, size // 16), max(6, size // 7)
+        self.size = size
+        self.width, self.height = cols * size + (cols - 1) * gap, rows * (size + self.band)
+        self.origins = [((p // cols) * (size + self.band) + self.band, (p % cols) * (size + gap)) for p in range(count)]
+
+    def background(self, images: list[np.ndarray | None]) -> np.ndarray:
+        """``(height, width)`` in [0, 1]: each image ``(C, X, Y)`` as light grey (for arrows), white elsewhere."""
+        canvas = np.ones((self.height, self.width), dtype=np.float32)
+        for (top, left), image in zip(self.origins, images, strict=True):
+            if image is not None:
+                grey = to_channels(np.clip(image, 0, 1), 1)[0]
+                canvas[top:top + self.size, left:left + self.size] = 0.55 + 0.45 * grey
+        return canvas

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import PathPatch
 from matplotlib.path import Path
 
-from .arrows import ArrowField
+from .arrows import ArrowField, PanelMosaic, arrow_polygons
 from .images import to_channels
 
 __all__ = ["render_map_png", "render_map_row_png", "render_arrow_field_png", "render_arrow_fields_png",
@@ -75,33 +75,6 @@ def render_map_png(
     return _png(fig, dpi)
 
 
-# Arrows shaped like matplotlib's quiver arrows (a shaft 0.45 % of a panel wide, a head 3 widths wide and 4 long),
-# drawn as one compound path per orientation: thousands of arrows cost one path, not one polygon each.
-SHAFT_WIDTH = 0.0045
-HEAD_WIDTH, HEAD_LENGTH = 3.0, 4.0
-
-
-def _arrow_vertices(x: np.ndarray, y: np.ndarray, dx: np.ndarray, dy: np.ndarray, width: float) -> np.ndarray:
-    """Polygons of arrows from (x, y) to (x + dx, y + dy), in data units: ``(N, 8, 2)``, the last vertex closing.
-
-    A shaft ``width`` wide, a head 3 widths wide and 4 long; arrows shorter than their head shrink whole.
-    """
-    length = np.hypot(dx, dy)  # (N,)
-    safe = np.where(length > 0, length, 1.0)
-    along = np.stack([dx / safe, dy / safe], axis=-1)  # (N, 2) unit vectors
-    across = np.stack([-along[:, 1], along[:, 0]], axis=-1)  # (N, 2)
-    head = np.minimum(HEAD_LENGTH * width, length)  # (N,)
-    shrink = head / (HEAD_LENGTH * width)  # 1 unless the arrow is shorter than its head
-    shaft_half, head_half = 0.5 * width * shrink, 0.5 * HEAD_WIDTH * width * shrink
-    neck = length - head
-    # (along, across) of each corner, (N, 8) each: tail, neck, head, tip, head, neck, tail, back to the start.
-    a = np.stack([0 * neck, neck, neck, length, neck, neck, 0 * neck, 0 * neck], axis=1)
-    c = np.stack([shaft_half, shaft_half, head_half, 0 * neck, -head_half, -shaft_half, -shaft_half, shaft_half],
-                 axis=1)
-    base = np.stack([x, y], axis=-1)[:, None, :]  # (N, 1, 2)
-    return base + a[..., None] * along[:, None, :] + c[..., None] * across[:, None, :]  # (N, 8, 2)
-
-
 def _compound_path(polygons: np.ndarray) -> Path:
     """``(N, 8, 2)`` closed polygons as one path."""
     count = len(polygons)
@@ -115,9 +88,9 @@ def render_arrow_fields_png(
 ) -> bytes:
     """The arrows of several transforms, each over its faded image, side by side in rows of ``columns``: one PNG.
 
-    One axes holds every panel, offset in data units, one image all the backgrounds
-    and one path per orientation all its arrows, so that a p4m field of 8 x 144 x 8
-    arrows is one quick render. Solid arrows are rotations, hollow ones mirrored
+    One axes holds every panel (a :class:`~app.arrows.PanelMosaic`), one image all the
+    backgrounds and one compound path per orientation all its arrows, so that a p4m
+    field of 8 x 144 x 8 arrows is one quick render. Solid arrows are rotations, hollow ones mirrored
     orientations; a full-length arrow (``lengths == 1``) reaches half a cell, so
     neighbouring cells never overlap.
 
@@ -131,41 +104,22 @@ def render_arrow_fields_png(
         dpi: resolution.
     """
     transforms = list(range(len(titles))) if transforms is None else list(transforms)
-    count, size = len(transforms), field.image_size
-    cols = min(count, columns)
-    rows = -(-count // cols)
-    gap, band = max(2, size // 16), max(6, size // 7)  # between panels; above each panel, for its title
-    width, height = cols * size + (cols - 1) * gap, rows * (size + band)
-    background = np.ones((height, width), dtype=np.float32)  # white between panels
-    origins = []
-    for p in range(count):
-        top, left = (p // cols) * (size + band) + band, (p % cols) * (size + gap)
-        origins.append((top, left))
-        if images[p] is not None:
-            grey = to_channels(np.clip(images[p], 0, 1), 1)[0]
-            background[top:top + size, left:left + size] = 0.55 + 0.45 * grey
-    fig = Figure(figsize=(inches * width / size, inches * height / size))
+    size = field.image_size
+    mosaic = PanelMosaic(len(transforms), size, columns)
+    fig = Figure(figsize=(inches * mosaic.width / size, inches * mosaic.height / size))
     ax = fig.add_axes((0, 0, 1, 1))
-    ax.imshow(background, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
-    half = field.spacing / 2
-    rows_px, cols_px = field.positions[:, 0], field.positions[:, 1]  # (P,)
-    for h, (d_row, d_col) in enumerate(field.directions):
-        polygons = []
-        for p, t in enumerate(transforms):
-            length = field.lengths[t, h] * half  # (P,)
-            top, left = origins[p]
-            polygons.append(_arrow_vertices(cols_px + left, rows_px + top, d_col * length, d_row * length,
-                                            SHAFT_WIDTH * size))
+    ax.imshow(mosaic.background(images), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+    for h in range(len(field.directions)):
+        polygons = np.concatenate([arrow_polygons(field, t, h, mosaic.origins[p]) for p, t in enumerate(transforms)])
         colour = ORIENTATION_COLOURS[int(field.orientation_ids[h]) % len(ORIENTATION_COLOURS)]
         style = (dict(facecolor="none", edgecolor=colour, linewidth=0.8) if field.mirrored[h]
                  else dict(facecolor=colour, edgecolor="none"))
         # add_artist, not add_patch: the limits are set below, and add_patch would walk every vertex for them.
-        ax.add_artist(PathPatch(_compound_path(np.concatenate(polygons)), **style))
-    for p, title in enumerate(titles):
-        top, left = origins[p]
-        ax.text(left + size / 2, top - band * 0.2, title, ha="center", va="bottom", fontsize=9)
-    ax.set_xlim(-0.5, width - 0.5)
-    ax.set_ylim(height - 0.5, -0.5)  # rows grow downwards, as in the image
+        ax.add_artist(PathPatch(_compound_path(polygons), **style))
+    for (top, left), title in zip(mosaic.origins, titles, strict=True):
+        ax.text(left + size / 2, top - mosaic.band * 0.2, title, ha="center", va="bottom", fontsize=9)
+    ax.set_xlim(-0.5, mosaic.width - 0.5)
+    ax.set_ylim(mosaic.height - 0.5, -0.5)  # rows grow downwards, as in the image
     ax.set_axis_off()
     return _png(fig, dpi)
 

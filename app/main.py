@@ -129,7 +129,7 @@ def main() -> None:
         st.info("No layer of this model has an orientation axis (a planar CNN): no arrows to draw.")
     else:
         arrow_kind, arrow_name = arrow_key.split("/", 1)
-        field = show_arrows(current, getattr(current, arrow_kind)[arrow_name], key)
+        field = show_arrows(current, getattr(current, arrow_kind)[arrow_name])
 
     st.subheader("Live equivariance proof")
     show_proof(current, layer, colorscale, opacity, zrange, loaded.model_id)

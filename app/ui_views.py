@@ -10,16 +10,16 @@ from __future__ import annotations
 import functools
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from models import get_group
 
 from .angles import AngleDeviation
 from .arrows import ArrowField, arrow_field
-from .cache import LRUCache
 from .compute import Analysis, LayerMaps
 from .export import export_npz
-from .figures import ORIENTATION_COLOURS, render_arrow_field_png, render_arrow_fields_png, render_map_row_png
+from .figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
 from .pathology import (
     calibration_at,
     centre_region,
@@ -27,7 +27,15 @@ from .pathology import (
     model_microns_per_pixel,
     scale_bar_microns,
 )
-from .plots import COLOUR_MAPS, PanelMarks, map_panels, probability_figure, proof_figure, reliability_figure
+from .plots import (
+    COLOUR_MAPS,
+    PanelMarks,
+    arrow_panels,
+    map_panels,
+    probability_figure,
+    proof_figure,
+    reliability_figure,
+)
 from .reductions import MEANS, MapSelection
 
 __all__ = ["display_ui", "layer_ui", "selection_ui", "arrow_layer_ui", "show_maps", "show_arrows", "show_proof",
@@ -37,12 +45,6 @@ __all__ = ["display_ui", "layer_ui", "selection_ui", "arrow_layer_ui", "show_map
 
 MPL_COLOUR_MAPS = {"Viridis": "viridis", "Inferno": "inferno", "Magma": "magma", "Cividis": "cividis",
                    "Hot": "hot", "Jet": "jet", "Greys": "gray"}
-
-
-@st.cache_resource
-def rendered() -> LRUCache:
-    """Rendered arrow fields by (analysis key, layer kind, layer name): one process-wide LRU."""
-    return LRUCache(maxsize=16)
 
 
 def display_ui() -> tuple[str, float, bool]:
@@ -167,18 +169,16 @@ def arrow_spacing(size: int) -> int:
     return max(4, size // 12)
 
 
-def arrows_figure(field: ArrowField, analysis: Analysis) -> bytes:
-    """What the page shows of an arrow field: every transform of the image in rows of four, one PNG."""
-    return render_arrow_fields_png(field, list(analysis.images), list(analysis.element_names))
+def arrows_figure(field: ArrowField, analysis: Analysis) -> go.Figure:
+    """What the page shows of an arrow field: every transform of the image in rows of four, one plotly figure."""
+    return arrow_panels(field, analysis.images, list(analysis.element_names))
 
 
-def show_arrows(analysis: Analysis, layer: LayerMaps, cache_key: tuple) -> ArrowField:
+def show_arrows(analysis: Analysis, layer: LayerMaps) -> ArrowField:
     """The arrow field of every transform of the image, side by side, on one scale."""
     size = analysis.images.shape[-1]
     field = arrow_field(layer, size, spacing=arrow_spacing(size))
-    png = rendered().get_or_compute((cache_key, layer.kind, layer.name), functools.partial(arrows_figure, field,
-                                                                                          analysis))
-    st.image(png, width="stretch")
+    st.plotly_chart(arrows_figure(field, analysis), key="arrows", config={"displaylogo": False})
     legend = " ".join(
         f"<span style='color:{ORIENTATION_COLOURS[h]}'>{'▷' if h >= 4 else '▶'} {get_group(analysis.group).describe(h)}"
         "</span>" for h in range(layer.orientations))

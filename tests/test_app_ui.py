@@ -114,7 +114,7 @@ def test_every_gallery_image_renders(checkpoint, dev_folder, tmp_path, monkeypat
     for index, caption in enumerate(picker.options):
         at = ok(picker.select_index(index).run())
         picker = at.sidebar.selectbox[1]
-        assert len(at.get("plotly_chart")) >= 3 and len(at.image) >= 2, caption  # the image, the arrow fields
+        assert len(at.get("plotly_chart")) >= 4 and len(at.image) >= 1, caption  # maps, arrows, proof, prediction
     card = json.loads(source.with_suffix(".json").read_text()) if source.with_suffix(".json").exists() else {}
     if (card.get("dataset") or {}).get("name") == "he_demo":
         assert "not a tumour classifier" in at.warning[0].value
