@@ -1,4 +1,4 @@
-"""PNG renderings (matplotlib): maps over their image for export, and arrow fields for the page and export.
+"""PNG renderings (matplotlib) for export: maps over their image, and arrow fields.
 
 matplotlib's object API with the Agg canvas (no pyplot), so no global figure
 state is shared between the app's sessions, which run in threads.

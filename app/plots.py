@@ -204,7 +204,7 @@ def arrow_panels(field: ArrowField, images: np.ndarray, titles: list[str], *, co
                    for (top, left), title in zip(mosaic.origins, titles, strict=True)]
     layout = dict(xaxis=dict(visible=False, range=[-0.5, mosaic.width - 0.5], constrain="domain"),
                   yaxis=dict(visible=False, range=[mosaic.height - 0.5, -0.5], scaleanchor="x"),
-                  annotations=annotations, height=round(WIDTH_PX * mosaic.height / mosaic.width) + 10,
+                  annotations=annotations, height=round(0.85 * WIDTH_PX * mosaic.height / mosaic.width),
                   margin=dict(l=0, r=0, t=0, b=0))
     return go.Figure(data=data, layout=layout)
 
