@@ -95,6 +95,8 @@ def save_checkpoint(model: Network, path: str | Path, card: dict | None = None) 
     tmp_weights, tmp_card = path.with_suffix(".safetensors.tmp"), path.with_suffix(".json.tmp")
     save_file(tensors, str(tmp_weights), metadata={CARD_KEY: text})
     tmp_card.write_text(text + "\n")
+    for tmp in (tmp_weights, tmp_card):
+        tmp.chmod(0o644)  # safetensors writes 0600; checkpoints are shared (e.g. read by the app's non-root user)
     tmp_weights.replace(path)
     tmp_card.replace(card_path(path))
     return card
