@@ -89,7 +89,10 @@ class Group:
         rows = [
             [self.compose(self.inverse(g), h) for h in self.elements()] for g in self.elements()
         ]
-        return torch.tensor(rows, dtype=torch.long)
+        # Cached for the life of the process: made outside inference mode even when first asked for
+        # inside it (the app), or autograd would later refuse it (training in the same process).
+        with torch.inference_mode(False):
+            return torch.tensor(rows, dtype=torch.long)
 
     def permutation(self, g: int) -> torch.Tensor:
         """Re-indexing of the orientation axis under g: entry j is index(g^-1 h_j)."""

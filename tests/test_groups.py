@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from models.groups import P4, P4M, get_group
+from models.groups import P4, P4M, Group, get_group
 
 GROUPS = [P4, P4M]
 
@@ -56,3 +56,12 @@ def test_bad_arguments_are_named():
 
 def test_describe():
     assert [P4M.describe(g) for g in (0, 1, 6)] == ["rot 0°", "rot 90°", "rot 180° + flip"]
+
+
+def test_cached_permutations_serve_autograd_after_first_use_in_inference_mode():
+    group = Group("p4m_fresh_cache", mirrors=True)  # a new instance: its cache is empty
+    with torch.inference_mode():
+        group.act(torch.ones(1, 1, 8, 3, 3), 1, (2,))
+    x = torch.ones(1, 1, 8, 3, 3, requires_grad=True)
+    group.act(x, 1, (2,)).sum().backward()
+    assert torch.equal(x.grad, torch.ones_like(x))
