@@ -132,7 +132,7 @@ def map_panels(
     side = min(WIDTH_PX // max(cols, 3), 320)
     layout.update(coloraxis=dict(colorscale=colorscale, cmin=zmin, cmax=zmax,
                                  colorbar=dict(title=dict(text=colour_title, side="right"), thickness=12)),
-                  height=rows * (side + 25) + 10, margin=dict(l=0, r=0, t=30, b=0))
+                  height=rows * (side + 25) + 35, margin=dict(l=0, r=0, t=55, b=0))
     return go.Figure(data=data, layout=layout)
 
 
@@ -168,7 +168,7 @@ def proof_figure(
         coloraxis=dict(colorscale=colorscale, cmin=zmin, cmax=zmax, colorbar=dict(len=0.62, y=0.69, thickness=12)),
         coloraxis2=dict(colorscale="RdBu", cmin=-bound, cmax=bound,
                         colorbar=dict(len=0.3, y=0.14, thickness=12, exponentformat="e")),
-        height=3 * (side + 15) + 40, margin=dict(l=0, r=0, t=30, b=0),
+        height=3 * (side + 15) + 65, margin=dict(l=0, r=0, t=55, b=0),
     )
     return go.Figure(data=data, layout=layout)
 
