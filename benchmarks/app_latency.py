@@ -18,7 +18,9 @@ without Streamlit:
 
 Besides, ``forward`` times the network's traced forward pass over the same
 batch on its own (not part of the total): the part of ``analyse`` that the app
-cannot make faster.
+cannot make faster. The app keeps freed memory for reuse
+(:mod:`app.allocator`); ``default malloc`` times the same forward passes,
+measured first in the same run, with glibc's default allocator.
 
 Every repeat uses a new image (a gallery image of the model's kind, shifted
 and with fresh noise), so no cache could answer. The first run (not counted)
@@ -61,6 +63,7 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import models  # noqa: E402
+from app.allocator import retain_freed_memory  # noqa: E402
 from app.arrows import arrow_field  # noqa: E402
 from app.compute import Analysis, analyse  # noqa: E402
 from app.frames import InputFrame  # noqa: E402
@@ -164,20 +167,36 @@ def page(model: models.Network, card: dict, data: bytes, clock: Callable[[], flo
             pio.to_json(plotly.tools.return_figure_from_figure_or_data(figure, validate_figure=True), validate=False)
     times["serialise"] = clock() - start
     times["total"] = sum(times[s] for s in STAGES)
-
-    frame = InputFrame.from_card(card, model.group)
-    batch = frame.to_network(torch.from_numpy(current.images))
-    start = clock()
-    with torch.inference_mode():
-        model.trace(batch)
-    times["forward"] = clock() - start
+    times["forward"] = forward_seconds(model, card, current.images, clock)
     return times
 
 
-def measure(name: str, model: models.Network, card: dict, repeats: int) -> dict:
+def forward_seconds(model: models.Network, card: dict, images: np.ndarray, clock=time.perf_counter) -> float:
+    """The network's traced forward pass alone over the batch of every transform of an image."""
+    batch = InputFrame.from_card(card, model.group).to_network(torch.from_numpy(images))
+    start = clock()
+    with torch.inference_mode():
+        model.trace(batch)
+    return clock() - start
+
+
+def transformed_images(model: models.Network, card: dict, repeat: int) -> np.ndarray:
+    spec = card["input"]
+    fitted = fit_to_model(read_image(new_image_bytes(card, repeat)), int(spec["size"]), int(spec["channels"]))
+    return analyse(model, card, fitted.pixels, 0, {}).images
+
+
+def default_allocator_forward(model: models.Network, card: dict, repeats: int) -> list[float]:
+    """Forward seconds before :func:`retain_freed_memory`: glibc's default, freed blocks returned to the system."""
+    forward_seconds(model, card, transformed_images(model, card, -1))  # warm-up
+    return [forward_seconds(model, card, transformed_images(model, card, r)) for r in range(repeats)]
+
+
+def measure(name: str, model: models.Network, card: dict, repeats: int, default_forward: list[float]) -> dict:
     page(model, card, new_image_bytes(card, -1))  # warm-up: first-call allocations, lazy imports
-    runs = [page(model, card, new_image_bytes(card, r)) for r in range(repeats)]
-    keys = (*STAGES, "total", "forward")
+    runs = [page(model, card, new_image_bytes(card, r)) | {"forward_default_malloc": default_forward[r]}
+            for r in range(repeats)]
+    keys = (*STAGES, "total", "forward", "forward_default_malloc")
     return {"name": name, "arch": card.get("arch", name), "size": card["input"]["size"], "repeats": repeats,
             "median_s": {k: statistics.median(run[k] for run in runs) for k in keys},
             "min_s": {k: min(run[k] for run in runs) for k in keys}}
@@ -208,19 +227,26 @@ def main(argv: list[str] | None = None) -> int:
     if not found:
         print(f"no checkpoints in {args.checkpoints}/; use --models NAME ... for registry models with random weights")
         return 1
+    loaded = [(name, *load()) for name, load in found]
+    # First every forward pass with glibc's default allocator, then as the app runs (it retains freed memory).
+    default_forward = {name: default_allocator_forward(model, card, args.repeats) for name, model, card in loaded}
+    retained = retain_freed_memory()
     print(f"torch {torch.__version__}, {args.threads} threads, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs; seconds per new image, median (min) of {args.repeats}")
-    print(f"{'model':34s} " + " ".join(f"{s:>15s}" for s in (*STAGES, "total", "(forward)")))
+          f"{os.cpu_count()} CPUs; seconds per new image, median (min) of {args.repeats}; freed memory retained "
+          f"as in the app: {'yes' if retained else 'no (not glibc)'}; (forward) and (default malloc): the forward "
+          "pass alone, as the app runs and with glibc's default allocator")
+    columns = (*STAGES, "total", "(forward)", "(default malloc)")
+    print(f"{'model':34s} " + " ".join(f"{s:>16s}" for s in columns))
     results = []
-    for name, load in found:
-        model, card = load()
-        result = measure(name, model, card, args.repeats)
+    for name, model, card in loaded:
+        result = measure(name, model, card, args.repeats, default_forward[name])
         results.append(result)
-        cells = [f"{result['median_s'][k]:7.3f} ({result['min_s'][k]:.3f})" for k in (*STAGES, "total", "forward")]
+        keys = (*STAGES, "total", "forward", "forward_default_malloc")
+        cells = [f"{result['median_s'][k]:7.3f} ({result['min_s'][k]:.3f})" for k in keys]
         verdict = ""
         if result["arch"] == GOAL_MODEL and result["size"] == 96:
             verdict = f"  goal <= {GOAL_SECONDS} s: {'PASS' if result['median_s']['total'] <= GOAL_SECONDS else 'FAIL'}"
-        print(f"{name:34s} " + " ".join(f"{c:>15s}" for c in cells) + verdict)
+        print(f"{name:34s} " + " ".join(f"{c:>16s}" for c in cells) + verdict)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))

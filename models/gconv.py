@@ -25,6 +25,7 @@ from torch import nn
 from .groups import Group, get_group
 
 __all__ = [
+    "conv2d",
     "lifting_filters",
     "group_filters",
     "lifting_conv",
@@ -54,6 +55,20 @@ def group_filters(weight: torch.Tensor, group: Group) -> torch.Tensor:
     return torch.stack([group.act(weight, g, group_axes=(2,)) for g in group.elements()], dim=1)
 
 
+def conv2d(x: torch.Tensor, filters: torch.Tensor, stride: int = 1, padding: int = 0, dilation: int = 1):
+    """``F.conv2d`` without bias; a 1x1 convolution as a matrix product.
+
+    oneDNN runs 1x1 convolutions on NCHW float32 tensors at a quarter to a half
+    of the matrix product's speed here (``benchmarks/conv_paths.py``); the
+    DenseNet's transition layers are such convolutions on large maps.
+    """
+    if filters.shape[-2:] == (1, 1) and stride == 1 and padding == 0:
+        b, c, rows, cols = x.shape
+        out = torch.matmul(filters.flatten(1), x.reshape(b, c, rows * cols))  # (B, C_out, X * Y)
+        return out.view(b, -1, rows, cols)
+    return F.conv2d(x, filters, stride=stride, padding=padding, dilation=dilation)
+
+
 def lifting_conv(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -69,7 +84,7 @@ def lifting_conv(
     """
     c_out, c_in, k, _ = weight.shape
     filters = lifting_filters(weight, group).reshape(c_out * group.order, c_in, k, k)
-    out = F.conv2d(x, filters, stride=stride, padding=padding, dilation=dilation)
+    out = conv2d(x, filters, stride, padding, dilation)
     return out.view(x.shape[0], c_out, group.order, *out.shape[-2:])  # (B, C_out, G, X', Y')
 
 
@@ -87,11 +102,11 @@ def group_conv(
     ``(B, C_out, G, X', Y')``.
     """
     c_out, c_in, n, k, _ = weight.shape
-    filters = group_filters(weight, group).reshape(c_out * n, c_in * n, k, k)
+    # The Haar weight scales the filters, which are far smaller than the output.
+    filters = group_filters(weight * group.haar_measure, group).reshape(c_out * n, c_in * n, k, k)
     planar = x.reshape(x.shape[0], c_in * n, *x.shape[-2:])  # (B, C_in * G, X, Y)
-    out = F.conv2d(planar, filters, stride=stride, padding=padding, dilation=dilation)
-    out = out.view(x.shape[0], c_out, n, *out.shape[-2:])  # (B, C_out, G, X', Y')
-    return group.haar_measure * out
+    out = conv2d(planar, filters, stride, padding, dilation)
+    return out.view(x.shape[0], c_out, n, *out.shape[-2:])  # (B, C_out, G, X', Y')
 
 
 def uniform_init_(weight: torch.Tensor, fan_in: int, wscale: float) -> None:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..groups import Group, get_group
+from .statistics import spatial_statistics
 
 __all__ = ["InputChannelAttention", "FullChannelAttention", "group_shifted"]
 
@@ -32,13 +33,6 @@ def group_shifted(weight: torch.Tensor, group: Group) -> torch.Tensor:
     Shape: ``(..., G_in)`` -> ``(..., G, G_in)`` with out[..., g, h] = weight[..., index(g^-1 h)].
     """
     return weight[..., group.permutations.to(weight.device)]
-
-
-def spatial_statistics(f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and max over the last two (plane) axes."""
-    # max with indices, as the paper's code: its backward routes the gradient to
-    # one maximum instead of building a full-size tie mask like amax does.
-    return f.mean(dim=(-2, -1)), f.flatten(-2).max(dim=-1).values
 
 
 def _kaiming(weight: torch.Tensor) -> torch.Tensor:

@@ -63,6 +63,8 @@ class AttentiveLayer(nn.Module):
         channel = self.channel_attention(f) if self.channel_attention is not None else None
         attended = channel * f if channel is not None else f
         spatial = self.spatial_attention(attended) if self.spatial_attention is not None else None
-        if spatial is not None:
-            attended = spatial * attended
-        return f - attended, AttentionParts(channel, spatial, self.attention_group_axes)
+        parts = AttentionParts(channel, spatial, self.attention_group_axes)
+        if spatial is None:
+            return f - attended, parts
+        # f - spatial * attended in one pass over memory instead of two.
+        return torch.addcmul(f, spatial, attended, value=-1), parts

@@ -20,13 +20,9 @@ from torch import nn
 
 from ..gconv import group_conv, group_filters, lifting_conv, lifting_filters, uniform_init_
 from ..groups import Group, get_group
+from .statistics import channel_statistics, maximum
 
 __all__ = ["InputSpatialAttention", "FullSpatialAttention"]
-
-
-def channel_statistics(f: torch.Tensor, dim: int) -> torch.Tensor:
-    """Mean and max over axis ``dim``, stacked in that axis (size 2, mean first)."""
-    return torch.cat([f.mean(dim=dim, keepdim=True), f.max(dim=dim, keepdim=True).values], dim=dim)
 
 
 class InputSpatialAttention(nn.Module):
@@ -105,7 +101,7 @@ class FullSpatialAttention(nn.Module):
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
         # Statistics over input channels, axis 3 of f~: (B, O, G, [G_in,] X, Y) each.
-        out = self.from_statistics(f.mean(dim=3), f.max(dim=3).values)
+        out = self.from_statistics(f.mean(dim=3), maximum(f, dim=3))
         return out.unsqueeze(3)
 
     def from_statistics(self, mean: torch.Tensor, peak: torch.Tensor, mean_scale: float = 1.0) -> torch.Tensor:

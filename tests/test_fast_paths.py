@@ -1,0 +1,68 @@
+"""The faster paths of plain operations equal the operations they replace."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from app.allocator import retain_freed_memory
+from models.attention.statistics import maximum
+from models.gconv import conv2d
+from models.pooling import spatial_avg_pool
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [(1, 1, 0, 1), (1, 2, 0, 1), (3, 1, 1, 1), (3, 1, 2, 2)])
+def test_conv2d_equals_torch_values_and_gradients(kernel, stride, padding, dilation):
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 11, 9, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(7, 5, kernel, kernel, dtype=torch.float64, requires_grad=True)
+    ours = conv2d(x, w, stride, padding, dilation)
+    theirs = F.conv2d(x, w, stride=stride, padding=padding, dilation=dilation)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    upstream = torch.randn_like(theirs)
+    grads = torch.autograd.grad(ours, (x, w), upstream)
+    expected = torch.autograd.grad(theirs, (x, w), upstream)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "shape, window", [((2, 3, 8, 12), 2), ((2, 3, 4, 8, 8), 2), ((1, 2, 4, 9, 9), 3), ((1, 2, 10, 10), 5)]
+)
+def test_tiled_average_pooling_equals_avg_pool2d(shape, window):
+    torch.manual_seed(1)
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    planar = x.reshape(-1, 1, *shape[-2:])
+    expected = F.avg_pool2d(planar, window).view(*shape[:-2], shape[-2] // window, shape[-1] // window)
+    ours = spatial_avg_pool(x, window)
+    torch.testing.assert_close(ours, expected, rtol=1e-13, atol=1e-13)
+    upstream = torch.randn_like(expected)
+    torch.testing.assert_close(torch.autograd.grad(ours, x, upstream)[0],
+                               torch.autograd.grad(expected, x, upstream)[0], rtol=1e-13, atol=1e-13)
+
+
+def test_pooling_that_does_not_tile_the_plane_falls_back_to_avg_pool2d():
+    x = torch.randn(1, 2, 4, 7, 7)
+    expected = F.avg_pool2d(x.view(1, 8, 7, 7), 2).view(1, 2, 4, 3, 3)
+    torch.testing.assert_close(spatial_avg_pool(x, 2), expected, rtol=0, atol=0)
+
+
+def test_maximum_has_the_values_of_amax_and_the_gradient_of_max_with_ties():
+    x = torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], requires_grad=True)
+    with torch.no_grad():
+        assert torch.equal(maximum(x, dim=1), torch.tensor([3.0, 2.0]))
+    (grad,) = torch.autograd.grad(maximum(x, dim=1).sum(), x)
+    (expected,) = torch.autograd.grad(x.max(dim=1).values.sum(), x)
+    assert torch.equal(grad, expected)
+    assert grad.sum().item() == 2.0  # one maximum per row receives the gradient, not a share per tie
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="needs glibc")
+def test_retain_freed_memory_is_accepted_by_glibc_and_idempotent():
+    assert retain_freed_memory() is True
+    assert retain_freed_memory() is True
+    # Allocation still works after it, for blocks above glibc's largest mmap threshold too.
+    assert torch.ones(64 * 2**20, dtype=torch.uint8).sum().item() == 64 * 2**20
