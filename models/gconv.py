@@ -23,8 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .groups import Group, get_group
+from .pooling import spatial_avg_pool
 
 __all__ = [
+    "PooledConv2d",
     "conv2d",
     "lifting_filters",
     "group_filters",
@@ -120,8 +122,40 @@ def uniform_init_(weight: torch.Tensor, fan_in: int, wscale: float) -> None:
         weight.uniform_(-bound, bound)
 
 
+def convolve_and_pool(conv, x: torch.Tensor, pool: int, pointwise: bool) -> torch.Tensor:
+    """``conv(x)`` average-pooled in ``pool`` x ``pool`` tiles (no pooling for 1).
+
+    A pointwise (1x1, stride 1, no padding) convolution is linear and acts on each
+    position alone, so it commutes with the pooling: it then runs on the pooled
+    input, pool**2 times fewer products for the same result up to round-off.
+    """
+    if pool == 1:
+        return conv(x)
+    if pointwise:
+        return conv(spatial_avg_pool(x, pool))
+    return spatial_avg_pool(conv(x), pool)
+
+
+class PooledConv2d(nn.Conv2d):
+    """A planar convolution without bias whose output is average-pooled by ``pool`` (see :func:`convolve_and_pool`).
+
+    Its parameters are those of ``nn.Conv2d``, so state dicts are the same.
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, padding=0, pool=1):
+        super().__init__(in_channels, out_channels, kernel_size, padding=padding, bias=False)
+        self.pool = pool
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pointwise = self.kernel_size == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0)
+        return convolve_and_pool(super().forward, x, self.pool, pointwise)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", pool={self.pool}"
+
+
 class _GConvBase(nn.Module):
-    def __init__(self, group, in_channels, out_channels, kernel_size, stride, padding, dilation):
+    def __init__(self, group, in_channels, out_channels, kernel_size, stride, padding, dilation, pool):
         super().__init__()
         self.group = get_group(group)
         self.in_channels = in_channels
@@ -130,12 +164,18 @@ class _GConvBase(nn.Module):
         self.stride = stride
         self.padding = padding
         self.dilation = dilation
+        self.pool = pool
+
+    @property
+    def pointwise(self) -> bool:
+        """A 1x1 convolution with stride 1 and no padding: it commutes with spatial pooling."""
+        return self.kernel_size == 1 and self.stride == 1 and self.padding == 0
 
     def extra_repr(self) -> str:
         return (
             f"{self.group.name}, {self.in_channels}, {self.out_channels}, "
             f"kernel_size={self.kernel_size}, stride={self.stride}, "
-            f"padding={self.padding}, dilation={self.dilation}"
+            f"padding={self.padding}, dilation={self.dilation}" + (f", pool={self.pool}" if self.pool > 1 else "")
         )
 
 
@@ -147,13 +187,14 @@ class LiftingConv(_GConvBase):
         in_channels, out_channels, kernel_size, stride, padding, dilation: as
             ``nn.Conv2d`` (square kernels, no bias: the paper uses none).
         wscale: initialisation scale (see :func:`uniform_init_`).
+        pool: average-pool the output in ``pool`` x ``pool`` tiles (see :func:`convolve_and_pool`).
     """
 
     def __init__(
         self, group, in_channels, out_channels, kernel_size,
-        stride=1, padding=0, dilation=1, wscale=1.0,
+        stride=1, padding=0, dilation=1, wscale=1.0, pool=1,
     ):
-        super().__init__(group, in_channels, out_channels, kernel_size, stride, padding, dilation)
+        super().__init__(group, in_channels, out_channels, kernel_size, stride, padding, dilation, pool)
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size))
         uniform_init_(self.weight, in_channels * kernel_size**2, wscale)
 
@@ -162,6 +203,9 @@ class LiftingConv(_GConvBase):
             raise ValueError(
                 f"LiftingConv expects (B, {self.in_channels}, X, Y), got {tuple(x.shape)}"
             )
+        return convolve_and_pool(self._convolve, x, self.pool, self.pointwise)
+
+    def _convolve(self, x: torch.Tensor) -> torch.Tensor:
         return lifting_conv(x, self.weight, self.group, self.stride, self.padding, self.dilation)
 
 
@@ -173,15 +217,18 @@ class GroupConv(_GConvBase):
 
     def __init__(
         self, group, in_channels, out_channels, kernel_size,
-        stride=1, padding=0, dilation=1, wscale=1.0,
+        stride=1, padding=0, dilation=1, wscale=1.0, pool=1,
     ):
-        super().__init__(group, in_channels, out_channels, kernel_size, stride, padding, dilation)
+        super().__init__(group, in_channels, out_channels, kernel_size, stride, padding, dilation, pool)
         n = self.group.order
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels, n, kernel_size, kernel_size))
         uniform_init_(self.weight, in_channels * kernel_size**2, wscale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_group_input(x, self.in_channels, self.group, type(self).__name__)
+        return convolve_and_pool(self._convolve, x, self.pool, self.pointwise)
+
+    def _convolve(self, x: torch.Tensor) -> torch.Tensor:
         return group_conv(x, self.weight, self.group, self.stride, self.padding, self.dilation)
 
 

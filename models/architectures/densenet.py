@@ -69,13 +69,20 @@ class DenseBlock(nn.Module):
 
 
 class TransitionBlock(nn.Module):
+    """BN-ReLU-conv 1x1-average pooling 2x2, the pooling inside the convolution layer.
+
+    The 1x1 convolution then runs on the pooled (and, for alpha_F, attended) input:
+    a quarter of the products, the same result up to round-off. Its traced
+    output is the pooled one.
+    """
+
     def __init__(self, make: LayerFactory, channels: int, attention: dict):
         super().__init__()
         self.bn = make.batch_norm(channels)
-        self.conv = make.conv(channels, channels, 1, 0, **attention)
+        self.conv = make.conv(channels, channels, 1, 0, pool=2, **attention)
 
     def forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
-        return spatial_avg_pool(call(self.conv, torch.relu(self.bn(x)), trace), 2)
+        return call(self.conv, torch.relu(self.bn(x)), trace)
 
 
 class DenseNet(Network):

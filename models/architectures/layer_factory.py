@@ -22,7 +22,7 @@ from ..attention import (
     InputChannelAttention,
     InputSpatialAttention,
 )
-from ..gconv import GroupConv, LiftingConv
+from ..gconv import GroupConv, LiftingConv, PooledConv2d
 from ..groups import get_group
 from ..normalization import GroupBatchNorm
 
@@ -68,9 +68,9 @@ class LayerFactory:
         """First layer: image -> group (or a planar conv)."""
         return self._conv(True, in_ch, out_ch, k, padding, reduction, att_kernel, att_dilation)
 
-    def conv(self, in_ch, out_ch, k, padding=0, *, reduction=1, att_kernel=7, att_dilation=1):
-        """Hidden layer: group -> group (or a planar conv)."""
-        return self._conv(False, in_ch, out_ch, k, padding, reduction, att_kernel, att_dilation)
+    def conv(self, in_ch, out_ch, k, padding=0, *, reduction=1, att_kernel=7, att_dilation=1, pool=1):
+        """Hidden layer: group -> group (or a planar conv); ``pool``: average-pool its output (``GroupConv``)."""
+        return self._conv(False, in_ch, out_ch, k, padding, reduction, att_kernel, att_dilation, pool)
 
     def plain_conv(self, in_ch, out_ch, k, padding=0):
         """A group -> group (or planar) convolution without attention, whatever the variant."""
@@ -81,12 +81,14 @@ class LayerFactory:
             return nn.BatchNorm2d(channels, eps=self.bn_eps)
         return GroupBatchNorm(channels, eps=self.bn_eps)
 
-    def _conv(self, lifting, in_ch, out_ch, k, padding, reduction, att_kernel, att_dilation):
+    def _conv(self, lifting, in_ch, out_ch, k, padding, reduction, att_kernel, att_dilation, pool=1):
         if self.group is None:
+            if pool > 1:
+                return PooledConv2d(in_ch, out_ch, k, padding=padding, pool=pool)
             return nn.Conv2d(in_ch, out_ch, k, padding=padding, bias=False)
         g, variant = self.group, self.attention
         args = (g, in_ch, out_ch, k)
-        kwargs = dict(padding=padding, wscale=self.wscale)
+        kwargs = dict(padding=padding, wscale=self.wscale, pool=pool)
         if variant == "none":
             return (LiftingConv if lifting else GroupConv)(*args, **kwargs)
         if variant in ("full", "channel", "spatial"):

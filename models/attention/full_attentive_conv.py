@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ..gconv import GroupConv, LiftingConv, check_group_input, group_filters, lifting_filters
+from ..pooling import spatial_avg_pool
 from .parts import AttentionParts, AttentiveLayer
 
 __all__ = ["AttentiveLiftingConv", "AttentiveGroupConv"]
@@ -111,6 +112,8 @@ class _EfficientFullAttention(AttentiveLayer):
 
         attended = s if spatial is None else spatial * s
         out = self._scale(plain.view(b, o, n, *geo.out) - attended.sum(dim=1))
+        if self.pool > 1:  # attention acts on f~ before the sum, so the pooling cannot move in front
+            out = spatial_avg_pool(out, self.pool)
         if not return_attention:
             return out
         return out, self._parts(channel, spatial)

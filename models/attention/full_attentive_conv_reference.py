@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..gconv import GroupConv, LiftingConv, check_group_input, group_filters, lifting_filters
+from ..pooling import spatial_avg_pool
 from .parts import AttentiveLayer
 
 __all__ = ["ReferenceAttentiveLiftingConv", "ReferenceAttentiveGroupConv"]
@@ -39,6 +40,8 @@ class _FullAttention(AttentiveLayer):
         f = self.unsummed_responses(x)
         attended, parts = self.attend(f)
         out = self.sum_inputs(attended)
+        if self.pool > 1:
+            out = spatial_avg_pool(out, self.pool)
         return (out, parts) if return_attention else out
 
     def _depthwise(self, planar: torch.Tensor, filters: torch.Tensor, inputs: int) -> torch.Tensor:
