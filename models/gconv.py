@@ -61,7 +61,7 @@ def conv2d(x: torch.Tensor, filters: torch.Tensor, stride: int = 1, padding: int
     """``F.conv2d`` without bias; a 1x1 convolution as a matrix product.
 
     oneDNN runs 1x1 convolutions on NCHW float32 tensors at a quarter to a half
-    of the matrix product's speed here (``benchmarks/conv_paths.py``); the
+    of the matrix product's speed here (``python -m benchmarks.fast_paths``); the
     DenseNet's transition layers are such convolutions on large maps.
     """
     if filters.shape[-2:] == (1, 1) and stride == 1 and padding == 0:
