@@ -31,7 +31,8 @@ def spatial_max_pool(x: torch.Tensor, kernel_size: int, stride: int | None = Non
 def spatial_avg_pool(x: torch.Tensor, kernel_size: int, stride: int | None = None) -> torch.Tensor:
     """Average pooling of every plane. Shape as :func:`spatial_max_pool`."""
     k = kernel_size
-    if stride in (None, k) and 1 < k < x.shape[-1] and x.shape[-2] % k == 0 and x.shape[-1] % k == 0:
+    tiles = stride in (None, k) and 1 < k < x.shape[-1] and x.shape[-2] % k == 0 and x.shape[-1] % k == 0
+    if tiles and not (torch.is_grad_enabled() and x.requires_grad):
         return _tile_mean(x, k)
     return _planar(F.avg_pool2d, x, kernel_size, stride)
 
@@ -39,9 +40,9 @@ def spatial_avg_pool(x: torch.Tensor, kernel_size: int, stride: int | None = Non
 def _tile_mean(x: torch.Tensor, k: int) -> torch.Tensor:
     """Mean over the k x k tiles of the last two axes, as sums of strided views.
 
-    About three times faster than ``F.avg_pool2d`` on NCHW float32 maps here
-    (the DenseNet's 2 x 2 pooling of 8 x 144 x 92 x 92: 3.6 against 10.9 ms), and
-    no slower forward and backward; equal up to the order of the four additions.
+    Two to three times faster than ``F.avg_pool2d`` on NCHW float32 maps here
+    (``python -m benchmarks.fast_paths``), equal up to the order of the additions;
+    used without gradients only, since forward and backward together it is slower.
     """
     *lead, rows, cols = x.shape
     tiles = x.reshape(*lead, rows // k, k, cols)

@@ -37,7 +37,9 @@ def test_tiled_average_pooling_equals_avg_pool2d(shape, window):
     x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     planar = x.reshape(-1, 1, *shape[-2:])
     expected = F.avg_pool2d(planar, window).view(*shape[:-2], shape[-2] // window, shape[-1] // window)
-    ours = spatial_avg_pool(x, window)
+    with torch.no_grad():  # the tiled sums
+        torch.testing.assert_close(spatial_avg_pool(x, window), expected, rtol=1e-13, atol=1e-13)
+    ours = spatial_avg_pool(x, window)  # with a gradient: F.avg_pool2d
     torch.testing.assert_close(ours, expected, rtol=1e-13, atol=1e-13)
     upstream = torch.randn_like(expected)
     torch.testing.assert_close(torch.autograd.grad(ours, x, upstream)[0],
