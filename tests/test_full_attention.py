@@ -2,10 +2,14 @@
 
 Outputs, attention maps and gradients (input and every parameter) are compared
 in float64 against ``full_attentive_conv_reference.py``, which materialises the
-un-summed responses as the paper's code does.
+un-summed responses as the paper's code does. Every test runs twice: with the
+compiled CPU kernels (``native.py``) and with the PyTorch path that replaces them
+where they cannot run.
 """
 
 import itertools
+import os
+import shutil
 
 import pytest
 import torch
@@ -18,6 +22,7 @@ from models.attention import (
     FullSpatialAttention,
     ReferenceAttentiveGroupConv,
     ReferenceAttentiveLiftingConv,
+    native,
 )
 from models.groups import P4, P4M
 
@@ -28,6 +33,18 @@ CASES = list(itertools.product(
     ["full", "channel", "spatial"],
     [(9, 1, 1, 1), (8, 1, 1, 1), (9, 2, 0, 1), (11, 1, 2, 2)],  # (size, stride, padding, dilation)
 ))
+
+
+@pytest.fixture(autouse=True, params=["compiled", "pytorch"])
+def kernels(request, monkeypatch):
+    """Run each test with the compiled kernels, then without them."""
+    if request.param == "pytorch":
+        monkeypatch.setattr(native, "_library", lambda: None)
+    elif shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("no C++ compiler here to build the attention kernels")
+    else:
+        assert native._library() is not None, "a C++ compiler is here but the attention kernels did not build"
+    return request.param
 
 
 def build(cls, group, lifting, variant, stride, padding, dilation):

@@ -37,6 +37,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..gconv import GroupConv, LiftingConv, check_group_input, group_filters, lifting_filters
 from ..pooling import spatial_avg_pool
+from . import native
 from .parts import AttentionParts, AttentiveLayer
 
 __all__ = ["AttentiveLiftingConv", "AttentiveGroupConv"]
@@ -85,17 +86,24 @@ class _EfficientFullAttention(AttentiveLayer):
         plain = F.conv2d(planes, filters.reshape(o * n, c * h, k, k), **geo.conv)  # (B, O * G, X', Y')
 
         channel = peak = None
+        fused = self.spatial_attention is not None and native.available(planes, filters, channels=c)
         both = self.channel_attention is not None and self.spatial_attention is not None
-        if both and not _needs_grad(planes, filters):
+        if fused:
+            # Compiled kernels: every pass over f~ reduces it as it goes, and S comes with the max.
+            if self.channel_attention is not None:
+                channel = self._channel_from_statistics(*_spatial_statistics(planes, filters, geo))
+            s, peak = _native_sum_and_max(planes, filters, channel, geo)
+        elif both and not _needs_grad(planes, filters):
             # Inference: both max statistics from one pass over f~, piece by piece.
             channel, peak = self._statistics_in_one_pass(planes, filters, geo)
         elif self.channel_attention is not None:
             mean, peak_xy = _spatial_statistics(planes, filters, geo)  # (B, O, G, C, H) each
             channel = self._channel_from_statistics(mean, peak_xy)
 
-        # S = sum_c alpha_c f~: one grouped convolution over (sample, h). Its per-sample
-        # filters are as large as f~'s share of one position, so they are rebuilt in backward.
-        s = _maybe_checkpoint(_attended_sum, planes, filters, channel, geo=geo)  # (B, H, O, G, X', Y')
+        if not fused:
+            # S = sum_c alpha_c f~: one grouped convolution over (sample, h). Its per-sample
+            # filters are as large as f~'s share of one position, so they are rebuilt in backward.
+            s = _maybe_checkpoint(_attended_sum, planes, filters, channel, geo=geo)  # (B, H, O, G, X', Y')
 
         spatial = None
         if self.spatial_attention is not None:
@@ -222,12 +230,15 @@ def _spatial_statistics(planes, filters, geo):
     mean_patch = torch.stack([tap.mean(dim=(-2, -1)) for tap in _tap_slices(padded, geo)], dim=-1)
     mean = torch.einsum("bpu,qpu->bqp", mean_patch, kernels)  # (B, O * G, C * H)
 
-    # Max: locate it without gradients, chunk by chunk ...
-    with torch.no_grad():
-        where = torch.empty(c * h, o * n, geo.b, dtype=torch.long, device=planes.device)
-        for samples, block in geo.pieces():
-            f = _unsummed(planes[samples], kernels[block], geo)  # (C * H, block, b, L)
-            where[:, block, samples] = f.argmax(dim=-1)  # position index in the output grid
+    # Max: locate it without gradients ...
+    if native.available(planes, kernels, channels=c):
+        where = native.spatial_argmax(padded, kernels, h, geo.out, geo.stride, geo.dilation).permute(1, 2, 0)
+    else:
+        with torch.no_grad():  # chunk by chunk
+            where = torch.empty(c * h, o * n, geo.b, dtype=torch.long, device=planes.device)
+            for samples, block in geo.pieces():
+                f = _unsummed(planes[samples], kernels[block], geo)  # (C * H, block, b, L)
+                where[:, block, samples] = f.argmax(dim=-1)  # position index in the output grid
     # ... then recompute its value from the input patch at that position (again in backward,
     # rather than keeping the patches).
     peak = _maybe_checkpoint(_values_at, padded, kernels, where, geo=geo)  # (B, O * G, C * H)
@@ -248,6 +259,20 @@ def _values_at(padded, kernels, where, geo):
 def _attended_sum(planes, filters, channel, geo):
     weights = filters.unsqueeze(0) if channel is None else channel[..., None, None] * filters
     return _per_sample_conv(planes, weights, geo)
+
+
+def _native_sum_and_max(planes, filters, channel, geo):
+    """S = sum_c alpha_c f~ and max over c of alpha_c f~ from the compiled kernels, each ``(B, H, O, G, X', Y')``."""
+    o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
+    p = geo.padding
+    kernels = filters.reshape(1, o * n, c, h, kk)
+    if channel is None:
+        weights = kernels.expand(geo.b, -1, -1, -1, -1)
+    else:
+        weights = channel.reshape(geo.b, o * n, c, h, 1) * kernels  # (B, O * G, C, H, k * k)
+    total, peak = native.attended_max(F.pad(planes, (p, p, p, p)), weights, h, geo.out, geo.stride, geo.dilation)
+    # (B, X', Y', H, O * G) memory
+    return (_channels_last_view(t.view(geo.b, -1, h * o * n), geo) for t in (total, peak))
 
 
 def _needs_grad(*tensors) -> bool:

@@ -1,0 +1,192 @@
+"""Compiled CPU kernels for the full attentive convolution (``native_kernels.cpp``), and their autograd.
+
+The kernels compute the max statistics of f~ and the channel-attended sum S
+without writing f~ to memory (see the C++ file for the loops). They are built
+with the C++ compiler on first use (``$CXX``, else ``g++``; about two seconds),
+cached under ``$AAGC_CACHE`` (default ``~/.cache/aagc``) by a hash of the
+source, flags and CPU, and loaded with ctypes. Where there is no compiler, the
+tensors are not on the CPU or not float32/float64, or ``AAGC_NATIVE=0``, the
+callers use their PyTorch path, which computes the same function.
+
+ctypes releases the GIL during a call, so the batch is split over
+``torch.get_num_threads()`` Python threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["available", "spatial_argmax", "attended_max"]
+
+SOURCE = Path(__file__).with_name("native_kernels.cpp")
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-std=c++20", "-shared", "-fPIC"]
+BLOCK = 16  # filters per vector block, as BLOCK in the C++ file
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_CTYPE = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}
+
+
+def available(*tensors: torch.Tensor, channels: int) -> bool:
+    """Whether the kernels can run on these tensors (CPU, float32/64, at most 255 input channels)."""
+    return (
+        channels <= 255  # the winning channel is stored in one byte
+        and all(t.device.type == "cpu" and t.dtype in _SUFFIX for t in tensors)
+        and len({t.dtype for t in tensors}) == 1
+        and _library() is not None
+    )
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("AAGC_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "aagc"
+    )
+    return Path(root)
+
+
+def _cpu_signature() -> str:
+    # -march=native builds for this CPU: a cache shared by another CPU must not load it.
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        flags = ""
+    return platform.machine() + flags
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    if os.environ.get("AAGC_NATIVE", "1") == "0":
+        return None
+    compiler = shutil.which(os.environ.get("CXX", "g++"))
+    if compiler is None:
+        return None
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *FLAGS, _cpu_signature()]).encode())
+    target = _cache_dir() / f"attention_kernels-{digest.hexdigest()[:16]}.so"
+    if not target.exists():
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Build beside the target and rename: concurrent first uses never load a half-written file.
+            with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+                built = Path(scratch) / target.name
+                subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True, capture_output=True)
+                os.replace(built, target)
+        except (OSError, subprocess.CalledProcessError) as error:
+            detail = getattr(error, "stderr", b"") or b""
+            warnings.warn(
+                f"could not build the attention kernels ({error}; {detail.decode(errors='replace')[-500:]}); "
+                "using the slower PyTorch path",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+    return ctypes.CDLL(str(target))
+
+
+@functools.cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aagc-kernels")
+
+
+def _pointer(t: torch.Tensor | None):
+    return None if t is None else ctypes.c_void_p(t.data_ptr())
+
+
+def _run(name: str, dtype: torch.dtype, batch: int, geometry: list[int], *tensors: torch.Tensor) -> None:
+    """Call kernel ``name`` over the batch, split into one contiguous range per thread."""
+    function = getattr(_library(), f"{name}_{_SUFFIX[dtype]}")
+    g = torch.tensor(geometry, dtype=torch.int64)
+    args = [_pointer(t) for t in tensors]
+    workers = max(1, min(torch.get_num_threads(), batch))
+    bounds = [batch * i // workers for i in range(workers + 1)]
+    if workers == 1:
+        function(_pointer(g), ctypes.c_int64(0), ctypes.c_int64(batch), *args)
+        return
+    calls = [
+        _pool(workers).submit(function, _pointer(g), ctypes.c_int64(b0), ctypes.c_int64(b1), *args)
+        for b0, b1 in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    for call in calls:
+        call.result()
+
+
+def _geometry(padded: torch.Tensor, c: int, h: int, out: tuple[int, int], k: int, stride: int, dilation: int, q: int):
+    qp = -(-q // BLOCK) * BLOCK
+    return [c, h, padded.shape[-2], padded.shape[-1], out[0], out[1], k, stride, dilation, q, qp], qp
+
+
+def _blocked_filters(filters: torch.Tensor) -> torch.Tensor:
+    """``(..., Q, C, H, k * k)`` -> ``(..., C, H, k * k, Qp)`` with zero filters up to Qp, contiguous."""
+    q = filters.shape[-4]
+    moved = filters.movedim(-4, -1)
+    return F.pad(moved, (0, -(-q // BLOCK) * BLOCK - q)).contiguous()
+
+
+def spatial_argmax(padded: torch.Tensor, kernels: torch.Tensor, h: int, out, stride: int, dilation: int):
+    """Position of the max over output positions of f~, without gradients.
+
+    Args:
+        padded: the padded input planes ``(B, C * H, Xp, Yp)``.
+        kernels: the filters ``(Q, C * H, k * k)``.
+
+    Returns: ``(B, C * H, Q)`` int64 flat indices into the ``(X', Y')`` output grid.
+    """
+    b, q = padded.shape[0], kernels.shape[0]
+    c, k = padded.shape[1] // h, round(kernels.shape[-1] ** 0.5)
+    geometry, _ = _geometry(padded, c, h, out, k, stride, dilation, q)
+    with torch.no_grad():
+        blocked = _blocked_filters(kernels.view(q, c, h, -1))
+        where = padded.new_empty(b, c * h, q, dtype=torch.int64)
+        _run("spatial_argmax", padded.dtype, b, geometry, padded.detach().contiguous(), blocked, where)
+    return where
+
+
+def attended_max(padded, weights, h: int, out, stride: int, dilation: int):
+    """sum over c and max over c of f~ computed with per-sample filters.
+
+    Args:
+        padded: the padded input planes ``(B, C * H, Xp, Yp)``.
+        weights: per-sample filters ``(B, Q, C, H, k * k)`` (alpha_c K).
+
+    Returns: total and peak, each ``(B, X', Y', H, Q)`` (channels last), differentiable
+    with respect to both arguments.
+    """
+    b, q, c = weights.shape[:3]
+    k = round(weights.shape[-1] ** 0.5)
+    geometry, _ = _geometry(padded, c, h, out, k, stride, dilation, q)
+    return _AttendedMax.apply(padded, _blocked_filters(weights), geometry, (b, *out, h, q))
+
+
+class _AttendedMax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, padded, blocked, geometry, shape):
+        padded = padded.contiguous()
+        total, peak = padded.new_empty(shape), padded.new_empty(shape)
+        winner = torch.empty(shape, dtype=torch.uint8)
+        _run("attended_max_forward", padded.dtype, shape[0], geometry, padded, blocked, total, peak, winner)
+        ctx.save_for_backward(padded, blocked, winner)
+        ctx.geometry = geometry
+        return total, peak
+
+    @staticmethod
+    def backward(ctx, grad_total, grad_peak):
+        padded, blocked, winner = ctx.saved_tensors
+        zeros = padded.new_zeros(winner.shape)
+        grad_total = zeros if grad_total is None else grad_total.contiguous()
+        grad_peak = zeros if grad_peak is None else grad_peak.contiguous()
+        grad_padded, grad_blocked = torch.zeros_like(padded), torch.zeros_like(blocked)
+        _run(
+            "attended_max_backward", padded.dtype, padded.shape[0], ctx.geometry,
+            padded, blocked, grad_total, grad_peak, winner, grad_padded, grad_blocked,
+        )
+        return grad_padded, grad_blocked, None, None

@@ -1,0 +1,130 @@
+"""The compiled attention kernels against the same quantities built from f~ with PyTorch ops.
+
+f~ is materialised here with a depthwise convolution, as in the straightforward
+attentive layers; the kernels never store it.
+"""
+
+import os
+import shutil
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from models.attention import native
+
+pytestmark = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None, reason="no C++ compiler here to build the attention kernels"
+)
+
+# (B, C, H, size, k, stride, dilation, padding, Q): Q below, at and above one vector block (16)
+GEOMETRIES = [
+    (3, 5, 4, 9, 3, 1, 1, 1, 40),
+    (2, 3, 1, 10, 3, 2, 1, 0, 12),
+    (2, 4, 8, 11, 5, 1, 2, 4, 16),
+    (1, 2, 4, 6, 4, 1, 1, 0, 17),
+]
+TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
+
+
+def unsummed(padded, kernels, h, stride, dilation):
+    """f~ ``(B, Q, C, H, X', Y')`` from padded planes ``(B, C * H, Xp, Yp)`` and filters ``(Q, C, H, k * k)``."""
+    q, c, k = kernels.shape[0], kernels.shape[1], round(kernels.shape[-1] ** 0.5)
+    depthwise = kernels.permute(1, 2, 0, 3).reshape(c * h * q, 1, k, k)
+    f = F.conv2d(padded, depthwise, stride=stride, dilation=dilation, groups=c * h)
+    return f.view(padded.shape[0], c, h, q, *f.shape[-2:]).permute(0, 3, 1, 2, 4, 5)
+
+
+def inputs(geometry, dtype):
+    b, c, h, size, k, stride, dilation, padding, q = geometry
+    generator = torch.Generator().manual_seed(0)
+    planes = torch.relu(torch.randn(b, c * h, size, size, dtype=dtype, generator=generator))
+    planes[..., : size // 2, :] = 0  # zero regions: f~ ties at 0 over channels and positions
+    padded = F.pad(planes, (padding,) * 4)
+    kernels = torch.randn(q, c, h, k * k, dtype=dtype, generator=generator)
+    alpha = torch.rand(b, q, c, h, dtype=dtype, generator=generator)
+    return padded, kernels, alpha
+
+
+def relative(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_spatial_argmax_is_the_first_maximum(geometry, dtype):
+    padded, kernels, _ = inputs(geometry, dtype)
+    h, stride, dilation, q = geometry[2], geometry[5], geometry[6], geometry[8]
+    f = unsummed(padded, kernels, h, stride, dilation)
+    where = native.spatial_argmax(padded, kernels.reshape(q, -1, kernels.shape[-1]), h, f.shape[-2:], stride, dilation)
+    expected = f.flatten(-2).max(dim=-1).indices  # torch.max: the first maximum
+    assert torch.equal(where, expected.permute(0, 2, 3, 1).reshape(where.shape))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_attended_sum_and_max_with_gradients(geometry, dtype):
+    padded, kernels, alpha = inputs(geometry, dtype)
+    h, stride, dilation = geometry[2], geometry[5], geometry[6]
+    leaves = [t.clone().requires_grad_() for t in (padded, kernels, alpha)]
+    total, peak = native.attended_max(leaves[0], leaves[2][..., None] * leaves[1], h,
+                                      unsummed(padded, kernels, h, stride, dilation).shape[-2:], stride, dilation)
+
+    oracle = [t.clone().requires_grad_() for t in (padded, kernels, alpha)]
+    attended = oracle[2][..., None, None] * unsummed(oracle[0], oracle[1], h, stride, dilation)  # (B, Q, C, H, X', Y')
+    # channels last: (B, X', Y', H, Q)
+    expected_total = attended.sum(dim=2).permute(0, 3, 4, 2, 1)
+    expected_peak = attended.max(dim=2).values.permute(0, 3, 4, 2, 1)
+    tol = TOLERANCE[dtype]
+    assert total.shape == expected_total.shape and relative(total, expected_total) <= tol
+    assert relative(peak, expected_peak) <= tol
+
+    generator = torch.Generator().manual_seed(1)
+    upstream = [torch.randn(total.shape, dtype=dtype, generator=generator) for _ in range(2)]
+    (total * upstream[0] + peak * upstream[1]).sum().backward()
+    (expected_total * upstream[0] + expected_peak * upstream[1]).sum().backward()
+    for name, mine, theirs in zip(("planes", "kernels", "alpha"), leaves, oracle, strict=True):
+        assert relative(mine.grad, theirs.grad) <= tol, f"gradient of {name}"
+
+
+def test_one_output_without_gradient():
+    # Only the max used downstream: the sum's gradient is None in backward.
+    padded, kernels, alpha = inputs(GEOMETRIES[0], torch.float64)
+    weights = (alpha[..., None] * kernels).requires_grad_()
+    _, peak = native.attended_max(padded, weights, 4, (9, 9), 1, 1)
+    peak.sum().backward()
+    assert weights.grad is not None and torch.isfinite(weights.grad).all()
+
+
+def test_unavailable_on_other_dtypes_and_devices():
+    x = torch.zeros(1, 2, 3, 3)
+    assert native.available(x, channels=2)
+    assert not native.available(x.half(), channels=2)
+    assert not native.available(x, x.double(), channels=2)
+    assert not native.available(x, channels=256)  # the winner is kept in one byte
+    assert not native.available(x.to("meta"), channels=2)
+
+
+def test_a_failed_build_warns_and_falls_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("AAGC_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
+    native._library.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="could not build the attention kernels"):
+            assert native._library() is None
+        assert not native.available(torch.zeros(1), channels=1)
+        assert list(tmp_path.glob("*.so")) == []
+    finally:
+        native._library.cache_clear()
+
+
+def test_switched_off_by_environment(monkeypatch):
+    monkeypatch.setenv("AAGC_NATIVE", "0")
+    native._library.cache_clear()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert native._library() is None
+    finally:
+        native._library.cache_clear()
