@@ -128,3 +128,23 @@ def test_switched_off_by_environment(monkeypatch):
             assert native._library() is None
     finally:
         native._library.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("batch,channels,size,k,dilation", [(3, 40, 9, 7, 1), (2, 33, 8, 5, 2), (1, 8, 4, 7, 1)])
+def test_depthwise_conv_equals_conv2d(batch, channels, size, k, dilation, dtype):
+    generator = torch.Generator().manual_seed(2)
+    planes = torch.randn(batch, channels, size, size, dtype=dtype, generator=generator)
+    planes = planes.contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(channels, 1, k, k, dtype=dtype, generator=generator)
+    padding = dilation * (k // 2)
+    mine = [planes.clone().requires_grad_(), weight.clone().requires_grad_()]
+    theirs = [planes.clone().requires_grad_(), weight.clone().requires_grad_()]
+    out = native.depthwise_conv(*mine, padding, dilation)
+    expected = F.conv2d(*theirs, padding=padding, dilation=dilation, groups=channels)
+    assert torch.equal(out, expected)
+    upstream = torch.randn(out.shape, dtype=dtype, generator=generator)
+    (out * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    for name, a, b in zip(("planes", "weight"), mine, theirs, strict=True):
+        assert relative(a.grad, b.grad) <= TOLERANCE[dtype], f"gradient of {name}"

@@ -176,6 +176,42 @@ void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, cons
                 }
 }
 
+// Weight gradient of a depthwise convolution with stride 1 and padding that keeps the
+// size, on channels-last tensors: out[t, ch] += sum_{b, x} grad[b, x, ch] input[b, x + tap t, ch].
+// input, grad: (B, X, Y, CH); out: (k * k, CH); geometry {X, Y, CH, k, padding, dilation}.
+// oneDNN runs this at a fraction of the speed of the forward convolution; here each row of
+// grad meets the k * k shifted input rows while they are in cache, vectorised over channels.
+template <typename T>
+void depthwise_weight_grad(const int64_t* geometry, int64_t b0, int64_t b1, const T* input, const T* grad, T* out) {
+    const int64_t size_x = geometry[0], size_y = geometry[1], channels = geometry[2], k = geometry[3];
+    const int64_t padding = geometry[4], dilation = geometry[5];
+    constexpr int64_t CB = 32;  // channels per block: four independent vector chains
+    for (int64_t b = b0; b < b1; ++b)
+        for (int64_t x = 0; x < size_x; ++x)
+            for (int64_t u = 0; u < k; ++u) {
+                const int64_t xi = x + u * dilation - padding;
+                if (xi < 0 || xi >= size_x) continue;
+                for (int64_t v = 0; v < k; ++v) {
+                    const int64_t dy = v * dilation - padding;
+                    const int64_t y0 = dy < 0 ? -dy : 0, y1 = dy > 0 ? size_y - dy : size_y;
+                    const T* g = grad + ((b * size_x + x) * size_y) * channels;
+                    const T* in = input + ((b * size_x + xi) * size_y + dy) * channels;
+                    T* o = out + (u * k + v) * channels;
+                    for (int64_t c0 = 0; c0 < channels; c0 += CB) {
+                        const int64_t n = channels - c0 < CB ? channels - c0 : CB;
+                        T acc[CB] = {};
+                        for (int64_t y = y0; y < y1; ++y) {
+                            const T* gy = g + y * channels + c0;
+                            const T* iy = in + y * channels + c0;
+#pragma omp simd
+                            for (int64_t j = 0; j < n; ++j) acc[j] += gy[j] * iy[j];
+                        }
+                        for (int64_t j = 0; j < n; ++j) o[c0 + j] += acc[j];
+                    }
+                }
+            }
+}
+
 }  // namespace
 
 // C entry points for ctypes, one per kernel and dtype (f32, f64).
@@ -192,6 +228,10 @@ void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, cons
                                                    const T* w, const T* gt, const T* gp, const uint8_t* winner, \
                                                    T* dp, T* dw) {                                             \
         attended_max_backward<T>(g, b0, b1, p, w, gt, gp, winner, dp, dw);                                     \
+    }                                                                                                          \
+    extern "C" void depthwise_weight_grad_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* input,    \
+                                                   const T* grad, T* out) {                                    \
+        depthwise_weight_grad<T>(g, b0, b1, input, grad, out);                                                 \
     }
 
 AAGC_EXPORT(float, f32)
