@@ -31,19 +31,25 @@ The result equals the straightforward version up to round-off (summation order).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from ..gconv import GroupConv, LiftingConv, check_group_input, group_filters, lifting_filters
 from ..pooling import spatial_avg_pool
 from . import native
 from .parts import AttentionParts, AttentiveLayer
+from .recompute import recomputed
 
 __all__ = ["AttentiveLiftingConv", "AttentiveGroupConv"]
 
 # The most values of f~ held at once (4 bytes each in float32).
 CHUNK_VALUES = 4 * 2**20
+# In training with the compiled kernels: samples per chunk of the spatial-attention branch,
+# such that S (and each tensor like it: the max over c, alpha_s, their gradients) holds at
+# most this many values.
+ATTENTION_CHUNK_VALUES = 2**20
 
 
 class _Geometry:
@@ -85,46 +91,86 @@ class _EfficientFullAttention(AttentiveLayer):
         b, o, n, c, h, k = geo.b, geo.o, geo.n, geo.c, geo.h, geo.k
         plain = F.conv2d(planes, filters.reshape(o * n, c * h, k, k), **geo.conv)  # (B, O * G, X', Y')
 
+        if self.spatial_attention is not None and native.available(planes, filters, channels=c):
+            attended, channel, spatial = self._compiled_attention(planes, filters, geo, keep_spatial=return_attention)
+        else:
+            attended, channel, spatial = self._pytorch_attention(planes, filters, geo)
+        out = self._scale(plain.view(b, o, n, *geo.out) - attended)
+        if self.pool > 1:  # attention acts on f~ before the sum, so the pooling cannot move in front
+            out = spatial_avg_pool(out, self.pool)
+        if not return_attention:
+            return out
+        return out, self._parts(channel, spatial)
+
+    def _compiled_attention(self, planes, filters, geo, keep_spatial):
+        """sum_h alpha_s S ``(B, O, G, X', Y')``, alpha_c and alpha_s (each or None) from the compiled kernels.
+
+        Every pass over f~ reduces it as it goes, and S comes with the max over c. In
+        training, everything after alpha_c is computed a few samples at a time and again
+        in the backward pass, so only one chunk's S, max and alpha_s are alive at once.
+        """
+        o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
+        p = geo.padding
+        padded = F.pad(planes, (p, p, p, p))
+        kernels = filters.reshape(1, o * n, c, h, kk)
+        channel = None
+        if self.channel_attention is None:
+            weights = kernels.expand(geo.b, -1, -1, -1, -1)
+        else:
+            channel = self._channel_from_statistics(*_spatial_statistics(planes, filters, geo, padded))
+            weights = channel.reshape(geo.b, o * n, c, h, 1) * kernels  # (B, O * G, C, H, k * k)
+        if keep_spatial or not _needs_grad(padded, weights, *self.spatial_attention.parameters()):
+            attended, spatial = self._attended_chunk(padded, weights, geo, keep_spatial)
+            return attended, channel, spatial
+        per_sample = h * o * n * geo.out[0] * geo.out[1]
+        chunk = max(1, ATTENTION_CHUNK_VALUES // per_sample)
+        attend = functools.partial(self._attended_only, geo=geo)
+        params = list(self.spatial_attention.parameters())
+        pieces = [recomputed(attend, padded[i : i + chunk], weights[i : i + chunk], params=params)
+                  for i in range(0, geo.b, chunk)]
+        return torch.cat(pieces) if len(pieces) > 1 else pieces[0], channel, None
+
+    def _attended_only(self, padded, weights, geo):
+        return self._attended_chunk(padded, weights, geo, keep_spatial=False)[0]
+
+    def _attended_chunk(self, padded, weights, geo, keep_spatial):
+        """sum_h alpha_s S and alpha_s (or None) for the samples of ``padded`` and ``weights``."""
+        total, peak = native.attended_max(padded, weights, geo.h, geo.out, geo.stride, geo.dilation)
+        s, peak = (_channels_last_view(t.view(t.shape[0], -1, t.shape[-2] * t.shape[-1]), geo) for t in (total, peak))
+        spatial = self._spatial(s, peak, geo)
+        return (spatial * s).sum(dim=1), spatial if keep_spatial else None
+
+    def _pytorch_attention(self, planes, filters, geo):
+        """sum_h alpha_s S ``(B, O, G, X', Y')``, alpha_c and alpha_s (each or None) with PyTorch ops."""
         channel = peak = None
-        fused = self.spatial_attention is not None and native.available(planes, filters, channels=c)
         both = self.channel_attention is not None and self.spatial_attention is not None
-        if fused:
-            # Compiled kernels: every pass over f~ reduces it as it goes, and S comes with the max.
-            if self.channel_attention is not None:
-                channel = self._channel_from_statistics(*_spatial_statistics(planes, filters, geo))
-            s, peak = _native_sum_and_max(planes, filters, channel, geo)
-        elif both and not _needs_grad(planes, filters):
+        if both and not _needs_grad(planes, filters):
             # Inference: both max statistics from one pass over f~, piece by piece.
             channel, peak = self._statistics_in_one_pass(planes, filters, geo)
         elif self.channel_attention is not None:
             mean, peak_xy = _spatial_statistics(planes, filters, geo)  # (B, O, G, C, H) each
             channel = self._channel_from_statistics(mean, peak_xy)
 
-        if not fused:
-            # S = sum_c alpha_c f~: one grouped convolution over (sample, h). Its per-sample
-            # filters are as large as f~'s share of one position, so they are rebuilt in backward.
-            s = _maybe_checkpoint(_attended_sum, planes, filters, channel, geo=geo)  # (B, H, O, G, X', Y')
-
+        # S = sum_c alpha_c f~: one grouped convolution over (sample, h). Its per-sample
+        # filters are as large as f~'s share of one position, so they are rebuilt in backward.
+        s = _maybe_checkpoint(_attended_sum, planes, filters, channel, geo=geo)  # (B, H, O, G, X', Y')
         spatial = None
         if self.spatial_attention is not None:
             if peak is None:
                 peak = _weighted_channel_max(planes, filters, channel, geo)  # (B, H, O, G, X', Y')
-            if self._lifting:
-                spatial = self.spatial_attention.from_statistics(s[:, 0], peak[:, 0], mean_scale=1.0 / c)
-                spatial = spatial.unsqueeze(1)
-            else:
-                # Logical (B, O, G, H, X', Y') views.
-                spatial = self.spatial_attention.from_statistics(
-                    s.permute(0, 2, 3, 1, 4, 5), peak.permute(0, 2, 3, 1, 4, 5), mean_scale=1.0 / c
-                ).permute(0, 3, 1, 2, 4, 5)  # back to (B, H, O, G, X', Y')
-
+            spatial = self._spatial(s, peak, geo)
         attended = s if spatial is None else spatial * s
-        out = self._scale(plain.view(b, o, n, *geo.out) - attended.sum(dim=1))
-        if self.pool > 1:  # attention acts on f~ before the sum, so the pooling cannot move in front
-            out = spatial_avg_pool(out, self.pool)
-        if not return_attention:
-            return out
-        return out, self._parts(channel, spatial)
+        return attended.sum(dim=1), channel, spatial
+
+    def _spatial(self, s, peak, geo):
+        """alpha_s ``(B, H, O, G, X', Y')`` from S and the max over c, each ``(B, H, O, G, X', Y')``."""
+        if self._lifting:
+            return self.spatial_attention.from_statistics(s[:, 0], peak[:, 0], mean_scale=1.0 / geo.c).unsqueeze(1)
+        # Logical (B, O, G, H, X', Y') views.
+        spatial = self.spatial_attention.from_statistics(
+            s.permute(0, 2, 3, 1, 4, 5), peak.permute(0, 2, 3, 1, 4, 5), mean_scale=1.0 / geo.c
+        )
+        return spatial.permute(0, 3, 1, 2, 4, 5)  # back to (B, H, O, G, X', Y')
 
     def _channel_from_statistics(self, mean, peak):
         """alpha_c ``(B, O, G, C, H)`` from the spatial mean and max of f~, each ``(B, O, G, C, H)``."""
@@ -220,11 +266,11 @@ def _tap_slices(padded, geo):
             yield padded[..., rows, cols]
 
 
-def _spatial_statistics(planes, filters, geo):
-    """Mean and max over positions of f~, each ``(B, O, G, C, H)``."""
+def _spatial_statistics(planes, filters, geo, padded=None):
+    """Mean and max over positions of f~, each ``(B, O, G, C, H)``; ``padded``: the padded planes, if at hand."""
     o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
     p = geo.padding
-    padded = F.pad(planes, (p, p, p, p))  # (B, C * H, Xp, Yp)
+    padded = F.pad(planes, (p, p, p, p)) if padded is None else padded  # (B, C * H, Xp, Yp)
     kernels = filters.reshape(o * n, c * h, kk)
     # Mean: the filter applied to the mean patch. (B, C * H, k * k)
     mean_patch = torch.stack([tap.mean(dim=(-2, -1)) for tap in _tap_slices(padded, geo)], dim=-1)
@@ -261,29 +307,13 @@ def _attended_sum(planes, filters, channel, geo):
     return _per_sample_conv(planes, weights, geo)
 
 
-def _native_sum_and_max(planes, filters, channel, geo):
-    """S = sum_c alpha_c f~ and max over c of alpha_c f~ from the compiled kernels, each ``(B, H, O, G, X', Y')``."""
-    o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
-    p = geo.padding
-    kernels = filters.reshape(1, o * n, c, h, kk)
-    if channel is None:
-        weights = kernels.expand(geo.b, -1, -1, -1, -1)
-    else:
-        weights = channel.reshape(geo.b, o * n, c, h, 1) * kernels  # (B, O * G, C, H, k * k)
-    total, peak = native.attended_max(F.pad(planes, (p, p, p, p)), weights, h, geo.out, geo.stride, geo.dilation)
-    # (B, X', Y', H, O * G) memory
-    return (_channels_last_view(t.view(geo.b, -1, h * o * n), geo) for t in (total, peak))
-
-
 def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _maybe_checkpoint(fn, *tensors, geo):
     """``fn(*tensors, geo)``, recomputed in the backward pass instead of keeping its intermediates."""
-    if _needs_grad(*tensors):
-        return checkpoint(fn, *tensors, geo, use_reentrant=False)
-    return fn(*tensors, geo)
+    return recomputed(functools.partial(fn, geo=geo), *tensors)
 
 
 def _unsummed(planes, kernels, geo) -> torch.Tensor:
@@ -370,4 +400,4 @@ def _per_sample_conv(planes, weights, geo):
 
 def _channels_last_view(t, geo):
     """``(B, L, H * O * G)`` memory as a ``(B, H, O, G, X', Y')`` view."""
-    return t.view(geo.b, *geo.out, geo.h, geo.o, geo.n).permute(0, 3, 4, 5, 1, 2)
+    return t.view(t.shape[0], *geo.out, geo.h, geo.o, geo.n).permute(0, 3, 4, 5, 1, 2)

@@ -33,7 +33,7 @@ __all__ = ["available", "spatial_argmax", "attended_max", "depthwise_conv"]
 
 SOURCE = Path(__file__).with_name("native_kernels.cpp")
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-std=c++20", "-shared", "-fPIC"]
-BLOCK = 16  # filters per vector block, as BLOCK in the C++ file
+LANES = 16  # filters per vector, as LANES in the C++ file
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _CTYPE = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}
 
@@ -130,15 +130,13 @@ def _run(name, dtype, batch, geometry, *tensors, private: torch.Tensor | None = 
 
 
 def _geometry(padded: torch.Tensor, c: int, h: int, out: tuple[int, int], k: int, stride: int, dilation: int, q: int):
-    qp = -(-q // BLOCK) * BLOCK
-    return [c, h, padded.shape[-2], padded.shape[-1], out[0], out[1], k, stride, dilation, q, qp], qp
+    return [c, h, padded.shape[-2], padded.shape[-1], out[0], out[1], k, stride, dilation, q]
 
 
-def _blocked_filters(filters: torch.Tensor) -> torch.Tensor:
-    """``(..., Q, C, H, k * k)`` -> ``(..., C, H, k * k, Qp)`` with zero filters up to Qp, contiguous."""
-    q = filters.shape[-4]
+def _filters_last(filters: torch.Tensor) -> torch.Tensor:
+    """``(..., Q, C, H, k * k)`` -> ``(..., C, H, k * k, Q')``, contiguous, with zero filters up to Q' = LANES if Q is fewer."""
     moved = filters.movedim(-4, -1)
-    return F.pad(moved, (0, -(-q // BLOCK) * BLOCK - q)).contiguous()
+    return F.pad(moved, (0, LANES - moved.shape[-1])).contiguous() if moved.shape[-1] < LANES else moved.contiguous()
 
 
 def spatial_argmax(padded: torch.Tensor, kernels: torch.Tensor, h: int, out, stride: int, dilation: int):
@@ -152,12 +150,12 @@ def spatial_argmax(padded: torch.Tensor, kernels: torch.Tensor, h: int, out, str
     """
     b, q = padded.shape[0], kernels.shape[0]
     c, k = padded.shape[1] // h, round(kernels.shape[-1] ** 0.5)
-    geometry, _ = _geometry(padded, c, h, out, k, stride, dilation, q)
     with torch.no_grad():
-        blocked = _blocked_filters(kernels.view(q, c, h, -1))
-        where = padded.new_empty(b, c * h, q, dtype=torch.int64)
-        _run("spatial_argmax", padded.dtype, b, geometry, padded.detach().contiguous(), blocked, where)
-    return where
+        last = _filters_last(kernels.view(q, c, h, -1))
+        where = padded.new_empty(b, c * h, last.shape[-1], dtype=torch.int64)
+        geometry = _geometry(padded, c, h, out, k, stride, dilation, last.shape[-1])
+        _run("spatial_argmax", padded.dtype, b, geometry, padded.detach().contiguous(), last, where)
+    return where[..., :q]
 
 
 def attended_max(padded, weights, h: int, out, stride: int, dilation: int):
@@ -172,33 +170,37 @@ def attended_max(padded, weights, h: int, out, stride: int, dilation: int):
     """
     b, q, c = weights.shape[:3]
     k = round(weights.shape[-1] ** 0.5)
-    geometry, _ = _geometry(padded, c, h, out, k, stride, dilation, q)
-    return _AttendedMax.apply(padded, _blocked_filters(weights), geometry, (b, *out, h, q))
+    last = _filters_last(weights)  # differentiable: the gradient flows back through the copy
+    geometry = _geometry(padded, c, h, out, k, stride, dilation, last.shape[-1])
+    total, peak = _AttendedMax.apply(padded, last, geometry, (b, *out, h, last.shape[-1]))
+    if last.shape[-1] == q:
+        return total, peak
+    return total[..., :q].contiguous(), peak[..., :q].contiguous()  # without the zero filters
 
 
 class _AttendedMax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, padded, blocked, geometry, shape):
+    def forward(ctx, padded, filters, geometry, shape):
         padded = padded.contiguous()
         total, peak = padded.new_empty(shape), padded.new_empty(shape)
         winner = torch.empty(shape, dtype=torch.uint8)
-        _run("attended_max_forward", padded.dtype, shape[0], geometry, padded, blocked, total, peak, winner)
-        ctx.save_for_backward(padded, blocked, winner)
+        _run("attended_max_forward", padded.dtype, shape[0], geometry, padded, filters, total, peak, winner)
+        ctx.save_for_backward(padded, filters, winner)
         ctx.geometry = geometry
         return total, peak
 
     @staticmethod
     def backward(ctx, grad_total, grad_peak):
-        padded, blocked, winner = ctx.saved_tensors
+        padded, filters, winner = ctx.saved_tensors
         zeros = padded.new_zeros(winner.shape)
         grad_total = zeros if grad_total is None else grad_total.contiguous()
         grad_peak = zeros if grad_peak is None else grad_peak.contiguous()
-        grad_padded, grad_blocked = torch.zeros_like(padded), torch.zeros_like(blocked)
+        grad_padded, grad_filters = torch.zeros_like(padded), torch.zeros_like(filters)
         _run(
             "attended_max_backward", padded.dtype, padded.shape[0], ctx.geometry,
-            padded, blocked, grad_total, grad_peak, winner, grad_padded, grad_blocked,
+            padded, filters, grad_total, grad_peak, winner, grad_padded, grad_filters,
         )
-        return grad_padded, grad_blocked, None, None
+        return grad_padded, grad_filters, None, None
 
 
 def depthwise_conv(planes: torch.Tensor, weight: torch.Tensor, padding: int, dilation: int) -> torch.Tensor:

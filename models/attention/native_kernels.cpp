@@ -7,56 +7,110 @@
 //
 // Layouts (all contiguous, row-major):
 //   planes   P  (B, C, H, Xp, Yp)   input already padded
-//   kernels  K  (C, H, k * k, Qp)   or per sample (B, C, H, k * k, Qp); Qp = Q rounded up
-//                                   to a multiple of BLOCK, the extra filters zero
+//   kernels  K  (C, H, k * k, Q)    or per sample (B, C, H, k * k, Q)
 //   per-position outputs (B, X', Y', H, Q): channels last, as full_attentive_conv.py keeps them
-// geometry: {C, H, Xp, Yp, X', Y', k, stride, dilation, Q, Qp}
+// geometry: {C, H, Xp, Yp, X', Y', k, stride, dilation, Q}, Q >= LANES (the caller pads)
 //
-// The innermost loops run over BLOCK filters, which the compiler turns into vector
-// instructions. Ties go to the first maximum (lowest c or position), like torch.max.
-// The caller splits the batch [b0, b1) over threads.
+// Vectors run over LANES filters (GCC/Clang vector extensions: AVX-512 registers where the
+// CPU has them, pairs of AVX2 ones otherwise). Where Q is not a multiple of LANES, the last
+// block starts at Q - LANES and overlaps the one before; forward results are then written
+// twice with equal values, and gradients mask the overlap out. Each loop keeps a small tile
+// of independent accumulators (positions x filter blocks) in registers: one chain of
+// multiply-adds per tap would wait on its own latency. Ties go to the first maximum
+// (lowest c or position), like torch.max. The caller splits the batch [b0, b1) over threads.
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 namespace {
 
-constexpr int BLOCK = 16;
+constexpr int LANES = 16;
+
+template <typename T>
+struct Vec;
+// Register tiles: float fills the 32 AVX-512 registers (3 filter blocks x 9 taps). float64
+// (for tests) runs untiled, which keeps the build short.
+template <>
+struct Vec<float> {
+    static constexpr int blocks = 3, positions = 4, pairs = 2, taps = 9;
+    typedef float type __attribute__((vector_size(LANES * sizeof(float))));
+    typedef int32_t lane;
+    typedef int32_t index __attribute__((vector_size(LANES * sizeof(float))));
+    typedef float half __attribute__((vector_size(LANES / 2 * sizeof(float))));
+    typedef float quarter __attribute__((vector_size(LANES / 4 * sizeof(float))));
+};
+template <>
+struct Vec<double> {
+    static constexpr int blocks = 1, positions = 1, pairs = 1, taps = 1;
+    typedef double type __attribute__((vector_size(LANES * sizeof(double))));
+    typedef int64_t lane;
+    typedef int64_t index __attribute__((vector_size(LANES * sizeof(double))));
+    typedef double half __attribute__((vector_size(LANES / 2 * sizeof(double))));
+    typedef double quarter __attribute__((vector_size(LANES / 4 * sizeof(double))));
+};
+template <typename T>
+using V = typename Vec<T>::type;
+template <typename T>
+using Index = typename Vec<T>::index;  // lane-wise integers (channel or position), same lane count
+typedef uint8_t Bytes __attribute__((vector_size(LANES)));
+
+// Unaligned loads and stores (memcpy compiles to one vector move).
+template <typename Vector, typename S>
+inline Vector load(const S* p) {
+    Vector v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+template <typename Vector, typename S>
+inline void store(S* p, const Vector& v) {
+    std::memcpy(p, &v, sizeof v);
+}
+
+template <typename T>
+inline T horizontal_sum(const V<T>& v) {
+    using Half = typename Vec<T>::half;
+    using Quarter = typename Vec<T>::quarter;
+    const auto* bytes = reinterpret_cast<const char*>(&v);
+    const Half h = load<Half>(bytes) + load<Half>(bytes + sizeof(Half));
+    const auto* hb = reinterpret_cast<const char*>(&h);
+    const Quarter q = load<Quarter>(hb) + load<Quarter>(hb + sizeof(Quarter));
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
 
 struct Geometry {
-    int64_t c, h, xp, yp, out_x, out_y, k, stride, dilation, q, qp;
-    std::vector<int64_t> tap;  // offset of each filter tap from a patch's first one, in a plane
+    int64_t c, h, xp, yp, out_x, out_y, k, stride, dilation, q;
+    std::vector<int64_t> tap;    // offset of each filter tap from a patch's first one, in a plane
+    std::vector<int64_t> start;  // first filter of each block of LANES
+    int64_t overlap;             // lanes of the last block that the block before already covers
 
     explicit Geometry(const int64_t* g)
-        : c(g[0]), h(g[1]), xp(g[2]), yp(g[3]), out_x(g[4]), out_y(g[5]), k(g[6]),
-          stride(g[7]), dilation(g[8]), q(g[9]), qp(g[10]), tap(k * k) {
+        : c(g[0]), h(g[1]), xp(g[2]), yp(g[3]), out_x(g[4]), out_y(g[5]), k(g[6]), stride(g[7]),
+          dilation(g[8]), q(g[9]), tap(k * k) {
         // Precomputed: an integer division per tap costs more than its multiply-adds.
         for (int64_t t = 0; t < k * k; ++t) tap[t] = (t / k) * dilation * yp + (t % k) * dilation;
+        for (int64_t s = 0; s + LANES <= q; s += LANES) start.push_back(s);
+        overlap = q % LANES ? start.back() + LANES - (q - LANES) : 0;
+        if (overlap) start.push_back(q - LANES);
     }
     int64_t taps() const { return k * k; }
     int64_t plane() const { return xp * yp; }
     int64_t positions() const { return out_x * out_y; }
+    int64_t blocks() const { return static_cast<int64_t>(start.size()); }
     // Offset of output position (x, y)'s first tap in a plane.
     int64_t origin(int64_t x, int64_t y) const { return x * stride * yp + y * stride; }
 };
 
-// acc[i][j] = sum_t patch[i * step + tap[t]] * w[t * qp + j]: f~ of one plane at TILE
-// neighbouring output positions (step apart in the plane) for BLOCK filters. Several
-// positions at once give independent multiply-add chains and reuse each filter load.
-template <int TILE, typename T>
-inline void respond(const Geometry& g, const T* __restrict__ patch, int64_t step, const T* __restrict__ w,
-                    T (&acc)[TILE][BLOCK]) {
-    for (int i = 0; i < TILE; ++i)
-        for (int j = 0; j < BLOCK; ++j) acc[i][j] = 0;
-    for (int64_t t = 0; t < g.taps(); ++t) {
-        const T* wt = w + t * g.qp;
-        for (int i = 0; i < TILE; ++i) {
-            const T p = patch[i * step + g.tap[t]];
-#pragma omp simd
-            for (int j = 0; j < BLOCK; ++j) acc[i][j] += p * wt[j];
-        }
-    }
+// Calls body.template operator()<NB>(first block) over the filter blocks in tiles of up to MB.
+template <int MB, typename Body>
+inline void over_blocks(const Geometry& g, Body&& body) {
+    int64_t j = 0;
+    for (; j + MB <= g.blocks(); j += MB) body.template operator()<MB>(j);
+    if constexpr (MB >= 3)
+        if (g.blocks() - j == 2) body.template operator()<2>(j);
+    if constexpr (MB >= 2)
+        if (g.blocks() - j == 1) body.template operator()<1>(j);
 }
 
 // Calls body.template operator()<n>(y0) for output columns y0 .. y0 + n - 1 covering one row:
@@ -68,112 +122,206 @@ inline void over_row(const Geometry& g, Body&& body) {
     for (; y0 < g.out_y; ++y0) body.template operator()<1>(y0);
 }
 
+// acc[i][j] = f~ of one plane at P neighbouring output positions (step apart in the plane)
+// for filter blocks j0 .. j0 + NB - 1; w points at the plane's (k * k, Q) filters.
+template <int P, int NB, typename T>
+inline void respond(const Geometry& g, const T* __restrict__ patch, int64_t step, const T* __restrict__ w,
+                    int64_t j0, V<T> (&acc)[P][NB]) {
+    for (int i = 0; i < P; ++i)
+        for (int j = 0; j < NB; ++j) acc[i][j] = V<T>{};
+    for (int64_t t = 0; t < g.taps(); ++t) {
+        V<T> wt[NB];
+        for (int j = 0; j < NB; ++j) wt[j] = load<V<T>>(w + t * g.q + g.start[j0 + j]);
+        for (int i = 0; i < P; ++i) {
+            const T p = patch[i * step + g.tap[t]];
+            for (int j = 0; j < NB; ++j) acc[i][j] += p * wt[j];
+        }
+    }
+}
+
 // Where over positions each f~(b, ., c, h, .) is largest: where (B, C, H, Q), int64.
 template <typename T>
 void spatial_argmax(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
                     int64_t* where) {
     const Geometry g(geometry);
+    using Lane = typename Vec<T>::lane;
     for (int64_t b = b0; b < b1; ++b)
         for (int64_t ch = 0; ch < g.c * g.h; ++ch) {
             const T* plane = planes + (b * g.c * g.h + ch) * g.plane();
-            const T* w = kernels + ch * g.taps() * g.qp;
+            const T* w = kernels + ch * g.taps() * g.q;
             int64_t* out = where + (b * g.c * g.h + ch) * g.q;
-            for (int64_t q0 = 0; q0 < g.qp; q0 += BLOCK) {
-                T best[BLOCK];
-                int64_t arg[BLOCK];
-                for (int j = 0; j < BLOCK; ++j) best[j] = -std::numeric_limits<T>::infinity(), arg[j] = 0;
+            over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+                V<T> best[NB];
+                Index<T> arg[NB];
+                for (int j = 0; j < NB; ++j) best[j] = V<T>{} - std::numeric_limits<T>::infinity(), arg[j] = Index<T>{};
                 for (int64_t x = 0; x < g.out_x; ++x)
-                    over_row<4>(g, [&]<int n>(int64_t y0) {
-                        T acc[n][BLOCK];
-                        respond<n>(g, plane + g.origin(x, y0), g.stride, w + q0, acc);
-                        for (int i = 0; i < n; ++i)  // in position order: ties keep the first
-                            for (int j = 0; j < BLOCK; ++j)
-                                if (acc[i][j] > best[j]) best[j] = acc[i][j], arg[j] = x * g.out_y + y0 + i;
+                    over_row<Vec<T>::positions>(g, [&]<int P>(int64_t y0) {
+                        V<T> acc[P][NB];
+                        respond<P, NB>(g, plane + g.origin(x, y0), g.stride, w, j0, acc);
+                        for (int i = 0; i < P; ++i) {  // in position order: ties keep the first
+                            const Lane position = static_cast<Lane>(x * g.out_y + y0 + i);
+                            for (int j = 0; j < NB; ++j) {
+                                const auto better = acc[i][j] > best[j];
+                                best[j] = better ? acc[i][j] : best[j];
+                                arg[j] = better ? Index<T>{} + position : arg[j];
+                            }
+                        }
                     });
-                for (int64_t j = 0; j < BLOCK && q0 + j < g.q; ++j) out[q0 + j] = arg[j];
-            }
+                for (int j = 0; j < NB; ++j)
+                    for (int l = 0; l < LANES; ++l) out[g.start[j0 + j] + l] = arg[j][l];
+            });
         }
 }
 
 // With per-sample filters W = alpha_c K: total = sum_c f~, peak = max_c f~ and its c.
-// total, peak, winner: (B, X', Y', H, Q). (Tiling positions as in spatial_argmax made this
-// loop slower with gcc 12: 70-110 ms against 52 ms on the a_p4cnn layer 2 benchmark.)
+// total, peak, winner: (B, X', Y', H, Q).
 template <typename T>
 void attended_max_forward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* weights,
                           T* total, T* peak, uint8_t* winner) {
     const Geometry g(geometry);
+    using Lane = typename Vec<T>::lane;
+    const int64_t plane_step = g.h * g.plane(), weight_step = g.h * g.taps() * g.q, row = g.h * g.q;
     for (int64_t b = b0; b < b1; ++b)
-        for (int64_t h = 0; h < g.h; ++h)  // the filters of one h stay in the L1 cache
+        for (int64_t h = 0; h < g.h; ++h) {  // the filters of one h stay in the L1 cache
+            const T* planes_bh = planes + (b * g.c * g.h + h) * g.plane();
+            const T* weights_bh = weights + (b * g.c * g.h + h) * g.taps() * g.q;
             for (int64_t x = 0; x < g.out_x; ++x)
-                for (int64_t y = 0; y < g.out_y; ++y) {
-                    const int64_t at = ((b * g.positions() + x * g.out_y + y) * g.h + h) * g.q;
-                    for (int64_t q0 = 0; q0 < g.qp; q0 += BLOCK) {
-                        T sum[BLOCK], best[BLOCK], acc[1][BLOCK];
-                        uint8_t win[BLOCK];
-                        for (int j = 0; j < BLOCK; ++j)
-                            sum[j] = 0, best[j] = -std::numeric_limits<T>::infinity(), win[j] = 0;
+                over_row<Vec<T>::pairs>(g, [&]<int P>(int64_t y0) {
+                    const int64_t at = ((b * g.positions() + x * g.out_y + y0) * g.h + h) * g.q;
+                    over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+                        V<T> sum[P][NB], best[P][NB], acc[P][NB];
+                        Index<T> win[P][NB];
+                        for (int i = 0; i < P; ++i)
+                            for (int j = 0; j < NB; ++j)
+                                sum[i][j] = V<T>{}, best[i][j] = V<T>{} - std::numeric_limits<T>::infinity(),
+                                win[i][j] = Index<T>{};
                         for (int64_t c = 0; c < g.c; ++c) {
-                            const int64_t ch = (b * g.c + c) * g.h + h;
-                            respond<1>(g, planes + ch * g.plane() + g.origin(x, y), 0,
-                                       weights + ch * g.taps() * g.qp + q0, acc);
-                            for (int j = 0; j < BLOCK; ++j) {
-                                sum[j] += acc[0][j];
-                                if (acc[0][j] > best[j]) best[j] = acc[0][j], win[j] = static_cast<uint8_t>(c);
-                            }
+                            respond<P, NB>(g, planes_bh + c * plane_step + g.origin(x, y0), g.stride,
+                                           weights_bh + c * weight_step, j0, acc);
+                            const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
+                            for (int i = 0; i < P; ++i)
+                                for (int j = 0; j < NB; ++j) {
+                                    sum[i][j] += acc[i][j];
+                                    const auto better = acc[i][j] > best[i][j];
+                                    best[i][j] = better ? acc[i][j] : best[i][j];
+                                    win[i][j] = better ? channel : win[i][j];
+                                }
                         }
-                        for (int64_t j = 0; j < BLOCK && q0 + j < g.q; ++j)
-                            total[at + q0 + j] = sum[j], peak[at + q0 + j] = best[j], winner[at + q0 + j] = win[j];
-                    }
-                }
+                        for (int i = 0; i < P; ++i)
+                            for (int j = 0; j < NB; ++j) {
+                                const int64_t o = at + i * row + g.start[j0 + j];
+                                store(total + o, sum[i][j]);
+                                store(peak + o, best[i][j]);
+                                store(winner + o, __builtin_convertvector(win[i][j], Bytes));
+                            }
+                    });
+                });
+        }
+}
+
+// The gradient reaching f~(b, ., c, h, x) for filter blocks j0 ..: grad_total, plus grad_peak
+// where c won; zero on lanes an earlier block covers.
+template <int NB, typename T>
+inline void error_at(const Geometry& g, const T* gt, const T* gp, const uint8_t* win, int64_t c, int64_t j0,
+                     const V<T>& keep_last, V<T> (&e)[NB]) {
+    using Lane = typename Vec<T>::lane;
+    const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
+    for (int j = 0; j < NB; ++j) {
+        const int64_t s = g.start[j0 + j];
+        const auto won = __builtin_convertvector(load<Bytes>(win + s), Index<T>) == channel;
+        e[j] = load<V<T>>(gt + s) + (won ? load<V<T>>(gp + s) : V<T>{});
+        if (j0 + j == g.blocks() - 1) e[j] *= keep_last;
+    }
 }
 
 // Gradients of attended_max_forward: every f~ term gets grad_total, the winning one also
-// grad_peak. Adds into grad_planes (B, C, H, Xp, Yp) and grad_weights (B, C, H, k * k, Qp).
+// grad_peak. Adds into grad_planes (B, C, H, Xp, Yp) and grad_weights (B, C, H, k * k, Q).
+// Two passes per plane (b, c, h) and filter tile, each with its own accumulators in registers:
+//   weights: dW[t, q] = sum_x P[x + t] e[x, q], a group of NT taps at a time;
+//   planes:  dP[x + t] += sum_q e[x, q] W[t, q], with W of NT taps held in registers.
+template <int NT, int NB, typename T>
+inline void weight_grad_tile(const Geometry& g, const T* plane, const T* gt, const T* gp, const uint8_t* win,
+                             int64_t c, int64_t t0, int64_t j0, const V<T>& keep_last, T* dw) {
+    V<T> acc[NT][NB] = {};
+    const int64_t row = g.h * g.q;
+    for (int64_t x = 0; x < g.out_x; ++x)
+        for (int64_t y = 0; y < g.out_y; ++y) {
+            const int64_t at = (x * g.out_y + y) * row, first = g.origin(x, y);
+            V<T> e[NB];
+            error_at<NB>(g, gt + at, gp + at, win + at, c, j0, keep_last, e);
+            for (int t = 0; t < NT; ++t) {
+                const T p = plane[first + g.tap[t0 + t]];
+                for (int j = 0; j < NB; ++j) acc[t][j] += p * e[j];
+            }
+        }
+    for (int t = 0; t < NT; ++t)
+        for (int j = 0; j < NB; ++j) {
+            T* to = dw + (t0 + t) * g.q + g.start[j0 + j];
+            store(to, load<V<T>>(to) + acc[t][j]);
+        }
+}
+
+template <int NT, int NB, typename T>
+inline void input_grad_tile(const Geometry& g, const T* w, const T* gt, const T* gp, const uint8_t* win,
+                            int64_t c, int64_t t0, int64_t j0, const V<T>& keep_last, T* dp) {
+    V<T> wt[NT][NB];
+    for (int t = 0; t < NT; ++t)
+        for (int j = 0; j < NB; ++j) wt[t][j] = load<V<T>>(w + (t0 + t) * g.q + g.start[j0 + j]);
+    const int64_t row = g.h * g.q;
+    for (int64_t x = 0; x < g.out_x; ++x)
+        for (int64_t y = 0; y < g.out_y; ++y) {
+            const int64_t at = (x * g.out_y + y) * row, first = g.origin(x, y);
+            V<T> e[NB];
+            error_at<NB>(g, gt + at, gp + at, win + at, c, j0, keep_last, e);
+            for (int t = 0; t < NT; ++t) {
+                V<T> dot = e[0] * wt[t][0];
+                for (int j = 1; j < NB; ++j) dot += e[j] * wt[t][j];
+                dp[first + g.tap[t0 + t]] += horizontal_sum<T>(dot);
+            }
+        }
+}
+
+// Taps per register tile: 9 for 3x3 filters, 8 for 4x4, else (or untiled) one at a time.
+template <int MT, typename Body>
+inline void over_tap_groups(const Geometry& g, Body&& body) {
+    const int64_t taps = g.taps();
+    if constexpr (MT == 1) {
+        for (int64_t t0 = 0; t0 < taps; ++t0) body.template operator()<1>(t0);
+    } else if (taps % 9 == 0) {
+        for (int64_t t0 = 0; t0 < taps; t0 += 9) body.template operator()<9>(t0);
+    } else if (taps % 8 == 0) {
+        for (int64_t t0 = 0; t0 < taps; t0 += 8) body.template operator()<8>(t0);
+    } else {
+        for (int64_t t0 = 0; t0 < taps; ++t0) body.template operator()<1>(t0);
+    }
+}
+
 template <typename T>
 void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* weights,
                            const T* grad_total, const T* grad_peak, const uint8_t* winner, T* grad_planes,
                            T* grad_weights) {
     const Geometry g(geometry);
-    const int64_t taps = g.taps();
-    std::vector<T> gt(g.qp), gp(g.qp), e(g.qp);
-    std::vector<int> win(g.qp);
+    V<T> keep_last;  // 0 on the lanes of the last block that the block before covers
+    for (int l = 0; l < LANES; ++l) keep_last[l] = l < g.overlap ? T(0) : T(1);
     for (int64_t b = b0; b < b1; ++b)
-        for (int64_t h = 0; h < g.h; ++h)
-            for (int64_t x = 0; x < g.out_x; ++x)
-                for (int64_t y = 0; y < g.out_y; ++y) {
-                    const int64_t at = ((b * g.positions() + x * g.out_y + y) * g.h + h) * g.q;
-                    for (int64_t j = 0; j < g.qp; ++j) {
-                        const bool real = j < g.q;
-                        gt[j] = real ? grad_total[at + j] : T(0);
-                        gp[j] = real ? grad_peak[at + j] : T(0);
-                        win[j] = real ? winner[at + j] : -1;
-                    }
-                    for (int64_t c = 0; c < g.c; ++c) {
-                        const int64_t ch = (b * g.c + c) * g.h + h;
-                        const int64_t first = ch * g.plane() + g.origin(x, y);
-                        const T* w = weights + ch * taps * g.qp;
-                        T* dw = grad_weights + ch * taps * g.qp;
-                        for (int64_t j = 0; j < g.qp; ++j) e[j] = gt[j] + (win[j] == c ? gp[j] : T(0));
-                        // dw[t, q] += e[q] p[t], and grad_planes[t] += sum_q e[q] w[t, q] as BLOCK
-                        // partial sums, so that each tap needs one horizontal sum.
-                        for (int64_t t = 0; t < taps; ++t) {
-                            const T p = planes[first + g.tap[t]];
-                            const T* wt = w + t * g.qp;
-                            T* dwt = dw + t * g.qp;
-                            T dot[BLOCK] = {};
-                            for (int64_t q0 = 0; q0 < g.qp; q0 += BLOCK)
-#pragma omp simd
-                                for (int j = 0; j < BLOCK; ++j) {
-                                    dwt[q0 + j] += e[q0 + j] * p;
-                                    dot[j] += e[q0 + j] * wt[q0 + j];
-                                }
-                            T sum = 0;
-#pragma omp simd reduction(+ : sum)
-                            for (int j = 0; j < BLOCK; ++j) sum += dot[j];
-                            grad_planes[first + g.tap[t]] += sum;
-                        }
-                    }
-                }
+        for (int64_t h = 0; h < g.h; ++h) {
+            const int64_t first = (b * g.positions() * g.h + h) * g.q;  // (b, position 0, h, 0)
+            const T *gt = grad_total + first, *gp = grad_peak + first;
+            const uint8_t* win = winner + first;
+            for (int64_t c = 0; c < g.c; ++c) {
+                const int64_t ch = (b * g.c + c) * g.h + h;
+                const T* plane = planes + ch * g.plane();
+                const T* w = weights + ch * g.taps() * g.q;
+                T* dp = grad_planes + ch * g.plane();
+                T* dw = grad_weights + ch * g.taps() * g.q;
+                over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+                    over_tap_groups<Vec<T>::taps>(g, [&]<int NT>(int64_t t0) {
+                        weight_grad_tile<NT, NB>(g, plane, gt, gp, win, c, t0, j0, keep_last, dw);
+                        input_grad_tile<NT, NB>(g, w, gt, gp, win, c, t0, j0, keep_last, dp);
+                    });
+                });
+            }
+        }
 }
 
 // Weight gradient of a depthwise convolution with stride 1 and padding that keeps the
