@@ -134,7 +134,7 @@ def _geometry(padded: torch.Tensor, c: int, h: int, out: tuple[int, int], k: int
 
 
 def _filters_last(filters: torch.Tensor) -> torch.Tensor:
-    """``(..., Q, C, H, k * k)`` -> ``(..., C, H, k * k, Q')``, contiguous, with zero filters up to Q' = LANES if Q is fewer."""
+    """``(..., Q, C, H, k * k)`` -> ``(..., C, H, k * k, Q')``, contiguous; Q' = max(Q, LANES), extra filters 0."""
     moved = filters.movedim(-4, -1)
     return F.pad(moved, (0, LANES - moved.shape[-1])).contiguous() if moved.shape[-1] < LANES else moved.contiguous()
 

@@ -44,7 +44,7 @@ class _Recomputed(torch.autograd.Function):
         with torch.enable_grad():
             outputs = ctx.fn(*inputs)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-        pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o is not None and o.requires_grad]
+        pairs = [(o, g) for o, g in zip(outputs, grads, strict=True) if g is not None and o.requires_grad]
         # The parameters themselves are leaves of the rebuilt graph: differentiate with respect to them.
         targets = [t for t in (*inputs, *ctx.params) if t is not None and t.requires_grad]
         found = iter(
