@@ -111,14 +111,17 @@ class _EfficientFullAttention(AttentiveLayer):
         """
         o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
         p = geo.padding
-        padded = F.pad(planes, (p, p, p, p))
-        kernels = filters.reshape(1, o * n, c, h, kk)
+        padded = F.pad(planes, (p, p, p, p)) if p else planes
+        # Per-sample filters alpha_c K (B, O * G, C, H, k * k), built in the kernels' layout
+        # (B, C, H, k * k, O * G) so that no copy is needed there, nor for their gradient.
+        kernels = filters.reshape(o * n, c, h, kk).permute(1, 2, 3, 0)[None]
         channel = None
         if self.channel_attention is None:
             weights = kernels.expand(geo.b, -1, -1, -1, -1)
         else:
             channel = self._channel_from_statistics(*_spatial_statistics(planes, filters, geo, padded))
-            weights = channel.reshape(geo.b, o * n, c, h, 1) * kernels  # (B, O * G, C, H, k * k)
+            weights = channel.reshape(geo.b, o * n, c, h).permute(0, 2, 3, 1)[:, :, :, None] * kernels
+        weights = weights.permute(0, 4, 1, 2, 3)
         if keep_spatial or not _needs_grad(padded, weights, *self.spatial_attention.parameters()):
             attended, spatial = self._attended_chunk(padded, weights, geo, keep_spatial)
             return attended, channel, spatial
@@ -138,7 +141,7 @@ class _EfficientFullAttention(AttentiveLayer):
         total, peak = native.attended_max(padded, weights, geo.h, geo.out, geo.stride, geo.dilation)
         s, peak = (_channels_last_view(t.view(t.shape[0], -1, t.shape[-2] * t.shape[-1]), geo) for t in (total, peak))
         spatial = self._spatial(s, peak, geo)
-        return (spatial * s).sum(dim=1), spatial if keep_spatial else None
+        return _WeightedSum.apply(spatial, s), spatial if keep_spatial else None
 
     def _pytorch_attention(self, planes, filters, geo):
         """sum_h alpha_s S ``(B, O, G, X', Y')``, alpha_c and alpha_s (each or None) with PyTorch ops."""
@@ -278,13 +281,13 @@ def _spatial_statistics(planes, filters, geo, padded=None):
 
     # Max: locate it without gradients ...
     if native.available(planes, kernels, channels=c):
-        where = native.spatial_argmax(padded, kernels, h, geo.out, geo.stride, geo.dilation).permute(1, 2, 0)
+        where = native.spatial_argmax(padded, kernels, h, geo.out, geo.stride, geo.dilation)
     else:
         with torch.no_grad():  # chunk by chunk
-            where = torch.empty(c * h, o * n, geo.b, dtype=torch.long, device=planes.device)
+            where = torch.empty(geo.b, c * h, o * n, dtype=torch.long, device=planes.device)
             for samples, block in geo.pieces():
                 f = _unsummed(planes[samples], kernels[block], geo)  # (C * H, block, b, L)
-                where[:, block, samples] = f.argmax(dim=-1)  # position index in the output grid
+                where[samples, :, block] = f.argmax(dim=-1).permute(2, 0, 1)  # position index in the output grid
     # ... then recompute its value from the input patch at that position (again in backward,
     # rather than keeping the patches).
     peak = _maybe_checkpoint(_values_at, padded, kernels, where, geo=geo)  # (B, O * G, C * H)
@@ -292,12 +295,12 @@ def _spatial_statistics(planes, filters, geo, padded=None):
 
 
 def _values_at(padded, kernels, where, geo):
-    """f~ at the output positions ``where`` (C * H, O * G, B), from the padded input: ``(B, O * G, C * H)``."""
+    """f~ at the output positions ``where`` (B, C * H, O * G), from the padded input: ``(B, O * G, C * H)``."""
     width = padded.shape[-1]
     row, col = where // geo.out[1], where % geo.out[1]
     taps = torch.arange(geo.k, device=padded.device) * geo.dilation
     flat = ((row * geo.stride)[..., None, None] + taps[:, None]) * width + (col * geo.stride)[..., None, None] + taps
-    flat = flat.flatten(-2).permute(2, 0, 1, 3).reshape(geo.b, geo.c * geo.h, -1)  # (B, C * H, O * G * k * k)
+    flat = flat.view(geo.b, geo.c * geo.h, -1)  # (B, C * H, O * G * k * k)
     values = padded.flatten(-2).gather(-1, flat).view(geo.b, geo.c * geo.h, geo.o * geo.n, -1)
     return torch.einsum("bpqu,qpu->bqp", values, kernels)
 
@@ -396,6 +399,30 @@ def _per_sample_conv(planes, weights, geo):
     # Laid out channels last, like the max statistic, for the spatial attention's convolutions.
     out = out.view(b, -1, geo.out[0] * geo.out[1]).transpose(1, 2).contiguous()  # (B, L, H * O * G)
     return _channels_last_view(out, geo)
+
+
+class _WeightedSum(torch.autograd.Function):
+    """``(a * s).sum(dim=1)`` whose gradients keep the memory layout of ``a`` and ``s``.
+
+    Autograd would lay them out like the incoming gradient (channels first), and the
+    spatial attention's depthwise convolutions would copy them back to channels last.
+    """
+
+    @staticmethod
+    def forward(ctx, a, s):
+        ctx.save_for_backward(a, s)
+        return (a * s).sum(dim=1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, s = ctx.saved_tensors
+        grad = grad.unsqueeze(1)
+        grad_a = grad_s = None
+        if ctx.needs_input_grad[0]:
+            grad_a = torch.mul(s, grad, out=torch.empty_like(s))
+        if ctx.needs_input_grad[1]:
+            grad_s = torch.mul(a, grad, out=torch.empty_like(a))
+        return grad_a, grad_s
 
 
 def _channels_last_view(t, geo):
