@@ -131,7 +131,9 @@ def test_switched_off_by_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-@pytest.mark.parametrize("batch,channels,size,k,dilation", [(3, 40, 9, 7, 1), (2, 33, 8, 5, 2), (1, 8, 4, 7, 1)])
+@pytest.mark.parametrize(
+    "batch,channels,size,k,dilation", [(3, 40, 9, 7, 1), (2, 33, 8, 5, 2), (2, 32, 5, 3, 1), (1, 16, 3, 7, 1), (1, 8, 4, 7, 1)]
+)
 def test_depthwise_conv_equals_conv2d(batch, channels, size, k, dilation, dtype):
     generator = torch.Generator().manual_seed(2)
     planes = torch.randn(batch, channels, size, size, dtype=dtype, generator=generator)

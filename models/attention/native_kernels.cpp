@@ -327,13 +327,63 @@ void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, cons
 // Weight gradient of a depthwise convolution with stride 1 and padding that keeps the
 // size, on channels-last tensors: out[t, ch] += sum_{b, x} grad[b, x, ch] input[b, x + tap t, ch].
 // input, grad: (B, X, Y, CH); out: (k * k, CH); geometry {X, Y, CH, k, padding, dilation}.
-// oneDNN runs this at a fraction of the speed of the forward convolution; here each row of
-// grad meets the k * k shifted input rows while they are in cache, vectorised over channels.
+// oneDNN runs this at a fraction of the speed of the forward convolution. Here, for one
+// grad row, filter row u and block of LANES channels, the k sums of the filter row's taps
+// stay in registers while the row goes by; each grad vector is loaded once for all k.
+template <int K, typename T>
+void depthwise_weight_grad_tiled(const int64_t* geometry, int64_t b0, int64_t b1, const T* input, const T* grad,
+                                 T* out) {
+    const int64_t size_x = geometry[0], size_y = geometry[1], channels = geometry[2];
+    const int64_t padding = geometry[4], dilation = geometry[5];
+    // Blocks of LANES channels; the last one ends at the last channel and overlaps the one
+    // before on `overlap` lanes, which it leaves out.
+    std::vector<int64_t> start;
+    for (int64_t s = 0; s + LANES <= channels; s += LANES) start.push_back(s);
+    const int64_t overlap = channels % LANES ? start.back() + LANES - (channels - LANES) : 0;
+    if (overlap) start.push_back(channels - LANES);
+    V<T> keep_last;
+    for (int l = 0; l < LANES; ++l) keep_last[l] = l < overlap ? T(0) : T(1);
+    const int64_t row = size_y * channels;
+    for (int64_t b = b0; b < b1; ++b)
+        for (int64_t x = 0; x < size_x; ++x)
+            for (int64_t u = 0; u < K; ++u) {
+                const int64_t xi = x + u * dilation - padding;
+                if (xi < 0 || xi >= size_x) continue;
+                const T* g = grad + (b * size_x + x) * row;
+                const T* in = input + (b * size_x + xi) * row;
+                for (size_t j = 0; j < start.size(); ++j) {
+                    const int64_t c0 = start[j];
+                    const V<T> keep = j + 1 == start.size() ? keep_last : V<T>{} + T(1);
+                    V<T> acc[K] = {};
+                    // Columns where every tap lies inside the row need no bounds checks.
+                    auto column = [&]<bool checked>(int64_t y) {
+                        const V<T> gy = load<V<T>>(g + y * channels + c0) * keep;
+                        for (int v = 0; v < K; ++v) {
+                            const int64_t yi = y + v * dilation - padding;
+                            if (checked && (yi < 0 || yi >= size_y)) continue;
+                            acc[v] += gy * load<V<T>>(in + yi * channels + c0);
+                        }
+                    };
+                    const int64_t inner0 = padding < size_y ? padding : size_y;
+                    const int64_t inner1 = size_y - padding > inner0 ? size_y - padding : inner0;
+                    for (int64_t y = 0; y < inner0; ++y) column.template operator()<true>(y);
+                    for (int64_t y = inner0; y < inner1; ++y) column.template operator()<false>(y);
+                    for (int64_t y = inner1; y < size_y; ++y) column.template operator()<true>(y);
+                    for (int v = 0; v < K; ++v) {
+                        T* o = out + (u * K + v) * channels + c0;
+                        store(o, load<V<T>>(o) + acc[v]);
+                    }
+                }
+            }
+}
+
+// Any filter size and channel count: one vector chain per channel block.
 template <typename T>
-void depthwise_weight_grad(const int64_t* geometry, int64_t b0, int64_t b1, const T* input, const T* grad, T* out) {
+void depthwise_weight_grad_any(const int64_t* geometry, int64_t b0, int64_t b1, const T* input, const T* grad,
+                               T* out) {
     const int64_t size_x = geometry[0], size_y = geometry[1], channels = geometry[2], k = geometry[3];
     const int64_t padding = geometry[4], dilation = geometry[5];
-    constexpr int64_t CB = 32;  // channels per block: four independent vector chains
+    constexpr int64_t CB = 32;
     for (int64_t b = b0; b < b1; ++b)
         for (int64_t x = 0; x < size_x; ++x)
             for (int64_t u = 0; u < k; ++u) {
@@ -358,6 +408,19 @@ void depthwise_weight_grad(const int64_t* geometry, int64_t b0, int64_t b1, cons
                     }
                 }
             }
+}
+
+template <typename T>
+void depthwise_weight_grad(const int64_t* geometry, int64_t b0, int64_t b1, const T* input, const T* grad, T* out) {
+    const int64_t channels = geometry[2], k = geometry[3];
+    if (channels >= LANES && k == 7)
+        depthwise_weight_grad_tiled<7>(geometry, b0, b1, input, grad, out);
+    else if (channels >= LANES && k == 5)
+        depthwise_weight_grad_tiled<5>(geometry, b0, b1, input, grad, out);
+    else if (channels >= LANES && k == 3)
+        depthwise_weight_grad_tiled<3>(geometry, b0, b1, input, grad, out);
+    else
+        depthwise_weight_grad_any(geometry, b0, b1, input, grad, out);
 }
 
 }  // namespace
