@@ -107,39 +107,43 @@ class _EfficientFullAttention(AttentiveLayer):
 
         Every pass over f~ reduces it as it goes, and S comes with the max over c. In
         training, everything after alpha_c is computed a few samples at a time and again
-        in the backward pass, so only one chunk's S, max and alpha_s are alive at once.
+        in the backward pass, so only one chunk's S, max, alpha_s and alpha_c K are alive at once.
         """
-        o, n, c, h, kk = geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
         p = geo.padding
         padded = F.pad(planes, (p, p, p, p)) if p else planes
-        # Per-sample filters alpha_c K (B, O * G, C, H, k * k), built in the kernels' layout
-        # (B, C, H, k * k, O * G) so that no copy is needed there, nor for their gradient.
-        kernels = filters.reshape(o * n, c, h, kk).permute(1, 2, 3, 0)[None]
         channel = None
-        if self.channel_attention is None:
-            weights = kernels.expand(geo.b, -1, -1, -1, -1)
-        else:
+        if self.channel_attention is not None:
             channel = self._channel_from_statistics(*_spatial_statistics(planes, filters, geo, padded))
-            weights = channel.reshape(geo.b, o * n, c, h).permute(0, 2, 3, 1)[:, :, :, None] * kernels
-        weights = weights.permute(0, 4, 1, 2, 3)
-        if keep_spatial or not _needs_grad(padded, weights, *self.spatial_attention.parameters()):
-            attended, spatial = self._attended_chunk(padded, weights, geo, keep_spatial)
+        inputs = padded, filters, channel
+        if keep_spatial or not _needs_grad(*inputs, *self.spatial_attention.parameters()):
+            attended, spatial = self._attended_chunk(*inputs, geo, keep_spatial)
             return attended, channel, spatial
-        per_sample = h * o * n * geo.out[0] * geo.out[1]
+        per_sample = geo.h * geo.o * geo.n * geo.out[0] * geo.out[1]
         chunk = max(1, ATTENTION_CHUNK_VALUES // per_sample)
         attend = functools.partial(self._attended_only, geo=geo)
         params = list(self.spatial_attention.parameters())
-        pieces = [recomputed(attend, padded[i : i + chunk], weights[i : i + chunk], params=params)
-                  for i in range(0, geo.b, chunk)]
+        pieces = [
+            recomputed(attend, padded[i : i + chunk], filters, None if channel is None else channel[i : i + chunk],
+                       params=params)
+            for i in range(0, geo.b, chunk)
+        ]
         return torch.cat(pieces) if len(pieces) > 1 else pieces[0], channel, None
 
-    def _attended_only(self, padded, weights, geo):
-        return self._attended_chunk(padded, weights, geo, keep_spatial=False)[0]
+    def _attended_only(self, padded, filters, channel, geo):
+        return self._attended_chunk(padded, filters, channel, geo, keep_spatial=False)[0]
 
-    def _attended_chunk(self, padded, weights, geo, keep_spatial):
-        """sum_h alpha_s S and alpha_s (or None) for the samples of ``padded`` and ``weights``."""
-        total, peak = native.attended_max(padded, weights, geo.h, geo.out, geo.stride, geo.dilation)
-        s, peak = (_channels_last_view(t.view(t.shape[0], -1, t.shape[-2] * t.shape[-1]), geo) for t in (total, peak))
+    def _attended_chunk(self, padded, filters, channel, geo, keep_spatial):
+        """sum_h alpha_s S and alpha_s (or None) for the samples of ``padded`` and ``channel``."""
+        b, o, n, c, h, kk = padded.shape[0], geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
+        # Per-sample filters alpha_c K (B, O * G, C, H, k * k), built in the kernels' layout
+        # (B, C, H, k * k, O * G) so that no copy is needed there, nor for their gradient.
+        kernels = filters.reshape(o * n, c, h, kk).permute(1, 2, 3, 0)[None]
+        if channel is None:
+            weights = kernels.expand(b, -1, -1, -1, -1)
+        else:
+            weights = channel.reshape(b, o * n, c, h).permute(0, 2, 3, 1)[:, :, :, None] * kernels
+        total, peak = native.attended_max(padded, weights.permute(0, 4, 1, 2, 3), h, geo.out, geo.stride, geo.dilation)
+        s, peak = (_channels_last_view(t.view(b, -1, t.shape[-2] * t.shape[-1]), geo) for t in (total, peak))
         spatial = self._spatial(s, peak, geo)
         return _WeightedSum.apply(spatial, s), spatial if keep_spatial else None
 
@@ -297,10 +301,10 @@ def _spatial_statistics(planes, filters, geo, padded=None):
 def _values_at(padded, kernels, where, geo):
     """f~ at the output positions ``where`` (B, C * H, O * G), from the padded input: ``(B, O * G, C * H)``."""
     width = padded.shape[-1]
-    row, col = where // geo.out[1], where % geo.out[1]
     taps = torch.arange(geo.k, device=padded.device) * geo.dilation
-    flat = ((row * geo.stride)[..., None, None] + taps[:, None]) * width + (col * geo.stride)[..., None, None] + taps
-    flat = flat.view(geo.b, geo.c * geo.h, -1)  # (B, C * H, O * G * k * k)
+    offsets = (taps[:, None] * width + taps).flatten()  # of each tap from the patch's first one
+    corner = (where // geo.out[1] * width + where % geo.out[1]) * geo.stride  # (B, C * H, O * G)
+    flat = (corner[..., None] + offsets).view(geo.b, geo.c * geo.h, -1)  # (B, C * H, O * G * k * k)
     values = padded.flatten(-2).gather(-1, flat).view(geo.b, geo.c * geo.h, geo.o * geo.n, -1)
     return torch.einsum("bpqu,qpu->bqp", values, kernels)
 
