@@ -69,6 +69,7 @@ def test_efficient_equals_straightforward(group, kind, variant, geometry, monkey
     size, stride, padding, dilation = geometry
     # Small chunks so that the batch is split and the recomputation in backward is exercised.
     monkeypatch.setattr(efficient, "CHUNK_VALUES", 1)
+    monkeypatch.setattr(efficient, "ATTENTION_CHUNK_VALUES", 1)
     lifting = kind == "lifting"
     fast_cls, ref_cls = (
         (AttentiveLiftingConv, ReferenceAttentiveLiftingConv) if lifting

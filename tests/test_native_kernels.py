@@ -131,8 +131,10 @@ def test_switched_off_by_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+# Channels: a multiple of the vector width, not one (the last block overlaps), fewer (scalar loop).
 @pytest.mark.parametrize(
-    "batch,channels,size,k,dilation", [(3, 40, 9, 7, 1), (2, 33, 8, 5, 2), (2, 32, 5, 3, 1), (1, 16, 3, 7, 1), (1, 8, 4, 7, 1)]
+    "batch,channels,size,k,dilation",
+    [(3, 40, 9, 7, 1), (2, 33, 8, 5, 2), (2, 32, 5, 3, 1), (1, 16, 3, 7, 1), (1, 8, 4, 7, 1)],
 )
 def test_depthwise_conv_equals_conv2d(batch, channels, size, k, dilation, dtype):
     generator = torch.Generator().manual_seed(2)
