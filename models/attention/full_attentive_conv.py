@@ -303,7 +303,9 @@ def _values_at(padded, kernels, where, geo):
     width = padded.shape[-1]
     taps = torch.arange(geo.k, device=padded.device) * geo.dilation
     offsets = (taps[:, None] * width + taps).flatten()  # of each tap from the patch's first one
-    corner = (where // geo.out[1] * width + where % geo.out[1]) * geo.stride  # (B, C * H, O * G)
+    # Offset of each output position's patch in the padded plane, looked up (faster than dividing).
+    position = torch.arange(geo.out[0] * geo.out[1], device=padded.device)
+    corner = ((position // geo.out[1] * width + position % geo.out[1]) * geo.stride)[where]  # (B, C * H, O * G)
     flat = (corner[..., None] + offsets).view(geo.b, geo.c * geo.h, -1)  # (B, C * H, O * G * k * k)
     values = padded.flatten(-2).gather(-1, flat).view(geo.b, geo.c * geo.h, geo.o * geo.n, -1)
     return torch.einsum("bpqu,qpu->bqp", values, kernels)
