@@ -49,7 +49,7 @@ CHUNK_VALUES = 4 * 2**20
 # In training with the compiled kernels: samples per chunk of the spatial-attention branch,
 # such that S (and each tensor like it: the max over c, alpha_s, their gradients) holds at
 # most this many values.
-ATTENTION_CHUNK_VALUES = 2**20
+ATTENTION_CHUNK_VALUES = 2**19
 
 
 class _Geometry:
