@@ -25,6 +25,10 @@ and keeps it for the backward pass; here it is never stored whole:
 * The max over c of alpha_c f~ is computed a few samples at a time and
   recomputed in the backward pass (activation checkpointing), so memory holds
   f~ of one chunk at a time.
+* On the CPU, compiled kernels (``native.py``) find both maxima and S without
+  writing f~ at all; in training, everything after alpha_c is then computed a
+  few samples at a time and again in the backward pass, so a layer keeps only
+  its input and alpha_c.
 
 The result equals the straightforward version up to round-off (summation order).
 """

@@ -2,7 +2,7 @@
 
 The kernels compute the max statistics of f~ and the channel-attended sum S
 without writing f~ to memory (see the C++ file for the loops). They are built
-with the C++ compiler on first use (``$CXX``, else ``g++``; about two seconds),
+with the C++ compiler on first use (``$CXX``, else ``g++``; about five seconds),
 cached under ``$AAGC_CACHE`` (default ``~/.cache/aagc``) by a hash of the
 source, flags and CPU, and loaded with ctypes. Where there is no compiler, the
 tensors are not on the CPU or not float32/float64, or ``AAGC_NATIVE=0``, the
