@@ -28,28 +28,25 @@ namespace {
 
 constexpr int LANES = 16;
 
+// Vector types of one dtype, and its register tiles (filter blocks, positions in the argmax
+// and forward loops, taps in the gradients).
+template <typename T, typename Lane, int BLOCKS, int POSITIONS, int PAIRS, int TAPS>
+struct Lanes {
+    static constexpr int blocks = BLOCKS, positions = POSITIONS, pairs = PAIRS, taps = TAPS;
+    typedef Lane lane;
+    typedef T type __attribute__((vector_size(LANES * sizeof(T))));
+    typedef Lane index __attribute__((vector_size(LANES * sizeof(T))));
+    typedef T half __attribute__((vector_size(LANES / 2 * sizeof(T))));
+    typedef T quarter __attribute__((vector_size(LANES / 4 * sizeof(T))));
+};
+// float fills the 32 AVX-512 registers (3 filter blocks x 9 taps). float64 (for tests) runs
+// untiled, which keeps the build short.
 template <typename T>
 struct Vec;
-// Register tiles: float fills the 32 AVX-512 registers (3 filter blocks x 9 taps). float64
-// (for tests) runs untiled, which keeps the build short.
 template <>
-struct Vec<float> {
-    static constexpr int blocks = 3, positions = 4, pairs = 2, taps = 9;
-    typedef float type __attribute__((vector_size(LANES * sizeof(float))));
-    typedef int32_t lane;
-    typedef int32_t index __attribute__((vector_size(LANES * sizeof(float))));
-    typedef float half __attribute__((vector_size(LANES / 2 * sizeof(float))));
-    typedef float quarter __attribute__((vector_size(LANES / 4 * sizeof(float))));
-};
+struct Vec<float> : Lanes<float, int32_t, 3, 4, 2, 9> {};
 template <>
-struct Vec<double> {
-    static constexpr int blocks = 1, positions = 1, pairs = 1, taps = 1;
-    typedef double type __attribute__((vector_size(LANES * sizeof(double))));
-    typedef int64_t lane;
-    typedef int64_t index __attribute__((vector_size(LANES * sizeof(double))));
-    typedef double half __attribute__((vector_size(LANES / 2 * sizeof(double))));
-    typedef double quarter __attribute__((vector_size(LANES / 4 * sizeof(double))));
-};
+struct Vec<double> : Lanes<double, int64_t, 1, 1, 1, 1> {};
 template <typename T>
 using V = typename Vec<T>::type;
 template <typename T>
