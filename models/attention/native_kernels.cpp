@@ -231,6 +231,20 @@ inline void error_at(const Geometry& g, const T* gt, const T* gp, const uint8_t*
     }
 }
 
+// Calls body(first tap's offset in the plane, e) for every output position in order.
+template <int NB, typename T, typename Body>
+inline void over_errors(const Geometry& g, const T* gt, const T* gp, const uint8_t* win, int64_t c, int64_t j0,
+                        const V<T>& keep_last, Body&& body) {
+    const int64_t row = g.h * g.q;
+    for (int64_t x = 0; x < g.out_x; ++x)
+        for (int64_t y = 0; y < g.out_y; ++y) {
+            const int64_t at = (x * g.out_y + y) * row;
+            V<T> e[NB];
+            error_at<NB>(g, gt + at, gp + at, win + at, c, j0, keep_last, e);
+            body(g.origin(x, y), e);
+        }
+}
+
 // Gradients of attended_max_forward: every f~ term gets grad_total, the winning one also
 // grad_peak. Adds into grad_planes (B, C, H, Xp, Yp) and grad_weights (B, C, H, k * k, Q).
 // Two passes per plane (b, c, h) and filter tile, each with its own accumulators in registers:
@@ -240,17 +254,12 @@ template <int NT, int NB, typename T>
 inline void weight_grad_tile(const Geometry& g, const T* plane, const T* gt, const T* gp, const uint8_t* win,
                              int64_t c, int64_t t0, int64_t j0, const V<T>& keep_last, T* dw) {
     V<T> acc[NT][NB] = {};
-    const int64_t row = g.h * g.q;
-    for (int64_t x = 0; x < g.out_x; ++x)
-        for (int64_t y = 0; y < g.out_y; ++y) {
-            const int64_t at = (x * g.out_y + y) * row, first = g.origin(x, y);
-            V<T> e[NB];
-            error_at<NB>(g, gt + at, gp + at, win + at, c, j0, keep_last, e);
-            for (int t = 0; t < NT; ++t) {
-                const T p = plane[first + g.tap[t0 + t]];
-                for (int j = 0; j < NB; ++j) acc[t][j] += p * e[j];
-            }
+    over_errors<NB>(g, gt, gp, win, c, j0, keep_last, [&](int64_t first, const V<T>(&e)[NB]) {
+        for (int t = 0; t < NT; ++t) {
+            const T p = plane[first + g.tap[t0 + t]];
+            for (int j = 0; j < NB; ++j) acc[t][j] += p * e[j];
         }
+    });
     for (int t = 0; t < NT; ++t)
         for (int j = 0; j < NB; ++j) {
             T* to = dw + (t0 + t) * g.q + g.start[j0 + j];
@@ -264,18 +273,13 @@ inline void input_grad_tile(const Geometry& g, const T* w, const T* gt, const T*
     V<T> wt[NT][NB];
     for (int t = 0; t < NT; ++t)
         for (int j = 0; j < NB; ++j) wt[t][j] = load<V<T>>(w + (t0 + t) * g.q + g.start[j0 + j]);
-    const int64_t row = g.h * g.q;
-    for (int64_t x = 0; x < g.out_x; ++x)
-        for (int64_t y = 0; y < g.out_y; ++y) {
-            const int64_t at = (x * g.out_y + y) * row, first = g.origin(x, y);
-            V<T> e[NB];
-            error_at<NB>(g, gt + at, gp + at, win + at, c, j0, keep_last, e);
-            for (int t = 0; t < NT; ++t) {
-                V<T> dot = e[0] * wt[t][0];
-                for (int j = 1; j < NB; ++j) dot += e[j] * wt[t][j];
-                dp[first + g.tap[t0 + t]] += horizontal_sum<T>(dot);
-            }
+    over_errors<NB>(g, gt, gp, win, c, j0, keep_last, [&](int64_t first, const V<T>(&e)[NB]) {
+        for (int t = 0; t < NT; ++t) {
+            V<T> dot = e[0] * wt[t][0];
+            for (int j = 1; j < NB; ++j) dot += e[j] * wt[t][j];
+            dp[first + g.tap[t0 + t]] += horizontal_sum<T>(dot);
         }
+    });
 }
 
 // Taps per register tile: 9 for 3x3 filters, 8 for 4x4, else (or untiled) one at a time.
