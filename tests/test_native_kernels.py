@@ -53,13 +53,26 @@ def relative(a, b):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
-def test_spatial_argmax_is_the_first_maximum(geometry, dtype):
+def test_spatial_max_is_the_first_maximum_with_gradients(geometry, dtype):
     padded, kernels, _ = inputs(geometry, dtype)
     h, stride, dilation, q = geometry[2], geometry[5], geometry[6], geometry[8]
-    f = unsummed(padded, kernels, h, stride, dilation)
-    where = native.spatial_argmax(padded, kernels.reshape(q, -1, kernels.shape[-1]), h, f.shape[-2:], stride, dilation)
-    expected = f.flatten(-2).max(dim=-1).indices  # torch.max: the first maximum
-    assert torch.equal(where, expected.permute(0, 2, 3, 1).reshape(where.shape))
+    leaves = [t.clone().requires_grad_() for t in (padded, kernels)]
+    size = unsummed(padded, kernels, h, stride, dilation).shape[-2:]
+    value, where = native.spatial_max(leaves[0], leaves[1].reshape(q, -1, kernels.shape[-1]), h, size, stride,
+                                      dilation)
+
+    oracle = [t.clone().requires_grad_() for t in (padded, kernels)]
+    expected = unsummed(*oracle, h, stride, dilation).flatten(-2).max(dim=-1)  # torch.max: the first maximum
+    # (B, Q, C, H) -> (B, C * H, Q)
+    expected_value, expected_where = (t.permute(0, 2, 3, 1).reshape(where.shape) for t in expected)
+    assert torch.equal(where, expected_where)
+    assert relative(value, expected_value) <= TOLERANCE[dtype]
+
+    upstream = torch.randn(value.shape, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    (value * upstream).sum().backward()
+    (expected_value * upstream).sum().backward()
+    for name, mine, theirs in zip(("planes", "kernels"), leaves, oracle, strict=True):
+        assert relative(mine.grad, theirs.grad) <= TOLERANCE[dtype], f"gradient of {name}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)

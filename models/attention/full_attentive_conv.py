@@ -287,15 +287,15 @@ def _spatial_statistics(planes, filters, geo, padded=None):
     mean_patch = torch.stack([tap.mean(dim=(-2, -1)) for tap in _tap_slices(padded, geo)], dim=-1)
     mean = torch.einsum("bpu,qpu->bqp", mean_patch, kernels)  # (B, O * G, C * H)
 
+    if native.available(planes, kernels, channels=c):  # max and its gradient from the one patch where it lies
+        peak = native.spatial_max(padded, kernels, h, geo.out, geo.stride, geo.dilation)[0].transpose(1, 2)
+        return mean.view(geo.b, o, n, c, h), peak.reshape(geo.b, o, n, c, h)
     # Max: locate it without gradients ...
-    if native.available(planes, kernels, channels=c):
-        where = native.spatial_argmax(padded, kernels, h, geo.out, geo.stride, geo.dilation)
-    else:
-        with torch.no_grad():  # chunk by chunk
-            where = torch.empty(geo.b, c * h, o * n, dtype=torch.long, device=planes.device)
-            for samples, block in geo.pieces():
-                f = _unsummed(planes[samples], kernels[block], geo)  # (C * H, block, b, L)
-                where[samples, :, block] = f.argmax(dim=-1).permute(2, 0, 1)  # position index in the output grid
+    with torch.no_grad():  # chunk by chunk
+        where = torch.empty(geo.b, c * h, o * n, dtype=torch.long, device=planes.device)
+        for samples, block in geo.pieces():
+            f = _unsummed(planes[samples], kernels[block], geo)  # (C * H, block, b, L)
+            where[samples, :, block] = f.argmax(dim=-1).permute(2, 0, 1)  # position index in the output grid
     # ... then recompute its value from the input patch at that position (again in backward,
     # rather than keeping the patches).
     peak = _maybe_checkpoint(_values_at, padded, kernels, where, geo=geo)  # (B, O * G, C * H)

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-__all__ = ["available", "spatial_argmax", "attended_max", "depthwise_conv"]
+__all__ = ["available", "spatial_max", "attended_max", "depthwise_conv"]
 
 SOURCE = Path(__file__).with_name("native_kernels.cpp")
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-std=c++20", "-shared", "-fPIC"]
@@ -139,23 +139,44 @@ def _filters_last(filters: torch.Tensor) -> torch.Tensor:
     return F.pad(moved, (0, LANES - moved.shape[-1])).contiguous() if moved.shape[-1] < LANES else moved.contiguous()
 
 
-def spatial_argmax(padded: torch.Tensor, kernels: torch.Tensor, h: int, out, stride: int, dilation: int):
-    """Position of the max over output positions of f~, without gradients.
+def spatial_max(padded: torch.Tensor, kernels: torch.Tensor, h: int, out, stride: int, dilation: int):
+    """The max over output positions of f~ and where it lies (the first maximum).
 
     Args:
         padded: the padded input planes ``(B, C * H, Xp, Yp)``.
         kernels: the filters ``(Q, C * H, k * k)``.
 
-    Returns: ``(B, C * H, Q)`` int64 flat indices into the ``(X', Y')`` output grid.
+    Returns: value ``(B, C * H, Q)``, differentiable with respect to both arguments (its
+    gradient reaches the one input patch where the max lies), and ``(B, C * H, Q)`` int64
+    flat indices into the ``(X', Y')`` output grid.
     """
-    b, q = padded.shape[0], kernels.shape[0]
-    c, k = padded.shape[1] // h, round(kernels.shape[-1] ** 0.5)
-    with torch.no_grad():
-        last = _filters_last(kernels.view(q, c, h, -1))
-        where = padded.new_empty(b, c * h, last.shape[-1], dtype=torch.int64)
-        geometry = _geometry(padded, c, h, out, k, stride, dilation, last.shape[-1])
-        _run("spatial_argmax", padded.dtype, b, geometry, padded.detach().contiguous(), last, where)
-    return where[..., :q]
+    q, c, k = kernels.shape[0], padded.shape[1] // h, round(kernels.shape[-1] ** 0.5)
+    last = _filters_last(kernels.view(q, c, h, -1))  # differentiable: the gradient flows back through the copy
+    geometry = _geometry(padded, c, h, out, k, stride, dilation, last.shape[-1])
+    value, where = _SpatialMax.apply(padded, last, geometry)
+    return value[..., :q], where[..., :q]
+
+
+class _SpatialMax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, padded, filters, geometry):
+        padded = padded.contiguous()
+        shape = (padded.shape[0], padded.shape[1], filters.shape[-1])
+        value, where = padded.new_empty(shape), padded.new_empty(shape, dtype=torch.int64)
+        _run("spatial_max", padded.dtype, shape[0], geometry, padded, filters, value, where)
+        ctx.save_for_backward(padded, filters, where)
+        ctx.mark_non_differentiable(where)
+        ctx.geometry = geometry
+        return value, where
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        padded, filters, where = ctx.saved_tensors
+        grad_padded = torch.zeros_like(padded)
+        sums = filters.new_zeros(_workers(padded.shape[0]), *filters.shape)  # one per thread, added below
+        _run("spatial_max_backward", padded.dtype, padded.shape[0], ctx.geometry,
+             padded, filters, where, grad.contiguous(), grad_padded, private=sums)
+        return grad_padded, sums.sum(dim=0), None
 
 
 def attended_max(padded, weights, h: int, out, stride: int, dilation: int):

@@ -136,17 +136,18 @@ inline void respond(const Geometry& g, const T* __restrict__ patch, int64_t step
     }
 }
 
-// Where over positions each f~(b, ., c, h, .) is largest: where (B, C, H, Q), int64.
+// The max over positions of each f~(b, ., c, h, .) and where it lies (the first maximum):
+// value, where (B, C, H, Q).
 template <typename T>
-void spatial_argmax(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
-                    int64_t* where) {
+void spatial_max(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels, T* value,
+                 int64_t* where) {
     const Geometry g(geometry);
     using Lane = typename Vec<T>::lane;
     for (int64_t b = b0; b < b1; ++b)
         for (int64_t ch = 0; ch < g.c * g.h; ++ch) {
             const T* plane = planes + (b * g.c * g.h + ch) * g.plane();
             const T* w = kernels + ch * g.taps() * g.q;
-            int64_t* out = where + (b * g.c * g.h + ch) * g.q;
+            const int64_t at = (b * g.c * g.h + ch) * g.q;
             over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
                 V<T> best[NB];
                 Index<T> arg[NB];
@@ -164,9 +165,37 @@ void spatial_argmax(const int64_t* geometry, int64_t b0, int64_t b1, const T* pl
                             }
                         }
                     });
-                for (int j = 0; j < NB; ++j)
-                    for (int l = 0; l < LANES; ++l) out[g.start[j0 + j] + l] = arg[j][l];
+                for (int j = 0; j < NB; ++j) {
+                    store(value + at + g.start[j0 + j], best[j]);
+                    for (int l = 0; l < LANES; ++l) where[at + g.start[j0 + j] + l] = arg[j][l];
+                }
             });
+        }
+}
+
+// Gradients of spatial_max's value, which is f~ at one position: they touch that patch only.
+// Adds into grad_planes (B, C, H, Xp, Yp) and grad_kernels (C, H, k * k, Q), the latter
+// private to the calling thread. Scalar loops: there are k * k terms per (b, c, h, q).
+template <typename T>
+void spatial_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
+                          const int64_t* where, const T* grad, T* grad_planes, T* grad_kernels) {
+    const Geometry g(geometry);
+    for (int64_t b = b0; b < b1; ++b)
+        for (int64_t ch = 0; ch < g.c * g.h; ++ch) {
+            const T* plane = planes + (b * g.c * g.h + ch) * g.plane();
+            T* dp = grad_planes + (b * g.c * g.h + ch) * g.plane();
+            const T* w = kernels + ch * g.taps() * g.q;
+            T* dw = grad_kernels + ch * g.taps() * g.q;
+            const int64_t at = (b * g.c * g.h + ch) * g.q;
+            for (int64_t q = 0; q < g.q; ++q) {
+                const T e = grad[at + q];
+                const int64_t position = where[at + q];
+                const int64_t first = g.origin(position / g.out_y, position % g.out_y);
+                for (int64_t t = 0; t < g.taps(); ++t) {
+                    dp[first + g.tap[t]] += e * w[t * g.q + q];
+                    dw[t * g.q + q] += e * plane[first + g.tap[t]];
+                }
+            }
         }
 }
 
@@ -428,9 +457,14 @@ void depthwise_weight_grad(const int64_t* geometry, int64_t b0, int64_t b1, cons
 
 // C entry points for ctypes, one per kernel and dtype (f32, f64).
 #define AAGC_EXPORT(T, suffix)                                                                                   \
-    extern "C" void spatial_argmax_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* p, const T* k,   \
-                                            int64_t* where) {                                                  \
-        spatial_argmax<T>(g, b0, b1, p, k, where);                                                             \
+    extern "C" void spatial_max_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* p, const T* k,      \
+                                         T* value, int64_t* where) {                                           \
+        spatial_max<T>(g, b0, b1, p, k, value, where);                                                         \
+    }                                                                                                          \
+    extern "C" void spatial_max_backward_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* p,         \
+                                                  const T* k, const int64_t* where, const T* grad, T* dp,      \
+                                                  T* dk) {                                                     \
+        spatial_max_backward<T>(g, b0, b1, p, k, where, grad, dp, dk);                                         \
     }                                                                                                          \
     extern "C" void attended_max_forward_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* p,         \
                                                   const T* w, T* total, T* peak, uint8_t* winner) {            \
