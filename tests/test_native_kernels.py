@@ -165,3 +165,20 @@ def test_depthwise_conv_equals_conv2d(batch, channels, size, k, dilation, dtype)
     (expected * upstream).sum().backward()
     for name, a, b in zip(("planes", "weight"), mine, theirs, strict=True):
         assert relative(a.grad, b.grad) <= TOLERANCE[dtype], f"gradient of {name}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", [(3, 10, 4, 40), (2, 7, 1, 5)], ids=str)  # (B, positions, H, Q)
+def test_gated_sum_with_gradients(shape, dtype):
+    generator = torch.Generator().manual_seed(3)
+    logits, values = (torch.randn(shape, dtype=dtype, generator=generator) * 3 for _ in range(2))
+    mine = [logits.clone().requires_grad_(), values.clone().requires_grad_()]
+    theirs = [logits.clone().requires_grad_(), values.clone().requires_grad_()]
+    out = native.gated_sum(*mine)
+    expected = (torch.sigmoid(theirs[0]) * theirs[1]).sum(dim=2).transpose(1, 2)  # (B, Q, positions)
+    assert out.shape == expected.shape and relative(out, expected) <= TOLERANCE[dtype]
+    upstream = torch.randn(out.shape, dtype=dtype, generator=generator)
+    (out * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    for name, a, b in zip(("logits", "values"), mine, theirs, strict=True):
+        assert relative(a.grad, b.grad) <= TOLERANCE[dtype], f"gradient of {name}"

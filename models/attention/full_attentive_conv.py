@@ -148,8 +148,11 @@ class _EfficientFullAttention(AttentiveLayer):
             weights = channel.reshape(b, o * n, c, h).permute(0, 2, 3, 1)[:, :, :, None] * kernels
         total, peak = native.attended_max(padded, weights.permute(0, 4, 1, 2, 3), h, geo.out, geo.stride, geo.dilation)
         s, peak = (_channels_last_view(t.view(b, -1, t.shape[-2] * t.shape[-1]), geo) for t in (total, peak))
-        spatial = self._spatial(s, peak, geo)
-        return _WeightedSum.apply(spatial, s), spatial if keep_spatial else None
+        logits = self._spatial_logits(s, peak, geo)  # (B, H, O, G, X', Y')
+        # sum_h alpha_s S, and its gradients, in one pass each; in (B, X', Y', H, O * G) memory.
+        positions_first = logits.permute(0, 4, 5, 1, 2, 3).reshape(b, -1, h, o * n)
+        attended = native.gated_sum(positions_first, total.view(positions_first.shape)).view(b, o, n, *geo.out)
+        return attended, torch.sigmoid(logits) if keep_spatial else None
 
     def _pytorch_attention(self, planes, filters, geo):
         """sum_h alpha_s S ``(B, O, G, X', Y')``, alpha_c and alpha_s (each or None) with PyTorch ops."""
@@ -169,16 +172,17 @@ class _EfficientFullAttention(AttentiveLayer):
         if self.spatial_attention is not None:
             if peak is None:
                 peak = _weighted_channel_max(planes, filters, channel, geo)  # (B, H, O, G, X', Y')
-            spatial = self._spatial(s, peak, geo)
+            spatial = torch.sigmoid(self._spatial_logits(s, peak, geo))
         attended = s if spatial is None else spatial * s
         return attended.sum(dim=1), channel, spatial
 
-    def _spatial(self, s, peak, geo):
-        """alpha_s ``(B, H, O, G, X', Y')`` from S and the max over c, each ``(B, H, O, G, X', Y')``."""
+    def _spatial_logits(self, s, peak, geo):
+        """alpha_s before its sigmoid ``(B, H, O, G, X', Y')`` from S and the max over c, both in that shape."""
+        attention = self.spatial_attention
         if self._lifting:
-            return self.spatial_attention.from_statistics(s[:, 0], peak[:, 0], mean_scale=1.0 / geo.c).unsqueeze(1)
+            return attention.logits_from_statistics(s[:, 0], peak[:, 0], mean_scale=1.0 / geo.c).unsqueeze(1)
         # Logical (B, O, G, H, X', Y') views.
-        spatial = self.spatial_attention.from_statistics(
+        spatial = attention.logits_from_statistics(
             s.permute(0, 2, 3, 1, 4, 5), peak.permute(0, 2, 3, 1, 4, 5), mean_scale=1.0 / geo.c
         )
         return spatial.permute(0, 3, 1, 2, 4, 5)  # back to (B, H, O, G, X', Y')
@@ -409,30 +413,6 @@ def _per_sample_conv(planes, weights, geo):
     # Laid out channels last, like the max statistic, for the spatial attention's convolutions.
     out = out.view(b, -1, geo.out[0] * geo.out[1]).transpose(1, 2).contiguous()  # (B, L, H * O * G)
     return _channels_last_view(out, geo)
-
-
-class _WeightedSum(torch.autograd.Function):
-    """``(a * s).sum(dim=1)`` whose gradients keep the memory layout of ``a`` and ``s``.
-
-    Autograd would lay them out like the incoming gradient (channels first), and the
-    spatial attention's depthwise convolutions would copy them back to channels last.
-    """
-
-    @staticmethod
-    def forward(ctx, a, s):
-        ctx.save_for_backward(a, s)
-        return (a * s).sum(dim=1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        a, s = ctx.saved_tensors
-        grad = grad.unsqueeze(1)
-        grad_a = grad_s = None
-        if ctx.needs_input_grad[0]:
-            grad_a = torch.mul(s, grad, out=torch.empty_like(s))
-        if ctx.needs_input_grad[1]:
-            grad_s = torch.mul(a, grad, out=torch.empty_like(a))
-        return grad_a, grad_s
 
 
 def _channels_last_view(t, geo):

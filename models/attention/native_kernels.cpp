@@ -20,6 +20,7 @@
 // (lowest c or position), like torch.max. The caller splits the batch [b0, b1) over threads.
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -354,6 +355,44 @@ void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, cons
         }
 }
 
+// The attended output sum_h a s of the spatial attention a = sigmoid(z) and S, and its
+// gradients. a, s, grad_z, grad_s: (B, P, H, Q) (positions first, as the kernels above lay
+// S out); out, grad: (B, Q, P), the layout of the convolution's output. geometry {P, H, Q}.
+// Memory-bound passes: one read of each input, one write of each output.
+template <typename T>
+void gated_sum_forward(const int64_t* geometry, int64_t b0, int64_t b1, const T* a, const T* s, T* out) {
+    const int64_t positions = geometry[0], h = geometry[1], q = geometry[2];
+    std::vector<T> sum(q);
+    for (int64_t b = b0; b < b1; ++b)
+        for (int64_t p = 0; p < positions; ++p) {
+            const int64_t at = (b * positions + p) * h * q;
+            std::fill(sum.begin(), sum.end(), T(0));
+            for (int64_t i = 0; i < h * q; i += q)
+#pragma omp simd
+                for (int64_t j = 0; j < q; ++j) sum[j] += a[at + i + j] * s[at + i + j];
+            for (int64_t j = 0; j < q; ++j) out[(b * q + j) * positions + p] = sum[j];
+        }
+}
+
+template <typename T>
+void gated_sum_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* a, const T* s, const T* grad,
+                        T* grad_z, T* grad_s) {
+    const int64_t positions = geometry[0], h = geometry[1], q = geometry[2];
+    std::vector<T> e(q);
+    for (int64_t b = b0; b < b1; ++b)
+        for (int64_t p = 0; p < positions; ++p) {
+            const int64_t at = (b * positions + p) * h * q;
+            for (int64_t j = 0; j < q; ++j) e[j] = grad[(b * q + j) * positions + p];
+            for (int64_t i = 0; i < h * q; i += q)
+#pragma omp simd
+                for (int64_t j = 0; j < q; ++j) {
+                    const T gate = a[at + i + j];
+                    grad_s[at + i + j] = e[j] * gate;
+                    grad_z[at + i + j] = e[j] * s[at + i + j] * gate * (T(1) - gate);
+                }
+        }
+}
+
 // Weight gradient of a depthwise convolution with stride 1 and padding that keeps the
 // size, on channels-last tensors: out[t, ch] += sum_{b, x} grad[b, x, ch] input[b, x + tap t, ch].
 // input, grad: (B, X, Y, CH); out: (k * k, CH); geometry {X, Y, CH, k, padding, dilation}.
@@ -474,6 +513,14 @@ void depthwise_weight_grad(const int64_t* geometry, int64_t b0, int64_t b1, cons
                                                    const T* w, const T* gt, const T* gp, const uint8_t* winner, \
                                                    T* dp, T* dw) {                                             \
         attended_max_backward<T>(g, b0, b1, p, w, gt, gp, winner, dp, dw);                                     \
+    }                                                                                                          \
+    extern "C" void gated_sum_forward_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* a, const T* s, \
+                                               T* out) {                                                       \
+        gated_sum_forward<T>(g, b0, b1, a, s, out);                                                            \
+    }                                                                                                          \
+    extern "C" void gated_sum_backward_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* a,           \
+                                                const T* s, const T* grad, T* dz, T* ds) {                     \
+        gated_sum_backward<T>(g, b0, b1, a, s, grad, dz, ds);                                                  \
     }                                                                                                          \
     extern "C" void depthwise_weight_grad_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* input,    \
                                                    const T* grad, T* out) {                                    \

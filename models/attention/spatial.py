@@ -106,7 +106,11 @@ class FullSpatialAttention(nn.Module):
         return out.unsqueeze(3)
 
     def from_statistics(self, mean: torch.Tensor, peak: torch.Tensor, mean_scale: float = 1.0) -> torch.Tensor:
-        """The attention from the mean and max of the channel-attended f~ over input channels.
+        """The attention: the sigmoid of :meth:`logits_from_statistics`, same arguments and shapes."""
+        return torch.sigmoid(self.logits_from_statistics(mean, peak, mean_scale))
+
+    def logits_from_statistics(self, mean: torch.Tensor, peak: torch.Tensor, mean_scale: float = 1.0) -> torch.Tensor:
+        """The attention before its sigmoid, from the mean and max of the channel-attended f~ over input channels.
 
         Args:
             mean: the mean over input channels, or a multiple of it (see ``mean_scale``).
@@ -139,7 +143,7 @@ class FullSpatialAttention(nn.Module):
                 return native.depthwise_conv(planes, weight[:, None], self.padding, self.dilation)
             return F.conv2d(planes, weight[:, None], padding=self.padding, dilation=self.dilation, groups=groups)
 
-        out = torch.sigmoid(depthwise(mean, filters[:, 0] * mean_scale) + depthwise(peak, filters[:, 1]))
+        out = depthwise(mean, filters[:, 0] * mean_scale) + depthwise(peak, filters[:, 1])
         # (B, groups, X, Y) in (B, X, Y, groups) memory when channels last: view it without a copy.
         out = out.permute(0, 2, 3, 1).reshape(b, *size, *lead)  # (B, X, Y, [G_in,] O, G)
         if self.lifting:
