@@ -144,27 +144,36 @@ def test_switched_off_by_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-# Channels: a multiple of the vector width, not one (the last block overlaps), fewer (scalar loop).
+# Channels: a multiple of the vector width, not one (the last block overlaps), exactly one vector.
+# Sizes: rows of 8 positions or more (tiles of 8, the last one overlapping), 4 to 7, fewer.
 @pytest.mark.parametrize(
     "batch,channels,size,k,dilation",
-    [(3, 40, 9, 7, 1), (2, 33, 8, 5, 2), (2, 32, 5, 3, 1), (1, 16, 3, 7, 1), (1, 8, 4, 7, 1)],
+    [(3, 40, 9, 7, 1), (2, 33, 8, 5, 2), (2, 32, 5, 3, 1), (1, 16, 3, 7, 1), (2, 17, 12, 7, 1), (1, 16, 2, 3, 2)],
 )
-def test_depthwise_conv_equals_conv2d(batch, channels, size, k, dilation, dtype):
+def test_depthwise_pair_equals_two_conv2d(batch, channels, size, k, dilation, dtype):
     generator = torch.Generator().manual_seed(2)
-    planes = torch.randn(batch, channels, size, size, dtype=dtype, generator=generator)
-    planes = planes.contiguous(memory_format=torch.channels_last)
-    weight = torch.randn(channels, 1, k, k, dtype=dtype, generator=generator)
+    planes = [torch.randn(batch, channels, size, size, dtype=dtype, generator=generator) for _ in range(2)]
+    weights = [torch.randn(channels, k, k, dtype=dtype, generator=generator) for _ in range(2)]
     padding = dilation * (k // 2)
-    mine = [planes.clone().requires_grad_(), weight.clone().requires_grad_()]
-    theirs = [planes.clone().requires_grad_(), weight.clone().requires_grad_()]
-    out = native.depthwise_conv(*mine, padding, dilation)
-    expected = F.conv2d(*theirs, padding=padding, dilation=dilation, groups=channels)
-    assert torch.equal(out, expected)
+    assert native.depthwise_pair_supported(channels, k)
+    mine = [t.clone().requires_grad_() for t in (*planes, *weights)]
+    theirs = [t.clone().requires_grad_() for t in (*planes, *weights)]
+    out = native.depthwise_pair(*mine, padding, dilation)
+    conv = dict(padding=padding, dilation=dilation, groups=channels)
+    expected = F.conv2d(theirs[0], theirs[2][:, None], **conv) + F.conv2d(theirs[1], theirs[3][:, None], **conv)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert relative(out, expected) <= TOLERANCE[dtype]
     upstream = torch.randn(out.shape, dtype=dtype, generator=generator)
     (out * upstream).sum().backward()
     (expected * upstream).sum().backward()
-    for name, a, b in zip(("planes", "weight"), mine, theirs, strict=True):
+    for name, a, b in zip(("first", "second", "first weight", "second weight"), mine, theirs, strict=True):
         assert relative(a.grad, b.grad) <= TOLERANCE[dtype], f"gradient of {name}"
+
+
+def test_depthwise_pair_cover():
+    assert native.depthwise_pair_supported(16, 7)
+    assert not native.depthwise_pair_supported(15, 7)  # fewer channels than one vector
+    assert not native.depthwise_pair_supported(40, 9)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)

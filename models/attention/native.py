@@ -8,8 +8,9 @@ source, flags and CPU, and loaded with ctypes. Where there is no compiler, the
 tensors are not on the CPU or not float32/float64, or ``AAGC_NATIVE=0``, the
 callers use their PyTorch path, which computes the same function.
 
-ctypes releases the GIL during a call, so the batch is split over
-``torch.get_num_threads()`` Python threads.
+The kernels run on ``torch.get_num_threads()`` OpenMP threads, those of PyTorch's
+own runtime where it is GNU OpenMP (Linux wheels), so that the two never compete
+for the cores.
 """
 
 from __future__ import annotations
@@ -23,16 +24,15 @@ import shutil
 import subprocess
 import tempfile
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["available", "spatial_max", "attended_max", "gated_sum", "depthwise_conv"]
+__all__ = ["available", "spatial_max", "attended_max", "gated_sum", "depthwise_pair", "depthwise_pair_supported"]
 
 SOURCE = Path(__file__).with_name("native_kernels.cpp")
-FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-std=c++20", "-shared", "-fPIC"]
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++20", "-shared", "-fPIC"]
 LANES = 16  # filters per vector, as LANES in the C++ file
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _CTYPE = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}
@@ -93,11 +93,6 @@ def _library() -> ctypes.CDLL | None:
     return ctypes.CDLL(str(target))
 
 
-@functools.cache
-def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aagc-kernels")
-
-
 def _pointer(t: torch.Tensor | None):
     return None if t is None else ctypes.c_void_p(t.data_ptr())
 
@@ -107,7 +102,7 @@ def _workers(batch: int) -> int:
 
 
 def _run(name, dtype, batch, geometry, *tensors, private: torch.Tensor | None = None) -> None:
-    """Call kernel ``name`` over the batch, split into one contiguous range per thread.
+    """Call kernel ``name``, its OpenMP threads sharing the range ``[0, batch)``.
 
     ``private``, if given, is a ``(workers, ...)`` output of which each thread gets its
     own slice, appended to the arguments (for sums over the batch).
@@ -115,19 +110,9 @@ def _run(name, dtype, batch, geometry, *tensors, private: torch.Tensor | None = 
     function = getattr(_library(), f"{name}_{_SUFFIX[dtype]}")
     g = torch.tensor(geometry, dtype=torch.int64)
     args = [_pointer(t) for t in tensors]
-    workers = _workers(batch)
-    bounds = [batch * i // workers for i in range(workers + 1)]
-
-    def call(i):
-        own = [] if private is None else [_pointer(private[i])]
-        function(_pointer(g), ctypes.c_int64(bounds[i]), ctypes.c_int64(bounds[i + 1]), *args, *own)
-
-    # The calling thread takes the first range itself: handing work to a pool thread and
-    # waiting for it costs tens of microseconds, as much as some of these calls take.
-    others = [_pool(workers - 1).submit(call, i) for i in range(1, workers)] if workers > 1 else []
-    call(0)
-    for done in others:
-        done.result()
+    if private is not None:
+        args += [_pointer(private), ctypes.c_int64(private[0].numel())]
+    function(_pointer(g), ctypes.c_int64(_workers(batch)), ctypes.c_int64(batch), *args)
 
 
 def _geometry(padded: torch.Tensor, c: int, h: int, out: tuple[int, int], k: int, stride: int, dilation: int, q: int):
@@ -252,41 +237,59 @@ class _GatedSum(torch.autograd.Function):
         return grad_logits, grad_values
 
 
-def depthwise_conv(planes: torch.Tensor, weight: torch.Tensor, padding: int, dilation: int) -> torch.Tensor:
-    """``F.conv2d(planes, weight, padding=padding, dilation=dilation, groups=channels)``, size kept.
+def depthwise_pair_supported(channels: int, k: int) -> bool:
+    """Whether :func:`depthwise_pair` covers this channel count and filter size."""
+    return channels >= LANES and k in (3, 5, 7)
 
-    The same forward and input gradient (oneDNN); the weight gradient from the kernels,
-    several times faster on channels-last float32 tensors.
 
-    Shape: ``(B, CH, X, Y)``, ``(CH, 1, k, k)`` -> ``(B, CH, X, Y)``.
+def depthwise_pair(first, second, first_weight, second_weight, padding: int, dilation: int) -> torch.Tensor:
+    """Two depthwise convolutions, summed: ``conv(first, first_weight) + conv(second, second_weight)``.
+
+    The same function as ``F.conv2d(x, w[:, None], padding=padding, dilation=dilation,
+    groups=channels)`` for each pair, in one pass over both inputs; the backward pass
+    takes both input gradients in one pass over the incoming gradient. Stride 1; the
+    padding keeps the size. See :func:`depthwise_pair_supported`.
+
+    Shape: ``(B, CH, X, Y)`` each (best channels last), ``(CH, k, k)`` each -> ``(B, CH, X, Y)``, channels last.
     """
-    return _DepthwiseConv.apply(planes, weight, padding, dilation)
+    return _DepthwisePair.apply(first, second, first_weight, second_weight, padding, dilation)
 
 
-class _DepthwiseConv(torch.autograd.Function):
+def _taps_last(weight: torch.Tensor, flip: bool = False) -> torch.Tensor:
+    """``(CH, k, k)`` -> ``(k * k, CH)``, contiguous; ``flip``: the filter turned by 180 degrees."""
+    weight = weight.flip(-2, -1) if flip else weight
+    return weight.reshape(weight.shape[0], -1).t().contiguous()
+
+
+class _DepthwisePair(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, planes, weight, padding, dilation):
-        ctx.save_for_backward(planes, weight)
-        ctx.padding, ctx.dilation = padding, dilation
-        return F.conv2d(planes, weight, padding=padding, dilation=dilation, groups=weight.shape[0])
+    def forward(ctx, first, second, first_weight, second_weight, padding, dilation):
+        last = torch.channels_last
+        first, second = first.contiguous(memory_format=last), second.contiguous(memory_format=last)
+        b, channels, x, y = first.shape
+        ctx.geometry = [x, y, channels, first_weight.shape[-1], padding, dilation]
+        out = torch.empty_like(first)
+        # The kernels split rows (b, x) over threads: a chunk of few samples still splits evenly.
+        _run("depthwise_pair_forward", first.dtype, b * x, ctx.geometry,
+             first, second, _taps_last(first_weight), _taps_last(second_weight), out)
+        ctx.save_for_backward(first, second, first_weight, second_weight)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        planes, weight = ctx.saved_tensors
-        channels, k = weight.shape[0], weight.shape[-1]
-        grad_planes = grad_weight = None
-        if ctx.needs_input_grad[0]:
-            grad_planes = torch.ops.aten.convolution_backward(
-                grad, planes, weight, None, [1, 1], [ctx.padding] * 2, [ctx.dilation] * 2,
-                False, [0, 0], channels, [True, False, False],
-            )[0]
-        if ctx.needs_input_grad[1]:
-            last = torch.channels_last
-            b, _, x, y = planes.shape
-            sums = planes.new_zeros(_workers(b), k * k, channels)  # one per thread, added below
-            _run(
-                "depthwise_weight_grad", planes.dtype, b, [x, y, channels, k, ctx.padding, ctx.dilation],
-                planes.contiguous(memory_format=last), grad.contiguous(memory_format=last), private=sums,
-            )
-            grad_weight = sums.sum(dim=0).t().reshape(weight.shape)
-        return grad_planes, grad_weight, None, None
+        first, second, first_weight, second_weight = ctx.saved_tensors
+        grad = grad.contiguous(memory_format=torch.channels_last)
+        rows, channels, k = first.shape[0] * first.shape[2], first.shape[1], first_weight.shape[-1]
+        grads = [None] * 6
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            # The input gradient of a size-keeping convolution is the same convolution of the
+            # incoming gradient with the filter turned by 180 degrees (odd k).
+            grads[0], grads[1] = torch.empty_like(first), torch.empty_like(second)
+            _run("depthwise_pair_input_grad", first.dtype, rows, ctx.geometry,
+                 grad, _taps_last(first_weight, flip=True), _taps_last(second_weight, flip=True), *grads[:2])
+        for i, planes in enumerate((first, second)):
+            if ctx.needs_input_grad[2 + i]:
+                sums = planes.new_zeros(_workers(rows), k * k, channels)  # one per thread, added below
+                _run("depthwise_weight_grad", planes.dtype, rows, ctx.geometry, planes, grad, private=sums)
+                grads[2 + i] = sums.sum(dim=0).t().reshape(first_weight.shape)
+        return tuple(grads)

@@ -17,12 +17,14 @@
 // twice with equal values, and gradients mask the overlap out. Each loop keeps a small tile
 // of independent accumulators (positions x filter blocks) in registers: one chain of
 // multiply-adds per tap would wait on its own latency. Ties go to the first maximum
-// (lowest c or position), like torch.max. The caller splits the batch [b0, b1) over threads.
+// (lowest c or position), like torch.max. Each thread runs a kernel over its share [b0, b1) of
+// the batch (see split below).
 
 #include <cstdint>
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <omp.h>
 #include <vector>
 
 namespace {
@@ -393,6 +395,103 @@ void gated_sum_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T
         }
 }
 
+// Blocks of LANES channels out of `channels` (>= LANES): the last one ends at the last channel
+// and overlaps the one before on `overlap` lanes.
+struct ChannelBlocks {
+    std::vector<int64_t> start;
+    int64_t overlap;
+    explicit ChannelBlocks(int64_t channels) {
+        for (int64_t s = 0; s + LANES <= channels; s += LANES) start.push_back(s);
+        overlap = channels % LANES ? start.back() + LANES - (channels - LANES) : 0;
+        if (overlap) start.push_back(channels - LANES);
+    }
+};
+
+// Two depthwise convolutions with stride 1 and padding that keeps the size (odd k), on
+// channels-last tensors, taps at offsets u * dilation - padding:
+//   PAIR (forward):   out1 = w1 * in1 + w2 * in2;
+//   one input (their input gradients, with flipped filters): out1 = w1 * in1, out2 = w2 * in1.
+// in*, out*: (B, X, Y, CH); w*: (k * k, CH); geometry {X, Y, CH, k, padding, dilation}.
+// Each output is gathered whole and written once, so the overlapping channel block and
+// overlapping position tiles just write equal values again. A tile of N positions keeps 2N
+// independent accumulators in registers; one filter row's weights are loaded per tap.
+// Threads share the rows (b, x), B * X of them, [r0, r1), as for the weight gradient below.
+template <int K, bool PAIR, typename T>
+void depthwise_pair(const int64_t* geometry, int64_t r0, int64_t r1, const T* in1, const T* in2, const T* w1,
+                    const T* w2, T* out1, T* out2) {
+    const int64_t size_x = geometry[0], size_y = geometry[1], channels = geometry[2];
+    const int64_t padding = geometry[4], dilation = geometry[5];
+    const ChannelBlocks blocks(channels);
+    const int64_t row = size_y * channels;
+    auto tile = [&]<int N, bool CHECKED>(int64_t b, int64_t x, int64_t c0, int64_t y0) {
+        V<T> acc1[N] = {}, acc2[N] = {};
+        for (int u = 0; u < K; ++u) {
+            const int64_t xi = x + u * dilation - padding;
+            if (xi < 0 || xi >= size_x) continue;
+            const T* r1 = in1 + (b * size_x + xi) * row + c0;
+            const T* r2 = PAIR ? in2 + (b * size_x + xi) * row + c0 : nullptr;
+            for (int v = 0; v < K; ++v) {
+                const V<T> wa = load<V<T>>(w1 + (u * K + v) * channels + c0);
+                const V<T> wb = load<V<T>>(w2 + (u * K + v) * channels + c0);
+                for (int i = 0; i < N; ++i) {
+                    const int64_t yi = y0 + i + v * dilation - padding;
+                    if (CHECKED && (yi < 0 || yi >= size_y)) continue;
+                    const V<T> p = load<V<T>>(r1 + yi * channels);
+                    if constexpr (PAIR) {
+                        acc1[i] += wa * p;
+                        acc2[i] += wb * load<V<T>>(r2 + yi * channels);
+                    } else {
+                        acc1[i] += wa * p;
+                        acc2[i] += wb * p;
+                    }
+                }
+            }
+        }
+        T* o1 = out1 + (b * size_x + x) * row + y0 * channels + c0;
+        T* o2 = PAIR ? nullptr : out2 + (b * size_x + x) * row + y0 * channels + c0;
+        for (int i = 0; i < N; ++i) {
+            if constexpr (PAIR) {
+                store(o1 + i * channels, acc1[i] + acc2[i]);
+            } else {
+                store(o1 + i * channels, acc1[i]);
+                store(o2 + i * channels, acc2[i]);
+            }
+        }
+    };
+    // Tiles of N positions over a row, the last one ending at the row's end; those whose taps
+    // can leave the row check each column.
+    auto over_row = [&]<int N>(int64_t b, int64_t x, int64_t c0) {
+        for (int64_t y0 = 0; y0 < size_y; y0 += N) {
+            const int64_t first = y0 + N <= size_y ? y0 : size_y - N;
+            const bool inside = first >= padding && first + N - 1 + (K - 1) * dilation - padding < size_y;
+            if (inside)
+                tile.template operator()<N, false>(b, x, c0, first);
+            else
+                tile.template operator()<N, true>(b, x, c0, first);
+        }
+    };
+    for (int64_t r = r0; r < r1; ++r)
+        for (const int64_t c0 : blocks.start) {
+            const int64_t b = r / size_x, x = r % size_x;
+            if (size_y >= 8)
+                over_row.template operator()<8>(b, x, c0);
+            else if (size_y >= 4)
+                over_row.template operator()<4>(b, x, c0);
+            else
+                over_row.template operator()<1>(b, x, c0);
+        }
+}
+
+template <bool PAIR, typename T>
+void depthwise_pair_k(const int64_t* geometry, int64_t r0, int64_t r1, const T* in1, const T* in2, const T* w1,
+                        const T* w2, T* out1, T* out2) {
+    switch (geometry[3]) {  // k: 3, 5 or 7; at least LANES channels (the caller checks)
+        case 3: return depthwise_pair<3, PAIR>(geometry, r0, r1, in1, in2, w1, w2, out1, out2);
+        case 5: return depthwise_pair<5, PAIR>(geometry, r0, r1, in1, in2, w1, w2, out1, out2);
+        default: return depthwise_pair<7, PAIR>(geometry, r0, r1, in1, in2, w1, w2, out1, out2);
+    }
+}
+
 // Weight gradient of a depthwise convolution with stride 1 and padding that keeps the
 // size, on channels-last tensors: out[t, ch] += sum_{b, x} grad[b, x, ch] input[b, x + tap t, ch].
 // input, grad: (B, X, Y, CH); out: (k * k, CH); geometry {X, Y, CH, k, padding, dilation}.
@@ -400,131 +499,118 @@ void gated_sum_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T
 // grad row, filter row u and block of LANES channels, the k sums of the filter row's taps
 // stay in registers while the row goes by; each grad vector is loaded once for all k.
 template <int K, typename T>
-void depthwise_weight_grad_tiled(const int64_t* geometry, int64_t b0, int64_t b1, const T* input, const T* grad,
+void depthwise_weight_grad_tiled(const int64_t* geometry, int64_t r0, int64_t r1, const T* input, const T* grad,
                                  T* out) {
     const int64_t size_x = geometry[0], size_y = geometry[1], channels = geometry[2];
     const int64_t padding = geometry[4], dilation = geometry[5];
-    // Blocks of LANES channels; the last one ends at the last channel and overlaps the one
-    // before on `overlap` lanes, which it leaves out.
-    std::vector<int64_t> start;
-    for (int64_t s = 0; s + LANES <= channels; s += LANES) start.push_back(s);
-    const int64_t overlap = channels % LANES ? start.back() + LANES - (channels - LANES) : 0;
-    if (overlap) start.push_back(channels - LANES);
+    // The last block leaves out the lanes that the block before covers.
+    const ChannelBlocks blocks(channels);
+    const std::vector<int64_t>& start = blocks.start;
     V<T> keep_last;
-    for (int l = 0; l < LANES; ++l) keep_last[l] = l < overlap ? T(0) : T(1);
+    for (int l = 0; l < LANES; ++l) keep_last[l] = l < blocks.overlap ? T(0) : T(1);
     const int64_t row = size_y * channels;
-    for (int64_t b = b0; b < b1; ++b)
-        for (int64_t x = 0; x < size_x; ++x)
-            for (int64_t u = 0; u < K; ++u) {
-                const int64_t xi = x + u * dilation - padding;
-                if (xi < 0 || xi >= size_x) continue;
-                const T* g = grad + (b * size_x + x) * row;
-                const T* in = input + (b * size_x + xi) * row;
-                for (size_t j = 0; j < start.size(); ++j) {
-                    const int64_t c0 = start[j];
-                    const V<T> keep = j + 1 == start.size() ? keep_last : V<T>{} + T(1);
-                    V<T> acc[K] = {};
-                    // Columns where every tap lies inside the row need no bounds checks.
-                    auto column = [&]<bool checked>(int64_t y) {
-                        const V<T> gy = load<V<T>>(g + y * channels + c0) * keep;
-                        for (int v = 0; v < K; ++v) {
-                            const int64_t yi = y + v * dilation - padding;
-                            if (checked && (yi < 0 || yi >= size_y)) continue;
-                            acc[v] += gy * load<V<T>>(in + yi * channels + c0);
-                        }
-                    };
-                    const int64_t inner0 = padding < size_y ? padding : size_y;
-                    const int64_t inner1 = size_y - padding > inner0 ? size_y - padding : inner0;
-                    for (int64_t y = 0; y < inner0; ++y) column.template operator()<true>(y);
-                    for (int64_t y = inner0; y < inner1; ++y) column.template operator()<false>(y);
-                    for (int64_t y = inner1; y < size_y; ++y) column.template operator()<true>(y);
+    for (int64_t r = r0; r < r1; ++r)  // rows (b, x) of the grad
+        for (int64_t u = 0; u < K; ++u) {
+            const int64_t xi = r % size_x + u * dilation - padding;
+            if (xi < 0 || xi >= size_x) continue;
+            const T* g = grad + r * row;
+            const T* in = input + (r - r % size_x + xi) * row;
+            for (size_t j = 0; j < start.size(); ++j) {
+                const int64_t c0 = start[j];
+                const V<T> keep = j + 1 == start.size() ? keep_last : V<T>{} + T(1);
+                V<T> acc[K] = {};
+                // Columns where every tap lies inside the row need no bounds checks.
+                auto column = [&]<bool checked>(int64_t y) {
+                    const V<T> gy = load<V<T>>(g + y * channels + c0) * keep;
                     for (int v = 0; v < K; ++v) {
-                        T* o = out + (u * K + v) * channels + c0;
-                        store(o, load<V<T>>(o) + acc[v]);
+                        const int64_t yi = y + v * dilation - padding;
+                        if (checked && (yi < 0 || yi >= size_y)) continue;
+                        acc[v] += gy * load<V<T>>(in + yi * channels + c0);
                     }
+                };
+                const int64_t inner0 = padding < size_y ? padding : size_y;
+                const int64_t inner1 = size_y - padding > inner0 ? size_y - padding : inner0;
+                for (int64_t y = 0; y < inner0; ++y) column.template operator()<true>(y);
+                for (int64_t y = inner0; y < inner1; ++y) column.template operator()<false>(y);
+                for (int64_t y = inner1; y < size_y; ++y) column.template operator()<true>(y);
+                for (int v = 0; v < K; ++v) {
+                    T* o = out + (u * K + v) * channels + c0;
+                    store(o, load<V<T>>(o) + acc[v]);
                 }
             }
-}
-
-// Any filter size and channel count: one vector chain per channel block.
-template <typename T>
-void depthwise_weight_grad_any(const int64_t* geometry, int64_t b0, int64_t b1, const T* input, const T* grad,
-                               T* out) {
-    const int64_t size_x = geometry[0], size_y = geometry[1], channels = geometry[2], k = geometry[3];
-    const int64_t padding = geometry[4], dilation = geometry[5];
-    constexpr int64_t CB = 32;
-    for (int64_t b = b0; b < b1; ++b)
-        for (int64_t x = 0; x < size_x; ++x)
-            for (int64_t u = 0; u < k; ++u) {
-                const int64_t xi = x + u * dilation - padding;
-                if (xi < 0 || xi >= size_x) continue;
-                for (int64_t v = 0; v < k; ++v) {
-                    const int64_t dy = v * dilation - padding;
-                    const int64_t y0 = dy < 0 ? -dy : 0, y1 = dy > 0 ? size_y - dy : size_y;
-                    const T* g = grad + ((b * size_x + x) * size_y) * channels;
-                    const T* in = input + ((b * size_x + xi) * size_y + dy) * channels;
-                    T* o = out + (u * k + v) * channels;
-                    for (int64_t c0 = 0; c0 < channels; c0 += CB) {
-                        const int64_t n = channels - c0 < CB ? channels - c0 : CB;
-                        T acc[CB] = {};
-                        for (int64_t y = y0; y < y1; ++y) {
-                            const T* gy = g + y * channels + c0;
-                            const T* iy = in + y * channels + c0;
-#pragma omp simd
-                            for (int64_t j = 0; j < n; ++j) acc[j] += gy[j] * iy[j];
-                        }
-                        for (int64_t j = 0; j < n; ++j) o[c0 + j] += acc[j];
-                    }
-                }
-            }
+        }
 }
 
 template <typename T>
-void depthwise_weight_grad(const int64_t* geometry, int64_t b0, int64_t b1, const T* input, const T* grad, T* out) {
-    const int64_t channels = geometry[2], k = geometry[3];
-    if (channels >= LANES && k == 7)
-        depthwise_weight_grad_tiled<7>(geometry, b0, b1, input, grad, out);
-    else if (channels >= LANES && k == 5)
-        depthwise_weight_grad_tiled<5>(geometry, b0, b1, input, grad, out);
-    else if (channels >= LANES && k == 3)
-        depthwise_weight_grad_tiled<3>(geometry, b0, b1, input, grad, out);
-    else
-        depthwise_weight_grad_any(geometry, b0, b1, input, grad, out);
+void depthwise_weight_grad(const int64_t* geometry, int64_t r0, int64_t r1, const T* input, const T* grad, T* out) {
+    switch (geometry[3]) {  // k: 3, 5 or 7; at least LANES channels (the caller checks)
+        case 3: return depthwise_weight_grad_tiled<3>(geometry, r0, r1, input, grad, out);
+        case 5: return depthwise_weight_grad_tiled<5>(geometry, r0, r1, input, grad, out);
+        default: return depthwise_weight_grad_tiled<7>(geometry, r0, r1, input, grad, out);
+    }
+}
+
+// Runs body(b0, b1, thread) on `workers` OpenMP threads, each over its share of [0, batch).
+// Loaded into a process with PyTorch, this library shares PyTorch's OpenMP runtime (the same
+// libgomp.so.1) and so its threads. Threads of a pool of our own would compete for the cores
+// with PyTorch's, which keep spinning for a while after each operation: every kernel here ran
+// about 1.5x slower that way inside a training step.
+template <typename Body>
+void split(int64_t workers, int64_t batch, Body&& body) {
+#pragma omp parallel num_threads(static_cast<int>(workers))
+    {
+        const int64_t thread = omp_get_thread_num(), threads = omp_get_num_threads();
+        body(batch * thread / threads, batch * (thread + 1) / threads, thread);
+    }
 }
 
 }  // namespace
 
-// C entry points for ctypes, one per kernel and dtype (f32, f64).
-#define AAGC_EXPORT(T, suffix)                                                                                   \
-    extern "C" void spatial_max_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* p, const T* k,      \
-                                         T* value, int64_t* where) {                                           \
-        spatial_max<T>(g, b0, b1, p, k, value, where);                                                         \
-    }                                                                                                          \
-    extern "C" void spatial_max_backward_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* p,         \
-                                                  const T* k, const int64_t* where, const T* grad, T* dp,      \
-                                                  T* dk) {                                                     \
-        spatial_max_backward<T>(g, b0, b1, p, k, where, grad, dp, dk);                                         \
-    }                                                                                                          \
-    extern "C" void attended_max_forward_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* p,         \
-                                                  const T* w, T* total, T* peak, uint8_t* winner) {            \
-        attended_max_forward<T>(g, b0, b1, p, w, total, peak, winner);                                         \
-    }                                                                                                          \
-    extern "C" void attended_max_backward_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* p,        \
-                                                   const T* w, const T* gt, const T* gp, const uint8_t* winner, \
-                                                   T* dp, T* dw) {                                             \
-        attended_max_backward<T>(g, b0, b1, p, w, gt, gp, winner, dp, dw);                                     \
-    }                                                                                                          \
-    extern "C" void gated_sum_forward_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* a, const T* s, \
-                                               T* out) {                                                       \
-        gated_sum_forward<T>(g, b0, b1, a, s, out);                                                            \
-    }                                                                                                          \
-    extern "C" void gated_sum_backward_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* a,           \
-                                                const T* s, const T* grad, T* dz, T* ds) {                     \
-        gated_sum_backward<T>(g, b0, b1, a, s, grad, dz, ds);                                                  \
-    }                                                                                                          \
-    extern "C" void depthwise_weight_grad_##suffix(const int64_t* g, int64_t b0, int64_t b1, const T* input,    \
-                                                   const T* grad, T* out) {                                    \
-        depthwise_weight_grad<T>(g, b0, b1, input, grad, out);                                                 \
+// C entry points for ctypes, one per kernel and dtype (f32, f64). Each takes the geometry,
+// the number of threads and the length of the range they share (samples, or rows for the
+// depthwise kernels), then the kernel's arguments; a kernel that sums over the range into a
+// per-thread output takes its base pointer and the stride between threads' copies instead.
+#define AAGC_SPLIT(call) split(workers, batch, [&](int64_t b0, int64_t b1, int64_t thread) { call; })
+#define AAGC_EXPORT(T, suffix)                                                                                  \
+    extern "C" void spatial_max_##suffix(const int64_t* g, int64_t workers, int64_t batch, const T* p,         \
+                                         const T* k, T* value, int64_t* where) {                              \
+        AAGC_SPLIT(spatial_max<T>(g, b0, b1, p, k, value, where));                                            \
+    }                                                                                                         \
+    extern "C" void spatial_max_backward_##suffix(const int64_t* g, int64_t workers, int64_t batch,            \
+                                                  const T* p, const T* k, const int64_t* where, const T* grad, \
+                                                  T* dp, T* dk, int64_t stride) {                             \
+        AAGC_SPLIT(spatial_max_backward<T>(g, b0, b1, p, k, where, grad, dp, dk + thread * stride));          \
+    }                                                                                                         \
+    extern "C" void attended_max_forward_##suffix(const int64_t* g, int64_t workers, int64_t batch,            \
+                                                  const T* p, const T* w, T* total, T* peak, uint8_t* winner) { \
+        AAGC_SPLIT(attended_max_forward<T>(g, b0, b1, p, w, total, peak, winner));                            \
+    }                                                                                                         \
+    extern "C" void attended_max_backward_##suffix(const int64_t* g, int64_t workers, int64_t batch,           \
+                                                   const T* p, const T* w, const T* gt, const T* gp,           \
+                                                   const uint8_t* winner, T* dp, T* dw) {                      \
+        AAGC_SPLIT(attended_max_backward<T>(g, b0, b1, p, w, gt, gp, winner, dp, dw));                        \
+    }                                                                                                         \
+    extern "C" void gated_sum_forward_##suffix(const int64_t* g, int64_t workers, int64_t batch, const T* a,   \
+                                               const T* s, T* out) {                                          \
+        AAGC_SPLIT(gated_sum_forward<T>(g, b0, b1, a, s, out));                                               \
+    }                                                                                                         \
+    extern "C" void gated_sum_backward_##suffix(const int64_t* g, int64_t workers, int64_t batch, const T* a,  \
+                                                const T* s, const T* grad, T* dz, T* ds) {                    \
+        AAGC_SPLIT(gated_sum_backward<T>(g, b0, b1, a, s, grad, dz, ds));                                     \
+    }                                                                                                         \
+    extern "C" void depthwise_pair_forward_##suffix(const int64_t* g, int64_t workers, int64_t batch,          \
+                                                    const T* in1, const T* in2, const T* w1, const T* w2,      \
+                                                    T* out) {                                                 \
+        AAGC_SPLIT((depthwise_pair_k<true, T>(g, b0, b1, in1, in2, w1, w2, out, nullptr)));                   \
+    }                                                                                                         \
+    extern "C" void depthwise_pair_input_grad_##suffix(const int64_t* g, int64_t workers, int64_t batch,       \
+                                                       const T* grad, const T* w1, const T* w2, T* out1,       \
+                                                       T* out2) {                                             \
+        AAGC_SPLIT((depthwise_pair_k<false, T>(g, b0, b1, grad, nullptr, w1, w2, out1, out2)));               \
+    }                                                                                                         \
+    extern "C" void depthwise_weight_grad_##suffix(const int64_t* g, int64_t workers, int64_t batch,           \
+                                                   const T* input, const T* grad, T* out, int64_t stride) {    \
+        AAGC_SPLIT(depthwise_weight_grad<T>(g, b0, b1, input, grad, out + thread * stride));                  \
     }
 
 AAGC_EXPORT(float, f32)

@@ -133,17 +133,17 @@ class FullSpatialAttention(nn.Module):
         groups = filters.shape[0]
         b, size, lead = mean.shape[0], mean.shape[-2:], mean.shape[1:-2]
 
-        # oneDNN's depthwise convolutions (the weight gradient above all) run about three
-        # times faster on channels-last float32 tensors; without oneDNN (float64) slower.
-        layout = torch.channels_last if mean.dtype == torch.float32 else torch.contiguous_format
-
-        def depthwise(stat, weight):
-            planes = stat.reshape(b, groups, *size).contiguous(memory_format=layout)
-            if native.available(planes, weight):  # the same convolution, a faster weight gradient
-                return native.depthwise_conv(planes, weight[:, None], self.padding, self.dilation)
-            return F.conv2d(planes, weight[:, None], padding=self.padding, dilation=self.dilation, groups=groups)
-
-        out = depthwise(mean, filters[:, 0] * mean_scale) + depthwise(peak, filters[:, 1])
+        weights = filters[:, 0] * mean_scale, filters[:, 1]
+        compiled = native.available(mean, filters) and native.depthwise_pair_supported(groups, k)
+        # The kernels, and oneDNN's depthwise convolutions (the weight gradient above all) run
+        # faster on channels-last float32 tensors; without oneDNN (float64) slower.
+        layout = torch.channels_last if compiled or mean.dtype == torch.float32 else torch.contiguous_format
+        mean, peak = (stat.reshape(b, groups, *size).contiguous(memory_format=layout) for stat in (mean, peak))
+        if compiled:  # both convolutions in one pass, both ways
+            out = native.depthwise_pair(mean, peak, *weights, self.padding, self.dilation)
+        else:
+            conv = dict(padding=self.padding, dilation=self.dilation, groups=groups)
+            out = F.conv2d(mean, weights[0][:, None], **conv) + F.conv2d(peak, weights[1][:, None], **conv)
         # (B, groups, X, Y) in (B, X, Y, groups) memory when channels last: view it without a copy.
         out = out.permute(0, 2, 3, 1).reshape(b, *size, *lead)  # (B, X, Y, [G_in,] O, G)
         if self.lifting:
