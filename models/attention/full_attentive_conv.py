@@ -44,7 +44,7 @@ from ..gconv import GroupConv, LiftingConv, check_group_input, group_filters, li
 from ..pooling import spatial_avg_pool
 from . import native
 from .parts import AttentionParts, AttentiveLayer
-from .recompute import recomputed
+from .recompute import recomputed, recomputed_in_chunks
 
 __all__ = ["AttentiveLiftingConv", "AttentiveGroupConv"]
 
@@ -126,14 +126,10 @@ class _EfficientFullAttention(AttentiveLayer):
         chunk = max(1, ATTENTION_CHUNK_VALUES // per_sample)
         attend = functools.partial(self._attended_only, geo=geo)
         params = list(self.spatial_attention.parameters())
-        pieces = [
-            recomputed(attend, padded[i : i + chunk], filters, None if channel is None else channel[i : i + chunk],
-                       params=params)
-            for i in range(0, geo.b, chunk)
-        ]
-        return torch.cat(pieces) if len(pieces) > 1 else pieces[0], channel, None
+        attended = recomputed_in_chunks(attend, (padded, channel), (filters,), chunk, params=params)
+        return attended, channel, None
 
-    def _attended_only(self, padded, filters, channel, geo):
+    def _attended_only(self, padded, channel, filters, geo):
         return self._attended_chunk(padded, filters, channel, geo, keep_spatial=False)[0]
 
     def _attended_chunk(self, padded, filters, channel, geo, keep_spatial):
