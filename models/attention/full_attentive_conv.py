@@ -284,7 +284,7 @@ def _spatial_statistics(planes, filters, geo, padded=None):
     padded = F.pad(planes, (p, p, p, p)) if padded is None else padded  # (B, C * H, Xp, Yp)
     kernels = filters.reshape(o * n, c * h, kk)
     # Mean: the filter applied to the mean patch. (B, C * H, k * k)
-    mean_patch = torch.stack([tap.mean(dim=(-2, -1)) for tap in _tap_slices(padded, geo)], dim=-1)
+    mean_patch = _MeanPatch.apply(padded, geo)
     mean = torch.einsum("bpu,qpu->bqp", mean_patch, kernels)  # (B, O * G, C * H)
 
     if native.available(planes, kernels, channels=c):  # max and its gradient from the one patch where it lies
@@ -300,6 +300,27 @@ def _spatial_statistics(planes, filters, geo, padded=None):
     # rather than keeping the patches).
     peak = _maybe_checkpoint(_values_at, padded, kernels, where, geo=geo)  # (B, O * G, C * H)
     return mean.view(geo.b, o, n, c, h), peak.view(geo.b, o, n, c, h)
+
+
+class _MeanPatch(torch.autograd.Function):
+    """The mean over output positions of the input patch: ``(B, C * H, Xp, Yp)`` -> ``(B, C * H, k * k)``.
+
+    Autograd would give each tap's slice a zero gradient the size of the whole input;
+    here all taps add into one.
+    """
+
+    @staticmethod
+    def forward(ctx, padded, geo):
+        ctx.geo, ctx.shape = geo, padded.shape
+        return torch.stack([tap.mean(dim=(-2, -1)) for tap in _tap_slices(padded, geo)], dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = grad.new_zeros(ctx.shape)
+        grad = grad / (ctx.geo.out[0] * ctx.geo.out[1])
+        for t, tap in enumerate(_tap_slices(out, ctx.geo)):
+            tap.add_(grad[..., t, None, None])
+        return out, None
 
 
 def _values_at(padded, kernels, where, geo):
