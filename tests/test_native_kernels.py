@@ -81,8 +81,8 @@ def test_attended_sum_and_max_with_gradients(geometry, dtype):
     padded, kernels, alpha = inputs(geometry, dtype)
     h, stride, dilation = geometry[2], geometry[5], geometry[6]
     leaves = [t.clone().requires_grad_() for t in (padded, kernels, alpha)]
-    total, peak = native.attended_max(leaves[0], leaves[2][..., None] * leaves[1], h,
-                                      unsummed(padded, kernels, h, stride, dilation).shape[-2:], stride, dilation)
+    total, peak = native.attended_max(*leaves, h, unsummed(padded, kernels, h, stride, dilation).shape[-2:], stride,
+                                      dilation)
 
     oracle = [t.clone().requires_grad_() for t in (padded, kernels, alpha)]
     attended = oracle[2][..., None, None] * unsummed(oracle[0], oracle[1], h, stride, dilation)  # (B, Q, C, H, X', Y')
@@ -104,10 +104,21 @@ def test_attended_sum_and_max_with_gradients(geometry, dtype):
 def test_one_output_without_gradient():
     # Only the max used downstream: the sum's gradient is None in backward.
     padded, kernels, alpha = inputs(GEOMETRIES[0], torch.float64)
-    weights = (alpha[..., None] * kernels).requires_grad_()
-    _, peak = native.attended_max(padded, weights, 4, (9, 9), 1, 1)
+    kernels.requires_grad_()
+    _, peak = native.attended_max(padded, kernels, alpha, 4, (9, 9), 1, 1)
     peak.sum().backward()
-    assert weights.grad is not None and torch.isfinite(weights.grad).all()
+    assert kernels.grad is not None and torch.isfinite(kernels.grad).all()
+
+
+def test_without_channel_attention():
+    padded, kernels, _ = inputs(GEOMETRIES[0], torch.float64)
+    leaves = [t.clone().requires_grad_() for t in (padded, kernels)]
+    total, peak = native.attended_max(*leaves, None, 4, (9, 9), 1, 1)
+    expected = unsummed(padded, kernels, 4, 1, 1)  # (B, Q, C, H, X', Y')
+    assert relative(total, expected.sum(dim=2).permute(0, 3, 4, 2, 1)) <= 1e-12
+    assert relative(peak, expected.max(dim=2).values.permute(0, 3, 4, 2, 1)) <= 1e-12
+    (total + peak).sum().backward()
+    assert all(t.grad is not None for t in leaves)
 
 
 def test_unavailable_on_other_dtypes_and_devices():

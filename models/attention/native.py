@@ -119,9 +119,9 @@ def _geometry(padded: torch.Tensor, c: int, h: int, out: tuple[int, int], k: int
     return [c, h, padded.shape[-2], padded.shape[-1], out[0], out[1], k, stride, dilation, q]
 
 
-def _filters_last(filters: torch.Tensor) -> torch.Tensor:
-    """``(..., Q, C, H, k * k)`` -> ``(..., C, H, k * k, Q')``, contiguous; Q' = max(Q, LANES), extra filters 0."""
-    moved = filters.movedim(-4, -1)
+def _lanes_last(t: torch.Tensor, axis: int) -> torch.Tensor:
+    """The filter axis ``axis`` (length Q) moved last, contiguous, zero-padded to Q' = max(Q, LANES)."""
+    moved = t.movedim(axis, -1)
     return F.pad(moved, (0, LANES - moved.shape[-1])).contiguous() if moved.shape[-1] < LANES else moved.contiguous()
 
 
@@ -137,7 +137,7 @@ def spatial_max(padded: torch.Tensor, kernels: torch.Tensor, h: int, out, stride
     flat indices into the ``(X', Y')`` output grid.
     """
     q, c, k = kernels.shape[0], padded.shape[1] // h, round(kernels.shape[-1] ** 0.5)
-    last = _filters_last(kernels.view(q, c, h, -1))  # differentiable: the gradient flows back through the copy
+    last = _lanes_last(kernels.view(q, c, h, -1), 0)  # differentiable: the gradient flows back through the copy
     geometry = _geometry(padded, c, h, out, k, stride, dilation, last.shape[-1])
     value, where = _SpatialMax.apply(padded, last, geometry)
     return value[..., :q], where[..., :q]
@@ -165,21 +165,24 @@ class _SpatialMax(torch.autograd.Function):
         return grad_padded, sums.sum(dim=0), None
 
 
-def attended_max(padded, weights, h: int, out, stride: int, dilation: int):
-    """sum over c and max over c of f~ computed with per-sample filters.
+def attended_max(padded, kernels, channel, h: int, out, stride: int, dilation: int):
+    """sum over c and max over c of alpha_c f~, the filters weighted by the channel attention in the kernels.
 
     Args:
         padded: the padded input planes ``(B, C * H, Xp, Yp)``.
-        weights: per-sample filters ``(B, Q, C, H, k * k)`` (alpha_c K).
+        kernels: the filters ``(Q, C, H, k * k)``.
+        channel: the channel attention alpha_c ``(B, Q, C, H)``, or None (alpha_c = 1).
 
     Returns: total and peak, each ``(B, X', Y', H, Q)`` (channels last), differentiable
-    with respect to both arguments.
+    with respect to all three arguments.
     """
-    b, q, c = weights.shape[:3]
-    k = round(weights.shape[-1] ** 0.5)
-    last = _filters_last(weights)  # differentiable: the gradient flows back through the copy
+    q, c = kernels.shape[:2]
+    k = round(kernels.shape[-1] ** 0.5)
+    # Differentiable: the gradients flow back through the copies.
+    last = _lanes_last(kernels, -4)  # (C, H, k * k, Q')
+    alpha = None if channel is None else _lanes_last(channel, 1)  # (B, C, H, Q')
     geometry = _geometry(padded, c, h, out, k, stride, dilation, last.shape[-1])
-    total, peak = _AttendedMax.apply(padded, last, geometry, (b, *out, h, last.shape[-1]))
+    total, peak = _AttendedMax.apply(padded, last, alpha, geometry, (padded.shape[0], *out, h, last.shape[-1]))
     if last.shape[-1] == q:
         return total, peak
     return total[..., :q].contiguous(), peak[..., :q].contiguous()  # without the zero filters
@@ -187,27 +190,29 @@ def attended_max(padded, weights, h: int, out, stride: int, dilation: int):
 
 class _AttendedMax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, padded, filters, geometry, shape):
+    def forward(ctx, padded, kernels, channel, geometry, shape):
         padded = padded.contiguous()
         total, peak = padded.new_empty(shape), padded.new_empty(shape)
         winner = torch.empty(shape, dtype=torch.uint8)
-        _run("attended_max_forward", padded.dtype, shape[0], geometry, padded, filters, total, peak, winner)
-        ctx.save_for_backward(padded, filters, winner)
+        _run("attended_max_forward", padded.dtype, shape[0], geometry, padded, kernels, channel, total, peak, winner)
+        ctx.save_for_backward(padded, kernels, channel, winner)
         ctx.geometry = geometry
         return total, peak
 
     @staticmethod
     def backward(ctx, grad_total, grad_peak):
-        padded, filters, winner = ctx.saved_tensors
+        padded, kernels, channel, winner = ctx.saved_tensors
         zeros = padded.new_zeros(winner.shape)
         grad_total = zeros if grad_total is None else grad_total.contiguous()
         grad_peak = zeros if grad_peak is None else grad_peak.contiguous()
-        grad_padded, grad_filters = torch.zeros_like(padded), torch.zeros_like(filters)
+        grad_padded = torch.zeros_like(padded)
+        grad_channel = None if channel is None else torch.zeros_like(channel)
+        sums = kernels.new_zeros(_workers(padded.shape[0]), *kernels.shape)  # one per thread, added below
         _run(
             "attended_max_backward", padded.dtype, padded.shape[0], ctx.geometry,
-            padded, filters, grad_total, grad_peak, winner, grad_padded, grad_filters,
+            padded, kernels, channel, grad_total, grad_peak, winner, grad_padded, grad_channel, private=sums,
         )
-        return grad_padded, grad_filters, None, None
+        return grad_padded, sums.sum(dim=0), grad_channel, None, None
 
 
 def gated_sum(logits: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

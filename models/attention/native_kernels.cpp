@@ -7,7 +7,8 @@
 //
 // Layouts (all contiguous, row-major):
 //   planes   P  (B, C, H, Xp, Yp)   input already padded
-//   kernels  K  (C, H, k * k, Q)    or per sample (B, C, H, k * k, Q)
+//   kernels  K  (C, H, k * k, Q)
+//   channel attention alpha (B, C, H, Q)
 //   per-position outputs (B, X', Y', H, Q): channels last, as full_attentive_conv.py keeps them
 // geometry: {C, H, Xp, Yp, X', Y', k, stride, dilation, Q}, Q >= LANES (the caller pads)
 //
@@ -202,18 +203,35 @@ void spatial_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, const
         }
 }
 
-// With per-sample filters W = alpha_c K: total = sum_c f~, peak = max_c f~ and its c.
+// The filters of sample b and input orientation h weighted by the channel attention,
+// W(c, t, q) = alpha(b, c, h, q) K(c, h, t, q) (alpha = 1 where `channel` is null): (C, k * k, Q).
+// channel: (B, C, H, Q).
+template <typename T>
+void fold_channel_attention(const Geometry& g, const T* kernels, const T* channel, int64_t b, int64_t h, T* out) {
+    for (int64_t c = 0; c < g.c; ++c) {
+        const T* k = kernels + (c * g.h + h) * g.taps() * g.q;
+        const T* alpha = channel ? channel + ((b * g.c + c) * g.h + h) * g.q : nullptr;
+        T* w = out + c * g.taps() * g.q;
+        for (int64_t t = 0; t < g.taps(); ++t)
+#pragma omp simd
+            for (int64_t j = 0; j < g.q; ++j) w[t * g.q + j] = alpha ? alpha[j] * k[t * g.q + j] : k[t * g.q + j];
+    }
+}
+
+// With the filters W = alpha_c K of each sample: total = sum_c f~, peak = max_c f~ and its c.
 // total, peak, winner: (B, X', Y', H, Q).
 template <typename T>
-void attended_max_forward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* weights,
-                          T* total, T* peak, uint8_t* winner) {
+void attended_max_forward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
+                          const T* channel, T* total, T* peak, uint8_t* winner) {
     const Geometry g(geometry);
     using Lane = typename Vec<T>::lane;
-    const int64_t plane_step = g.h * g.plane(), weight_step = g.h * g.taps() * g.q, row = g.h * g.q;
+    const int64_t plane_step = g.h * g.plane(), weight_step = g.taps() * g.q, row = g.h * g.q;
+    std::vector<T> folded(g.c * weight_step);
     for (int64_t b = b0; b < b1; ++b)
         for (int64_t h = 0; h < g.h; ++h) {  // the filters of one h stay in the L1 cache
             const T* planes_bh = planes + (b * g.c * g.h + h) * g.plane();
-            const T* weights_bh = weights + (b * g.c * g.h + h) * g.taps() * g.q;
+            fold_channel_attention(g, kernels, channel, b, h, folded.data());
+            const T* weights_bh = folded.data();
             for (int64_t x = 0; x < g.out_x; ++x)
                 over_row<Vec<T>::pairs>(g, [&]<int P>(int64_t y0) {
                     const int64_t at = ((b * g.positions() + x * g.out_y + y0) * g.h + h) * g.q;
@@ -329,30 +347,50 @@ inline void over_tap_groups(const Geometry& g, Body&& body) {
     }
 }
 
+// The gradients of W = alpha_c K then reach the channel attention, grad_channel (B, C, H, Q)
+// (if `channel` is not null), and the filters, grad_kernels (C, H, k * k, Q), private to the
+// calling thread.
 template <typename T>
-void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* weights,
-                           const T* grad_total, const T* grad_peak, const uint8_t* winner, T* grad_planes,
-                           T* grad_weights) {
+void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
+                           const T* channel, const T* grad_total, const T* grad_peak, const uint8_t* winner,
+                           T* grad_planes, T* grad_channel, T* grad_kernels) {
     const Geometry g(geometry);
     V<T> keep_last;  // 0 on the lanes of the last block that the block before covers
     for (int l = 0; l < LANES; ++l) keep_last[l] = l < g.overlap ? T(0) : T(1);
+    const int64_t weight_step = g.taps() * g.q;
+    std::vector<T> folded(g.c * weight_step), grad_folded(g.c * weight_step);
     for (int64_t b = b0; b < b1; ++b)
         for (int64_t h = 0; h < g.h; ++h) {
             const int64_t first = (b * g.positions() * g.h + h) * g.q;  // (b, position 0, h, 0)
             const T *gt = grad_total + first, *gp = grad_peak + first;
             const uint8_t* win = winner + first;
+            fold_channel_attention(g, kernels, channel, b, h, folded.data());
+            std::fill(grad_folded.begin(), grad_folded.end(), T(0));
             for (int64_t c = 0; c < g.c; ++c) {
                 const int64_t ch = (b * g.c + c) * g.h + h;
                 const T* plane = planes + ch * g.plane();
-                const T* w = weights + ch * g.taps() * g.q;
+                const T* w = folded.data() + c * weight_step;
                 T* dp = grad_planes + ch * g.plane();
-                T* dw = grad_weights + ch * g.taps() * g.q;
+                T* dw = grad_folded.data() + c * weight_step;
                 over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
                     over_tap_groups<Vec<T>::taps>(g, [&]<int NT>(int64_t t0) {
                         weight_grad_tile<NT, NB>(g, plane, gt, gp, win, c, t0, j0, keep_last, dw);
                         input_grad_tile<NT, NB>(g, w, gt, gp, win, c, t0, j0, keep_last, dp);
                     });
                 });
+                // dK += alpha dW; d alpha = sum over taps of K dW.
+                const T* k = kernels + (c * g.h + h) * weight_step;
+                const T* alpha = channel ? channel + ((b * g.c + c) * g.h + h) * g.q : nullptr;
+                T* dk = grad_kernels + (c * g.h + h) * weight_step;
+                for (int64_t t = 0; t < g.taps(); ++t)
+#pragma omp simd
+                    for (int64_t j = 0; j < g.q; ++j) dk[t * g.q + j] += alpha ? alpha[j] * dw[t * g.q + j] : dw[t * g.q + j];
+                if (channel) {
+                    T* da = grad_channel + ((b * g.c + c) * g.h + h) * g.q;
+                    for (int64_t t = 0; t < g.taps(); ++t)
+#pragma omp simd
+                        for (int64_t j = 0; j < g.q; ++j) da[j] += k[t * g.q + j] * dw[t * g.q + j];
+                }
             }
         }
 }
@@ -582,13 +620,15 @@ void split(int64_t workers, int64_t batch, Body&& body) {
         AAGC_SPLIT(spatial_max_backward<T>(g, b0, b1, p, k, where, grad, dp, dk + thread * stride));          \
     }                                                                                                         \
     extern "C" void attended_max_forward_##suffix(const int64_t* g, int64_t workers, int64_t batch,            \
-                                                  const T* p, const T* w, T* total, T* peak, uint8_t* winner) { \
-        AAGC_SPLIT(attended_max_forward<T>(g, b0, b1, p, w, total, peak, winner));                            \
+                                                  const T* p, const T* k, const T* a, T* total, T* peak,       \
+                                                  uint8_t* winner) {                                          \
+        AAGC_SPLIT(attended_max_forward<T>(g, b0, b1, p, k, a, total, peak, winner));                         \
     }                                                                                                         \
     extern "C" void attended_max_backward_##suffix(const int64_t* g, int64_t workers, int64_t batch,           \
-                                                   const T* p, const T* w, const T* gt, const T* gp,           \
-                                                   const uint8_t* winner, T* dp, T* dw) {                      \
-        AAGC_SPLIT(attended_max_backward<T>(g, b0, b1, p, w, gt, gp, winner, dp, dw));                        \
+                                                   const T* p, const T* k, const T* a, const T* gt,            \
+                                                   const T* gp, const uint8_t* winner, T* dp, T* da, T* dk,    \
+                                                   int64_t stride) {                                          \
+        AAGC_SPLIT(attended_max_backward<T>(g, b0, b1, p, k, a, gt, gp, winner, dp, da, dk + thread * stride)); \
     }                                                                                                         \
     extern "C" void gated_sum_forward_##suffix(const int64_t* g, int64_t workers, int64_t batch, const T* a,   \
                                                const T* s, T* out) {                                          \
