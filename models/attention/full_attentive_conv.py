@@ -26,9 +26,11 @@ and keeps it for the backward pass; here it is never stored whole:
   recomputed in the backward pass (activation checkpointing), so memory holds
   f~ of one chunk at a time.
 * On the CPU, compiled kernels (``native.py``) find both maxima and S without
-  writing f~ at all; in training, everything after alpha_c is then computed a
-  few samples at a time and again in the backward pass, so a layer keeps only
-  its input and alpha_c.
+  writing f~ at all (weighting the filters by alpha_c as they go), and run the
+  spatial attention's convolutions and its weighted sum over h; in training,
+  everything after alpha_c is then computed a few samples at a time and again
+  in the backward pass, so a layer keeps only its input and alpha_c (layers
+  small enough keep their intermediates instead, see RECOMPUTE_ABOVE_VALUES).
 
 The result equals the straightforward version up to round-off (summation order).
 """
@@ -115,7 +117,7 @@ class _EfficientFullAttention(AttentiveLayer):
 
         Every pass over f~ reduces it as it goes, and S comes with the max over c. In
         training, everything after alpha_c is computed a few samples at a time and again
-        in the backward pass, so only one chunk's S, max, alpha_s and alpha_c K are alive at once.
+        in the backward pass, so only one chunk's S, max and alpha_s are alive at once.
         """
         p = geo.padding
         padded = F.pad(planes, (p, p, p, p)) if p else planes

@@ -384,7 +384,8 @@ void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, cons
                 T* dk = grad_kernels + (c * g.h + h) * weight_step;
                 for (int64_t t = 0; t < g.taps(); ++t)
 #pragma omp simd
-                    for (int64_t j = 0; j < g.q; ++j) dk[t * g.q + j] += alpha ? alpha[j] * dw[t * g.q + j] : dw[t * g.q + j];
+                    for (int64_t j = 0; j < g.q; ++j)
+                        dk[t * g.q + j] += alpha ? alpha[j] * dw[t * g.q + j] : dw[t * g.q + j];
                 if (channel) {
                     T* da = grad_channel + ((b * g.c + c) * g.h + h) * g.q;
                     for (int64_t t = 0; t < g.taps(); ++t)
