@@ -194,7 +194,9 @@ class _AttendedMax(torch.autograd.Function):
         padded = padded.contiguous()
         total, peak = padded.new_empty(shape), padded.new_empty(shape)
         winner = torch.empty(shape, dtype=torch.uint8)
-        _run("attended_max_forward", padded.dtype, shape[0], geometry, padded, kernels, channel, total, peak, winner)
+        # Threads share the (b, h) pairs: a chunk of few samples still splits evenly.
+        _run("attended_max_forward", padded.dtype, shape[0] * shape[3], geometry,
+             padded, kernels, channel, total, peak, winner)
         ctx.save_for_backward(padded, kernels, channel, winner)
         ctx.geometry = geometry
         return total, peak
@@ -202,14 +204,17 @@ class _AttendedMax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_total, grad_peak):
         padded, kernels, channel, winner = ctx.saved_tensors
-        zeros = padded.new_zeros(winner.shape)
-        grad_total = zeros if grad_total is None else grad_total.contiguous()
-        grad_peak = zeros if grad_peak is None else grad_peak.contiguous()
-        grad_padded = torch.zeros_like(padded)
-        grad_channel = None if channel is None else torch.zeros_like(channel)
-        sums = kernels.new_zeros(_workers(padded.shape[0]), *kernels.shape)  # one per thread, added below
+        if grad_total is None or grad_peak is None:
+            zeros = padded.new_zeros(winner.shape)
+            grad_total, grad_peak = (zeros if g is None else g for g in (grad_total, grad_peak))
+        grad_total, grad_peak = grad_total.contiguous(), grad_peak.contiguous()
+        # Written whole by the kernel.
+        grad_padded = torch.empty_like(padded)
+        grad_channel = None if channel is None else torch.empty_like(channel)
+        pairs = winner.shape[0] * winner.shape[3]  # (b, h), shared by the threads
+        sums = kernels.new_zeros(_workers(pairs), *kernels.shape)  # one per thread, added below
         _run(
-            "attended_max_backward", padded.dtype, padded.shape[0], ctx.geometry,
+            "attended_max_backward", padded.dtype, pairs, ctx.geometry,
             padded, kernels, channel, grad_total, grad_peak, winner, grad_padded, grad_channel, private=sums,
         )
         return grad_padded, sums.sum(dim=0), grad_channel, None, None
@@ -229,7 +234,7 @@ class _GatedSum(torch.autograd.Function):
         gate, values = torch.sigmoid(logits).contiguous(), values.contiguous()
         b, p, h, q = values.shape
         out = values.new_empty(b, q, p)
-        _run("gated_sum_forward", values.dtype, b, [p, h, q], gate, values, out)
+        _run("gated_sum_forward", values.dtype, b * p, [p, h, q], gate, values, out)  # threads share (b, p)
         ctx.save_for_backward(gate, values)
         return out
 
@@ -237,7 +242,7 @@ class _GatedSum(torch.autograd.Function):
     def backward(ctx, grad):
         gate, values = ctx.saved_tensors
         grad_logits, grad_values = torch.empty_like(gate), torch.empty_like(values)
-        _run("gated_sum_backward", gate.dtype, gate.shape[0], list(gate.shape[1:]),
+        _run("gated_sum_backward", gate.dtype, gate.shape[0] * gate.shape[1], list(gate.shape[1:]),
              gate, values, grad.contiguous(), grad_logits, grad_values)
         return grad_logits, grad_values
 

@@ -19,7 +19,7 @@
 // of independent accumulators (positions x filter blocks) in registers: one chain of
 // multiply-adds per tap would wait on its own latency. Ties go to the first maximum
 // (lowest c or position), like torch.max. Each thread runs a kernel over its share [b0, b1) of
-// the batch (see split below).
+// the batch, or of the (b, h) pairs [i0, i1) (see split below).
 
 #include <cstdint>
 #include <algorithm>
@@ -31,12 +31,15 @@
 namespace {
 
 constexpr int LANES = 16;
+#ifndef GROUP_BYTES
+#define GROUP_BYTES 1000000
+#endif
 
 // Vector types of one dtype, and its register tiles (filter blocks, positions in the argmax
-// and forward loops, taps in the gradients).
-template <typename T, typename Lane, int BLOCKS, int POSITIONS, int PAIRS, int TAPS>
+// and forward loops, taps in the weight gradient, positions in the gathered input gradient).
+template <typename T, typename Lane, int BLOCKS, int POSITIONS, int PAIRS, int TAPS, int GATHER>
 struct Lanes {
-    static constexpr int blocks = BLOCKS, positions = POSITIONS, pairs = PAIRS, taps = TAPS;
+    static constexpr int blocks = BLOCKS, positions = POSITIONS, pairs = PAIRS, taps = TAPS, gather = GATHER;
     typedef Lane lane;
     typedef T type __attribute__((vector_size(LANES * sizeof(T))));
     typedef Lane index __attribute__((vector_size(LANES * sizeof(T))));
@@ -44,13 +47,14 @@ struct Lanes {
     typedef T quarter __attribute__((vector_size(LANES / 4 * sizeof(T))));
 };
 // float fills the 32 AVX-512 registers (3 filter blocks x 9 taps). float64 (for tests) runs
-// untiled, which keeps the build short.
+// untiled, which keeps the build short, except for the gather (so that the tests cover its
+// lane sums).
 template <typename T>
 struct Vec;
 template <>
-struct Vec<float> : Lanes<float, int32_t, 3, 4, 2, 9> {};
+struct Vec<float> : Lanes<float, int32_t, 3, 4, 2, 9, 16> {};
 template <>
-struct Vec<double> : Lanes<double, int64_t, 1, 1, 1, 1> {};
+struct Vec<double> : Lanes<double, int64_t, 1, 1, 1, 1, 16> {};
 template <typename T>
 using V = typename Vec<T>::type;
 template <typename T>
@@ -221,115 +225,219 @@ void fold_channel_attention(const Geometry& g, const T* kernels, const T* channe
 // With the filters W = alpha_c K of each sample: total = sum_c f~, peak = max_c f~ and its c.
 // total, peak, winner: (B, X', Y', H, Q).
 template <typename T>
-void attended_max_forward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
+void attended_max_forward(const int64_t* geometry, int64_t i0, int64_t i1, const T* planes, const T* kernels,
                           const T* channel, T* total, T* peak, uint8_t* winner) {
     const Geometry g(geometry);
     using Lane = typename Vec<T>::lane;
     const int64_t plane_step = g.h * g.plane(), weight_step = g.taps() * g.q, row = g.h * g.q;
     std::vector<T> folded(g.c * weight_step);
-    for (int64_t b = b0; b < b1; ++b)
-        for (int64_t h = 0; h < g.h; ++h) {  // the filters of one h stay in the L1 cache
-            const T* planes_bh = planes + (b * g.c * g.h + h) * g.plane();
-            fold_channel_attention(g, kernels, channel, b, h, folded.data());
-            const T* weights_bh = folded.data();
-            for (int64_t x = 0; x < g.out_x; ++x)
-                over_row<Vec<T>::pairs>(g, [&]<int P>(int64_t y0) {
-                    const int64_t at = ((b * g.positions() + x * g.out_y + y0) * g.h + h) * g.q;
-                    over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
-                        V<T> sum[P][NB], best[P][NB], acc[P][NB];
-                        Index<T> win[P][NB];
-                        for (int i = 0; i < P; ++i)
-                            for (int j = 0; j < NB; ++j)
-                                sum[i][j] = V<T>{}, best[i][j] = V<T>{} - std::numeric_limits<T>::infinity(),
-                                win[i][j] = Index<T>{};
-                        for (int64_t c = 0; c < g.c; ++c) {
-                            respond<P, NB>(g, planes_bh + c * plane_step + g.origin(x, y0), g.stride,
-                                           weights_bh + c * weight_step, j0, acc);
-                            const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
-                            for (int i = 0; i < P; ++i)
-                                for (int j = 0; j < NB; ++j) {
-                                    sum[i][j] += acc[i][j];
-                                    const auto better = acc[i][j] > best[i][j];
-                                    best[i][j] = better ? acc[i][j] : best[i][j];
-                                    win[i][j] = better ? channel : win[i][j];
-                                }
-                        }
+    for (int64_t item = i0; item < i1; ++item) {  // (b, h): the filters of one h stay in the L1 cache
+        const int64_t b = item / g.h, h = item % g.h;
+        const T* planes_bh = planes + (b * g.c * g.h + h) * g.plane();
+        fold_channel_attention(g, kernels, channel, b, h, folded.data());
+        const T* weights_bh = folded.data();
+        for (int64_t x = 0; x < g.out_x; ++x)
+            over_row<Vec<T>::pairs>(g, [&]<int P>(int64_t y0) {
+                const int64_t at = ((b * g.positions() + x * g.out_y + y0) * g.h + h) * g.q;
+                over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+                    V<T> sum[P][NB], best[P][NB], acc[P][NB];
+                    Index<T> win[P][NB];
+                    for (int i = 0; i < P; ++i)
+                        for (int j = 0; j < NB; ++j)
+                            sum[i][j] = V<T>{}, best[i][j] = V<T>{} - std::numeric_limits<T>::infinity(),
+                            win[i][j] = Index<T>{};
+                    for (int64_t c = 0; c < g.c; ++c) {
+                        respond<P, NB>(g, planes_bh + c * plane_step + g.origin(x, y0), g.stride,
+                                       weights_bh + c * weight_step, j0, acc);
+                        const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
                         for (int i = 0; i < P; ++i)
                             for (int j = 0; j < NB; ++j) {
-                                const int64_t o = at + i * row + g.start[j0 + j];
-                                store(total + o, sum[i][j]);
-                                store(peak + o, best[i][j]);
-                                store(winner + o, __builtin_convertvector(win[i][j], Bytes));
+                                sum[i][j] += acc[i][j];
+                                const auto better = acc[i][j] > best[i][j];
+                                best[i][j] = better ? acc[i][j] : best[i][j];
+                                win[i][j] = better ? channel : win[i][j];
                             }
-                    });
+                    }
+                    for (int i = 0; i < P; ++i)
+                        for (int j = 0; j < NB; ++j) {
+                            const int64_t o = at + i * row + g.start[j0 + j];
+                            store(total + o, sum[i][j]);
+                            store(peak + o, best[i][j]);
+                            store(winner + o, __builtin_convertvector(win[i][j], Bytes));
+                        }
                 });
-        }
-}
-
-// The gradient reaching f~(b, ., c, h, x) for filter blocks j0 ..: grad_total, plus grad_peak
-// where c won; zero on lanes an earlier block covers.
-template <int NB, typename T>
-inline void error_at(const Geometry& g, const T* gt, const T* gp, const uint8_t* win, int64_t c, int64_t j0,
-                     const V<T>& keep_last, V<T> (&e)[NB]) {
-    using Lane = typename Vec<T>::lane;
-    const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
-    for (int j = 0; j < NB; ++j) {
-        const int64_t s = g.start[j0 + j];
-        const auto won = __builtin_convertvector(load<Bytes>(win + s), Index<T>) == channel;
-        e[j] = load<V<T>>(gt + s) + (won ? load<V<T>>(gp + s) : V<T>{});
-        if (j0 + j == g.blocks() - 1) e[j] *= keep_last;
+            });
     }
 }
 
-// Calls body(first tap's offset in the plane, e) for every output position in order.
-template <int NB, typename T, typename Body>
-inline void over_errors(const Geometry& g, const T* gt, const T* gp, const uint8_t* win, int64_t c, int64_t j0,
-                        const V<T>& keep_last, Body&& body) {
-    const int64_t row = g.h * g.q;
+// The backward pass of attended_max_forward works on one (b, h) and input channel c at a time,
+// from the gradient reaching each f~(b, ., c, h, x): grad_total, plus grad_peak where c won.
+// errors_of_channel writes it for every output position into a buffer with a zero border of
+// m = (k - 1) * dilation positions on each side, (out_x + 2m, out_y + 2m, Q): the gather below
+// then reads the border as "no output position there" instead of checking bounds. Where Q is
+// not a multiple of LANES the overlapping blocks write equal values; the passes mask the overlap.
+struct ErrorLayout {
+    int64_t margin, width;  // border, and the buffer's row length in positions
+    explicit ErrorLayout(const Geometry& g) : margin((g.k - 1) * g.dilation), width(g.out_y + 2 * margin) {}
+    int64_t size(const Geometry& g) const { return (g.out_x + 2 * margin) * width * g.q; }
+    int64_t at(const Geometry& g, int64_t x, int64_t y) const { return ((x + margin) * width + y + margin) * g.q; }
+};
+
+template <typename T>
+void errors_of_channels(const Geometry& g, const ErrorLayout& layout, const T* gt, const T* gp, const uint8_t* win,
+                        int64_t c0, int64_t c1, T* errors) {
+    using Lane = typename Vec<T>::lane;
+    const int64_t row = g.h * g.q, size = layout.size(g);
     for (int64_t x = 0; x < g.out_x; ++x)
         for (int64_t y = 0; y < g.out_y; ++y) {
-            const int64_t at = (x * g.out_y + y) * row;
-            V<T> e[NB];
-            error_at<NB>(g, gt + at, gp + at, win + at, c, j0, keep_last, e);
-            body(g.origin(x, y), e);
+            const int64_t from = (x * g.out_y + y) * row;
+            T* to = errors + layout.at(g, x, y);
+            for (const int64_t s : g.start) {
+                const V<T> total = load<V<T>>(gt + from + s), both = total + load<V<T>>(gp + from + s);
+                const Index<T> winner = __builtin_convertvector(load<Bytes>(win + from + s), Index<T>);
+                for (int64_t c = c0; c < c1; ++c)
+                    store(to + (c - c0) * size + s, winner == static_cast<Lane>(c) ? both : total);
+            }
         }
 }
 
-// Gradients of attended_max_forward: every f~ term gets grad_total, the winning one also
-// grad_peak. Adds into grad_planes (B, C, H, Xp, Yp) and grad_weights (B, C, H, k * k, Q).
-// Two passes per plane (b, c, h) and filter tile, each with its own accumulators in registers:
-//   weights: dW[t, q] = sum_x P[x + t] e[x, q], a group of NT taps at a time;
-//   planes:  dP[x + t] += sum_q e[x, q] W[t, q], with W of NT taps held in registers.
+// Weight gradient, dW[t, q] = sum_x P[x + t] e[x, q], for a tile of NT taps and NB filter blocks
+// whose sums stay in registers while the output positions go by.
 template <int NT, int NB, typename T>
-inline void weight_grad_tile(const Geometry& g, const T* plane, const T* gt, const T* gp, const uint8_t* win,
-                             int64_t c, int64_t t0, int64_t j0, const V<T>& keep_last, T* dw) {
+inline void weight_grad_tile(const Geometry& g, const ErrorLayout& layout, const T* plane, const T* errors,
+                             int64_t t0, int64_t j0, const V<T>& keep_last, T* dw) {
     V<T> acc[NT][NB] = {};
-    over_errors<NB>(g, gt, gp, win, c, j0, keep_last, [&](int64_t first, const V<T>(&e)[NB]) {
-        for (int t = 0; t < NT; ++t) {
-            const T p = plane[first + g.tap[t0 + t]];
-            for (int j = 0; j < NB; ++j) acc[t][j] += p * e[j];
+    for (int64_t x = 0; x < g.out_x; ++x)
+        for (int64_t y = 0; y < g.out_y; ++y) {
+            const T* e_at = errors + layout.at(g, x, y);
+            const int64_t first = g.origin(x, y);
+            V<T> e[NB];
+            for (int j = 0; j < NB; ++j) e[j] = load<V<T>>(e_at + g.start[j0 + j]);
+            for (int t = 0; t < NT; ++t) {
+                const T p = plane[first + g.tap[t0 + t]];
+                for (int j = 0; j < NB; ++j) acc[t][j] += p * e[j];
+            }
         }
-    });
     for (int t = 0; t < NT; ++t)
         for (int j = 0; j < NB; ++j) {
+            const V<T> sum = j0 + j == g.blocks() - 1 ? acc[t][j] * keep_last : acc[t][j];
             T* to = dw + (t0 + t) * g.q + g.start[j0 + j];
-            store(to, load<V<T>>(to) + acc[t][j]);
+            store(to, load<V<T>>(to) + sum);
         }
 }
 
+// Input gradient with stride > 1, dP[x + t] += sum_q e[x, q] W[t, q]: scattered from each output
+// position, a horizontal sum per position and tap, with W of NT taps held in registers.
 template <int NT, int NB, typename T>
-inline void input_grad_tile(const Geometry& g, const T* w, const T* gt, const T* gp, const uint8_t* win,
-                            int64_t c, int64_t t0, int64_t j0, const V<T>& keep_last, T* dp) {
+inline void input_grad_scatter_tile(const Geometry& g, const ErrorLayout& layout, const T* w, const T* errors,
+                                    int64_t t0, int64_t j0, const V<T>& keep_last, T* dp) {
     V<T> wt[NT][NB];
     for (int t = 0; t < NT; ++t)
-        for (int j = 0; j < NB; ++j) wt[t][j] = load<V<T>>(w + (t0 + t) * g.q + g.start[j0 + j]);
-    over_errors<NB>(g, gt, gp, win, c, j0, keep_last, [&](int64_t first, const V<T>(&e)[NB]) {
-        for (int t = 0; t < NT; ++t) {
-            V<T> dot = e[0] * wt[t][0];
-            for (int j = 1; j < NB; ++j) dot += e[j] * wt[t][j];
-            dp[first + g.tap[t0 + t]] += horizontal_sum<T>(dot);
+        for (int j = 0; j < NB; ++j) {
+            wt[t][j] = load<V<T>>(w + (t0 + t) * g.q + g.start[j0 + j]);
+            if (j0 + j == g.blocks() - 1) wt[t][j] *= keep_last;
         }
-    });
+    for (int64_t x = 0; x < g.out_x; ++x)
+        for (int64_t y = 0; y < g.out_y; ++y) {
+            const T* e_at = errors + layout.at(g, x, y);
+            const int64_t first = g.origin(x, y);
+            for (int t = 0; t < NT; ++t) {
+                V<T> dot = load<V<T>>(e_at + g.start[j0]) * wt[t][0];
+                for (int j = 1; j < NB; ++j) dot += load<V<T>>(e_at + g.start[j0 + j]) * wt[t][j];
+                dp[first + g.tap[t0 + t]] += horizontal_sum<T>(dot);
+            }
+        }
+}
+
+// Halves each group of W lanes of a and of b and adds the halves: the result holds, group by
+// group, the folded groups of a and then of b. Four such levels (W = 16, 8, 4, 2) reduce 16
+// vectors to one vector of their 16 lane sums, in bit-reversed order.
+template <int W, typename T>
+inline V<T> fold(const V<T>& a, const V<T>& b) {
+    static_assert(LANES == 16);
+    if constexpr (W == 16)
+        return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    else if constexpr (W == 8)
+        return __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
+               __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    else if constexpr (W == 4)
+        return __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
+               __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    else
+        return __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
+               __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+}
+
+constexpr int bit_reversed(int i, int bits) {
+    int r = 0;
+    for (int b = 0; b < bits; ++b) r |= ((i >> b) & 1) << (bits - 1 - b);
+    return r;
+}
+
+// The lane sums of N vectors (N = 1, 2, 4, 8, 16): lane L of the result holds the sum of
+// acc[L / (16 / N)] (each sum repeated 16 / N times).
+template <int N, typename T>
+inline V<T> lane_sums(const V<T> (&acc)[N]) {
+    constexpr int bits = N == 16 ? 4 : N == 8 ? 3 : N == 4 ? 2 : N == 2 ? 1 : 0;
+    V<T> v[N];
+    for (int i = 0; i < N; ++i) v[i] = acc[bit_reversed(i, bits)];  // so that the sums come out in order
+    int count = N;
+    auto level = [&]<int W>() {
+        if (count == 1) {
+            v[0] = fold<W, T>(v[0], v[0]);
+            return;
+        }
+        for (int i = 0; i < count / 2; ++i) v[i] = fold<W, T>(v[2 * i], v[2 * i + 1]);
+        count /= 2;
+    };
+    level.template operator()<16>();
+    level.template operator()<8>();
+    level.template operator()<4>();
+    level.template operator()<2>();
+    return v[0];
+}
+
+// Input gradient with stride 1, gathered: dP[y] = sum_t sum_q e[y - t, q] W[t, q] for N
+// neighbouring positions y0 .. y0 + N - 1 of row x of the padded plane, the N sums in vector
+// registers; their horizontal sums come out together (lane_sums), one vector for all N.
+template <int N, typename T>
+inline void input_grad_gather_tile(const Geometry& g, const ErrorLayout& layout, const T* w, const T* errors,
+                                   const V<T>& keep_last, int64_t x, int64_t y0, T* dp) {
+    V<T> acc[N] = {};
+    for (int64_t u = 0; u < g.k; ++u)
+        for (int64_t v = 0; v < g.k; ++v) {
+            const int64_t t = u * g.k + v;
+            // Position y of the tap's output lies at (x - u d, y - v d), buffer position + margin.
+            const T* e_row = errors + layout.at(g, x - u * g.dilation, y0 - v * g.dilation);
+            for (int64_t j = 0; j < g.blocks(); ++j) {
+                V<T> wt = load<V<T>>(w + t * g.q + g.start[j]);
+                if (j == g.blocks() - 1) wt *= keep_last;
+                for (int i = 0; i < N; ++i) acc[i] += load<V<T>>(e_row + i * g.q + g.start[j]) * wt;
+            }
+        }
+    const V<T> sums = lane_sums<N, T>(acc);
+    T* to = dp + x * g.yp + y0;
+    if constexpr (N == LANES) {
+        store(to, load<V<T>>(to) + sums);
+    } else {
+        for (int i = 0; i < N; ++i) to[i] += sums[i * (LANES / N)];
+    }
+}
+
+template <typename T>
+inline void input_grad_gather(const Geometry& g, const ErrorLayout& layout, const T* w, const T* errors,
+                              const V<T>& keep_last, T* dp) {
+    constexpr int N = Vec<T>::gather;
+    for (int64_t x = 0; x < g.xp; ++x) {
+        int64_t y = 0;
+        for (; y + N <= g.yp; y += N) input_grad_gather_tile<N>(g, layout, w, errors, keep_last, x, y, dp);
+        if constexpr (N >= 16)
+            for (; y + 8 <= g.yp; y += 8) input_grad_gather_tile<8>(g, layout, w, errors, keep_last, x, y, dp);
+        if constexpr (N >= 8)
+            for (; y + 4 <= g.yp; y += 4) input_grad_gather_tile<4>(g, layout, w, errors, keep_last, x, y, dp);
+        for (; y < g.yp; ++y) input_grad_gather_tile<1>(g, layout, w, errors, keep_last, x, y, dp);
+    }
 }
 
 // Taps per register tile: 9 for 3x3 filters, 8 for 4x4, else (or untiled) one at a time.
@@ -347,53 +455,69 @@ inline void over_tap_groups(const Geometry& g, Body&& body) {
     }
 }
 
-// The gradients of W = alpha_c K then reach the channel attention, grad_channel (B, C, H, Q)
-// (if `channel` is not null), and the filters, grad_kernels (C, H, k * k, Q), private to the
-// calling thread.
+// Gradients of attended_max_forward: every f~ term gets grad_total, the winning one also
+// grad_peak. Writes grad_planes (B, C, H, Xp, Yp); the gradients of W = alpha_c K then reach
+// the channel attention, grad_channel (B, C, H, Q) (written, if `channel` is not null), and
+// the filters, grad_kernels (C, H, k * k, Q), private to the calling thread (added into).
 template <typename T>
-void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
+void attended_max_backward(const int64_t* geometry, int64_t i0, int64_t i1, const T* planes, const T* kernels,
                            const T* channel, const T* grad_total, const T* grad_peak, const uint8_t* winner,
                            T* grad_planes, T* grad_channel, T* grad_kernels) {
     const Geometry g(geometry);
+    const ErrorLayout layout(g);
     V<T> keep_last;  // 0 on the lanes of the last block that the block before covers
     for (int l = 0; l < LANES; ++l) keep_last[l] = l < g.overlap ? T(0) : T(1);
     const int64_t weight_step = g.taps() * g.q;
     std::vector<T> folded(g.c * weight_step), grad_folded(g.c * weight_step);
-    for (int64_t b = b0; b < b1; ++b)
-        for (int64_t h = 0; h < g.h; ++h) {
-            const int64_t first = (b * g.positions() * g.h + h) * g.q;  // (b, position 0, h, 0)
-            const T *gt = grad_total + first, *gp = grad_peak + first;
-            const uint8_t* win = winner + first;
-            fold_channel_attention(g, kernels, channel, b, h, folded.data());
-            std::fill(grad_folded.begin(), grad_folded.end(), T(0));
-            for (int64_t c = 0; c < g.c; ++c) {
-                const int64_t ch = (b * g.c + c) * g.h + h;
-                const T* plane = planes + ch * g.plane();
-                const T* w = folded.data() + c * weight_step;
-                T* dp = grad_planes + ch * g.plane();
-                T* dw = grad_folded.data() + c * weight_step;
+    const int64_t group = std::clamp<int64_t>(GROUP_BYTES / (layout.size(g) * sizeof(T)), 1, g.c);
+    std::vector<T> all_errors(group * layout.size(g));
+    for (int64_t item = i0; item < i1; ++item) {  // (b, h)
+        const int64_t b = item / g.h, h = item % g.h;
+        const int64_t first = (b * g.positions() * g.h + h) * g.q;  // (b, position 0, h, 0)
+        fold_channel_attention(g, kernels, channel, b, h, folded.data());
+        std::fill(grad_folded.begin(), grad_folded.end(), T(0));
+        for (int64_t c = 0; c < g.c; ++c) {
+            if (c % group == 0)
+                errors_of_channels(g, layout, grad_total + first, grad_peak + first, winner + first, c,
+                                   std::min(c + group, g.c), all_errors.data());
+            const T* errors = all_errors.data() + (c % group) * layout.size(g);
+            const int64_t ch = (b * g.c + c) * g.h + h;
+            const T* plane = planes + ch * g.plane();
+            const T* w = folded.data() + c * weight_step;
+            T* dp = grad_planes + ch * g.plane();
+            T* dw = grad_folded.data() + c * weight_step;
+            over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+                over_tap_groups<Vec<T>::taps>(g, [&]<int NT>(int64_t t0) {
+                    weight_grad_tile<NT, NB>(g, layout, plane, errors, t0, j0, keep_last, dw);
+                });
+            });
+            std::fill(dp, dp + g.plane(), T(0));
+            if (g.stride == 1) {
+                input_grad_gather(g, layout, w, errors, keep_last, dp);
+            } else {
                 over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
                     over_tap_groups<Vec<T>::taps>(g, [&]<int NT>(int64_t t0) {
-                        weight_grad_tile<NT, NB>(g, plane, gt, gp, win, c, t0, j0, keep_last, dw);
-                        input_grad_tile<NT, NB>(g, w, gt, gp, win, c, t0, j0, keep_last, dp);
+                        input_grad_scatter_tile<NT, NB>(g, layout, w, errors, t0, j0, keep_last, dp);
                     });
                 });
-                // dK += alpha dW; d alpha = sum over taps of K dW.
-                const T* k = kernels + (c * g.h + h) * weight_step;
-                const T* alpha = channel ? channel + ((b * g.c + c) * g.h + h) * g.q : nullptr;
-                T* dk = grad_kernels + (c * g.h + h) * weight_step;
+            }
+            // dK += alpha dW; d alpha = sum over taps of K dW.
+            const T* k = kernels + (c * g.h + h) * weight_step;
+            const T* alpha = channel ? channel + ((b * g.c + c) * g.h + h) * g.q : nullptr;
+            T* dk = grad_kernels + (c * g.h + h) * weight_step;
+            for (int64_t t = 0; t < g.taps(); ++t)
+#pragma omp simd
+                for (int64_t j = 0; j < g.q; ++j)
+                    dk[t * g.q + j] += alpha ? alpha[j] * dw[t * g.q + j] : dw[t * g.q + j];
+            if (channel) {
+                T* da = grad_channel + ((b * g.c + c) * g.h + h) * g.q;
+                std::fill(da, da + g.q, T(0));
                 for (int64_t t = 0; t < g.taps(); ++t)
 #pragma omp simd
-                    for (int64_t j = 0; j < g.q; ++j)
-                        dk[t * g.q + j] += alpha ? alpha[j] * dw[t * g.q + j] : dw[t * g.q + j];
-                if (channel) {
-                    T* da = grad_channel + ((b * g.c + c) * g.h + h) * g.q;
-                    for (int64_t t = 0; t < g.taps(); ++t)
-#pragma omp simd
-                        for (int64_t j = 0; j < g.q; ++j) da[j] += k[t * g.q + j] * dw[t * g.q + j];
-                }
+                    for (int64_t j = 0; j < g.q; ++j) da[j] += k[t * g.q + j] * dw[t * g.q + j];
             }
         }
+    }
 }
 
 // The attended output sum_h a s of the spatial attention a = sigmoid(z) and S, and its
@@ -401,37 +525,35 @@ void attended_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, cons
 // S out); out, grad: (B, Q, P), the layout of the convolution's output. geometry {P, H, Q}.
 // Memory-bound passes: one read of each input, one write of each output.
 template <typename T>
-void gated_sum_forward(const int64_t* geometry, int64_t b0, int64_t b1, const T* a, const T* s, T* out) {
+void gated_sum_forward(const int64_t* geometry, int64_t i0, int64_t i1, const T* a, const T* s, T* out) {
     const int64_t positions = geometry[0], h = geometry[1], q = geometry[2];
     std::vector<T> sum(q);
-    for (int64_t b = b0; b < b1; ++b)
-        for (int64_t p = 0; p < positions; ++p) {
-            const int64_t at = (b * positions + p) * h * q;
-            std::fill(sum.begin(), sum.end(), T(0));
-            for (int64_t i = 0; i < h * q; i += q)
+    for (int64_t item = i0; item < i1; ++item) {  // (b, p)
+        const int64_t b = item / positions, p = item % positions, at = item * h * q;
+        std::fill(sum.begin(), sum.end(), T(0));
+        for (int64_t i = 0; i < h * q; i += q)
 #pragma omp simd
-                for (int64_t j = 0; j < q; ++j) sum[j] += a[at + i + j] * s[at + i + j];
-            for (int64_t j = 0; j < q; ++j) out[(b * q + j) * positions + p] = sum[j];
-        }
+            for (int64_t j = 0; j < q; ++j) sum[j] += a[at + i + j] * s[at + i + j];
+        for (int64_t j = 0; j < q; ++j) out[(b * q + j) * positions + p] = sum[j];
+    }
 }
 
 template <typename T>
-void gated_sum_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* a, const T* s, const T* grad,
+void gated_sum_backward(const int64_t* geometry, int64_t i0, int64_t i1, const T* a, const T* s, const T* grad,
                         T* grad_z, T* grad_s) {
     const int64_t positions = geometry[0], h = geometry[1], q = geometry[2];
     std::vector<T> e(q);
-    for (int64_t b = b0; b < b1; ++b)
-        for (int64_t p = 0; p < positions; ++p) {
-            const int64_t at = (b * positions + p) * h * q;
-            for (int64_t j = 0; j < q; ++j) e[j] = grad[(b * q + j) * positions + p];
-            for (int64_t i = 0; i < h * q; i += q)
+    for (int64_t item = i0; item < i1; ++item) {  // (b, p)
+        const int64_t b = item / positions, p = item % positions, at = item * h * q;
+        for (int64_t j = 0; j < q; ++j) e[j] = grad[(b * q + j) * positions + p];
+        for (int64_t i = 0; i < h * q; i += q)
 #pragma omp simd
-                for (int64_t j = 0; j < q; ++j) {
-                    const T gate = a[at + i + j];
-                    grad_s[at + i + j] = e[j] * gate;
-                    grad_z[at + i + j] = e[j] * s[at + i + j] * gate * (T(1) - gate);
-                }
-        }
+            for (int64_t j = 0; j < q; ++j) {
+                const T gate = a[at + i + j];
+                grad_s[at + i + j] = e[j] * gate;
+                grad_z[at + i + j] = e[j] * s[at + i + j] * gate * (T(1) - gate);
+            }
+    }
 }
 
 // Blocks of LANES channels out of `channels` (>= LANES): the last one ends at the last channel
