@@ -31,28 +31,28 @@
 namespace {
 
 constexpr int LANES = 16;
-#ifndef GROUP_BYTES
-#define GROUP_BYTES 1000000
-#endif
 
-// Vector types of one dtype, and its register tiles (filter blocks, positions in the argmax
-// and forward loops, taps in the weight gradient, positions in the gathered input gradient).
-template <typename T, typename Lane, int BLOCKS, int POSITIONS, int PAIRS, int TAPS, int GATHER>
+// Vector types of one dtype, and its register tiles (filter blocks; positions in the argmax
+// and in the forward loop; taps in the weight gradient; positions in the gathered input
+// gradient).
+template <typename T, typename Lane, int BLOCKS, int POSITIONS, int FORWARD, int TAPS, int GATHER>
 struct Lanes {
-    static constexpr int blocks = BLOCKS, positions = POSITIONS, pairs = PAIRS, taps = TAPS, gather = GATHER;
+    static constexpr int blocks = BLOCKS, positions = POSITIONS, forward = FORWARD, taps = TAPS, gather = GATHER;
     typedef Lane lane;
     typedef T type __attribute__((vector_size(LANES * sizeof(T))));
     typedef Lane index __attribute__((vector_size(LANES * sizeof(T))));
     typedef T half __attribute__((vector_size(LANES / 2 * sizeof(T))));
     typedef T quarter __attribute__((vector_size(LANES / 4 * sizeof(T))));
 };
-// float fills the 32 AVX-512 registers (3 filter blocks x 9 taps). float64 (for tests) runs
-// untiled, which keeps the build short, except for the gather (so that the tests cover its
-// lane sums).
+// float fills the 32 AVX-512 registers (3 filter blocks x 9 taps), except in the forward loop,
+// where the sum, max and winner of one position already take 9 of them: two positions there
+// ran 1.5x slower (spills). The argmax runs fastest with 6 positions (1.7x faster than 4 on
+// a_p4cnn's second layer). float64 (for tests) runs untiled, which keeps the build short,
+// except for the gather (so that the tests cover its lane sums).
 template <typename T>
 struct Vec;
 template <>
-struct Vec<float> : Lanes<float, int32_t, 3, 4, 2, 9, 16> {};
+struct Vec<float> : Lanes<float, int32_t, 3, 6, 1, 9, 16> {};
 template <>
 struct Vec<double> : Lanes<double, int64_t, 1, 1, 1, 1, 16> {};
 template <typename T>
@@ -119,11 +119,16 @@ inline void over_blocks(const Geometry& g, Body&& body) {
 }
 
 // Calls body.template operator()<n>(y0) for output columns y0 .. y0 + n - 1 covering one row:
-// tiles of TILE, then single positions.
+// tiles of TILE, then at most one of TILE / 2, then single positions.
 template <int TILE, typename Body>
 inline void over_row(const Geometry& g, Body&& body) {
     int64_t y0 = 0;
     for (; y0 + TILE <= g.out_y; y0 += TILE) body.template operator()<TILE>(y0);
+    if constexpr (TILE >= 4)
+        if (y0 + TILE / 2 <= g.out_y) {
+            body.template operator()<TILE / 2>(y0);
+            y0 += TILE / 2;
+        }
     for (; y0 < g.out_y; ++y0) body.template operator()<1>(y0);
 }
 
@@ -237,7 +242,7 @@ void attended_max_forward(const int64_t* geometry, int64_t i0, int64_t i1, const
         fold_channel_attention(g, kernels, channel, b, h, folded.data());
         const T* weights_bh = folded.data();
         for (int64_t x = 0; x < g.out_x; ++x)
-            over_row<Vec<T>::pairs>(g, [&]<int P>(int64_t y0) {
+            over_row<Vec<T>::forward>(g, [&]<int P>(int64_t y0) {
                 const int64_t at = ((b * g.positions() + x * g.out_y + y0) * g.h + h) * g.q;
                 over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
                     V<T> sum[P][NB], best[P][NB], acc[P][NB];
@@ -272,10 +277,14 @@ void attended_max_forward(const int64_t* geometry, int64_t i0, int64_t i1, const
 
 // The backward pass of attended_max_forward works on one (b, h) and input channel c at a time,
 // from the gradient reaching each f~(b, ., c, h, x): grad_total, plus grad_peak where c won.
-// errors_of_channel writes it for every output position into a buffer with a zero border of
-// m = (k - 1) * dilation positions on each side, (out_x + 2m, out_y + 2m, Q): the gather below
-// then reads the border as "no output position there" instead of checking bounds. Where Q is
-// not a multiple of LANES the overlapping blocks write equal values; the passes mask the overlap.
+// errors_of_channels writes it for every output position and a group of channels, each into a
+// buffer with a zero border of m = (k - 1) * dilation positions on each side,
+// (out_x + 2m, out_y + 2m, Q): the gather below then reads the border as "no output position
+// there" instead of checking bounds. Where Q is not a multiple of LANES the overlapping blocks
+// write equal values; the passes mask the overlap. Grouping the channels reads grad_total,
+// grad_peak and the winners once per group; the buffer's writes cost about a quarter of the
+// backward pass all the same (a_p4cnn's second layer).
+constexpr int64_t ERROR_GROUP_BYTES = 1 << 20;
 struct ErrorLayout {
     int64_t margin, width;  // border, and the buffer's row length in positions
     explicit ErrorLayout(const Geometry& g) : margin((g.k - 1) * g.dilation), width(g.out_y + 2 * margin) {}
@@ -469,7 +478,7 @@ void attended_max_backward(const int64_t* geometry, int64_t i0, int64_t i1, cons
     for (int l = 0; l < LANES; ++l) keep_last[l] = l < g.overlap ? T(0) : T(1);
     const int64_t weight_step = g.taps() * g.q;
     std::vector<T> folded(g.c * weight_step), grad_folded(g.c * weight_step);
-    const int64_t group = std::clamp<int64_t>(GROUP_BYTES / (layout.size(g) * sizeof(T)), 1, g.c);
+    const int64_t group = std::clamp<int64_t>(ERROR_GROUP_BYTES / (layout.size(g) * sizeof(T)), 1, g.c);
     std::vector<T> all_errors(group * layout.size(g));
     for (int64_t item = i0; item < i1; ++item) {  // (b, h)
         const int64_t b = item / g.h, h = item % g.h;
