@@ -112,18 +112,23 @@ class FullChannelAttention(nn.Module):
 
         Shape: ``(B, C_out, G, C_in[, G_in])`` each -> same.
         """
+        o, n = mean.shape[1], mean.shape[2]
+        if self.lifting:  # one MLP per o, shared by the orientations g
+            fc1, fc2 = (w[:, None].expand(-1, n, -1, -1) for w in (self.weight_fc1, self.weight_fc2))
+            fc1, fc2 = fc1.reshape(o * n, *fc1.shape[2:]), fc2.reshape(o * n, *fc2.shape[2:])
+            stats = torch.stack((mean, peak)).flatten(2, 3)  # (2, B, O * G, C)
+        else:  # one MLP per (o, g, h): (O, ., ., G, G_in) -> (O * G * G_in, ., .)
+            fc1, fc2 = (group_shifted(w, self.group).permute(0, 3, 4, 1, 2).flatten(0, 2)
+                        for w in (self.weight_fc1, self.weight_fc2))
+            stats = torch.stack((mean, peak)).permute(0, 1, 2, 3, 5, 4).flatten(2, 4)  # (2, B, O * G * G_in, C)
+        # Both statistics in one call, the weights on the left: the matmuls are small and
+        # batched over the MLPs, and this layout runs them about twice as fast as einsum's.
+        v = stats.permute(2, 3, 0, 1).flatten(2)  # (MLPs, C, 2 * B)
+        out = torch.bmm(fc2, torch.relu(torch.bmm(fc1, v))).unflatten(2, (2, -1))  # (MLPs, C, 2, B)
+        alpha = torch.sigmoid(out[:, :, 0] + out[:, :, 1])  # (MLPs, C, B)
         if self.lifting:
-            def mlp(v):
-                hidden = torch.relu(torch.einsum("olc,bogc->bogl", self.weight_fc1, v))
-                return torch.einsum("ocl,bogl->bogc", self.weight_fc2, hidden)
-        else:
-            fc1 = group_shifted(self.weight_fc1, self.group)  # (O, L, C, G, G_in)
-            fc2 = group_shifted(self.weight_fc2, self.group)  # (O, C, L, G, G_in)
-
-            def mlp(v):
-                hidden = torch.relu(torch.einsum("olcgh,bogch->boglh", fc1, v))
-                return torch.einsum("oclgh,boglh->bogch", fc2, hidden)
-        return torch.sigmoid(mlp(mean) + mlp(peak))
+            return alpha.view(o, n, -1, alpha.shape[-1]).permute(3, 0, 1, 2)  # (B, O, G, C)
+        return alpha.view(o, n, mean.shape[4], -1, alpha.shape[-1]).permute(4, 0, 1, 3, 2)  # (B, O, G, C, G_in)
 
     def rows_from_statistics(self, mean: torch.Tensor, peak: torch.Tensor, rows: slice) -> torch.Tensor:
         """:meth:`from_statistics` for the (output channel, orientation) pairs ``rows`` of the flattened O * G axis.
