@@ -628,23 +628,71 @@ void depthwise_pair(const int64_t* geometry, int64_t r0, int64_t r1, const T* in
             }
         }
     };
+    // Dilation 1: each input vector of a filter row meets up to K outputs of the tile, so it is
+    // loaded once, with the row's K weights (of each filter) held in registers; the pair shares
+    // one accumulator per position. Loads per multiply-add: 0.45 instead of 1.06 (forward, N = 8).
+    auto row_tile = [&]<int N, bool CHECKED>(int64_t b, int64_t x, int64_t c0, int64_t y0) {
+        V<T> acc1[N] = {}, acc2[N] = {};
+        for (int u = 0; u < K; ++u) {
+            const int64_t xi = x + u - padding;
+            if (xi < 0 || xi >= size_x) continue;
+            const T* r1 = in1 + (b * size_x + xi) * row + c0;
+            const T* r2 = PAIR ? in2 + (b * size_x + xi) * row + c0 : nullptr;
+            V<T> wa[K], wb[K];
+            for (int v = 0; v < K; ++v) {
+                wa[v] = load<V<T>>(w1 + (u * K + v) * channels + c0);
+                wb[v] = load<V<T>>(w2 + (u * K + v) * channels + c0);
+            }
+#pragma GCC unroll 16
+            for (int s = 0; s < N + K - 1; ++s) {  // input column y0 + s - padding
+                const int64_t yi = y0 + s - padding;
+                if (CHECKED && (yi < 0 || yi >= size_y)) continue;
+                const V<T> p1 = load<V<T>>(r1 + yi * channels);
+                const V<T> p2 = PAIR ? load<V<T>>(r2 + yi * channels) : V<T>{};
+#pragma GCC unroll 8
+                for (int v = 0; v < K; ++v) {
+                    const int i = s - v;  // the output it meets through tap v
+                    if (i < 0 || i >= N) continue;
+                    if constexpr (PAIR) {
+                        acc1[i] += wa[v] * p1;
+                        acc1[i] += wb[v] * p2;
+                    } else {
+                        acc1[i] += wa[v] * p1;
+                        acc2[i] += wb[v] * p1;
+                    }
+                }
+            }
+        }
+        T* o1 = out1 + (b * size_x + x) * row + y0 * channels + c0;
+        T* o2 = PAIR ? nullptr : out2 + (b * size_x + x) * row + y0 * channels + c0;
+        for (int i = 0; i < N; ++i) {
+            store(o1 + i * channels, acc1[i]);
+            if constexpr (!PAIR) store(o2 + i * channels, acc2[i]);
+        }
+    };
     // Tiles of N positions over a row, the last one ending at the row's end; those whose taps
     // can leave the row check each column.
     auto over_row = [&]<int N>(int64_t b, int64_t x, int64_t c0) {
         for (int64_t y0 = 0; y0 < size_y; y0 += N) {
             const int64_t first = y0 + N <= size_y ? y0 : size_y - N;
             const bool inside = first >= padding && first + N - 1 + (K - 1) * dilation - padding < size_y;
-            if (inside)
+            if (dilation == 1 && inside)
+                row_tile.template operator()<N, false>(b, x, c0, first);
+            else if (dilation == 1)
+                row_tile.template operator()<N, true>(b, x, c0, first);
+            else if (inside)
                 tile.template operator()<N, false>(b, x, c0, first);
             else
                 tile.template operator()<N, true>(b, x, c0, first);
         }
     };
+    // The widest tile whose registers fit (the one-input pass keeps two accumulators per position).
+    constexpr int WIDE = PAIR ? 8 : 6;
     for (int64_t r = r0; r < r1; ++r)
         for (const int64_t c0 : blocks.start) {
             const int64_t b = r / size_x, x = r % size_x;
-            if (size_y >= 8)
-                over_row.template operator()<8>(b, x, c0);
+            if (size_y >= WIDE)
+                over_row.template operator()<WIDE>(b, x, c0);
             else if (size_y >= 4)
                 over_row.template operator()<4>(b, x, c0);
             else
