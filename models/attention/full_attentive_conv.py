@@ -132,21 +132,22 @@ class _EfficientFullAttention(AttentiveLayer):
             return attended, channel, spatial
         chunk = max(1, ATTENTION_CHUNK_VALUES // per_sample)
         attend = functools.partial(self._attended_only, geo=geo)
-        params = list(self.spatial_attention.parameters())
-        attended = recomputed_in_chunks(attend, (padded, channel), (filters,), chunk, params=params)
+        # The spatial filters are built once, not per chunk; their gradient is summed over chunks.
+        pairs = self.spatial_attention.filter_pairs()
+        attended = recomputed_in_chunks(attend, (padded, channel), (filters, pairs), chunk)
         return attended, channel, None
 
-    def _attended_only(self, padded, channel, filters, geo):
-        return self._attended_chunk(padded, filters, channel, geo, keep_spatial=False)[0]
+    def _attended_only(self, padded, channel, filters, pairs, geo):
+        return self._attended_chunk(padded, filters, channel, geo, keep_spatial=False, pairs=pairs)[0]
 
-    def _attended_chunk(self, padded, filters, channel, geo, keep_spatial):
+    def _attended_chunk(self, padded, filters, channel, geo, keep_spatial, pairs=None):
         """sum_h alpha_s S and alpha_s (or None) for the samples of ``padded`` and ``channel``."""
         b, o, n, c, h, kk = padded.shape[0], geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
         alpha = None if channel is None else channel.reshape(b, o * n, c, h)
         total, peak = native.attended_max(padded, filters.reshape(o * n, c, h, kk), alpha, h, geo.out, geo.stride,
                                           geo.dilation)
         s, peak = (_channels_last_view(t.view(b, -1, t.shape[-2] * t.shape[-1]), geo) for t in (total, peak))
-        logits = self._spatial_logits(s, peak, geo)  # (B, H, O, G, X', Y')
+        logits = self._spatial_logits(s, peak, geo, pairs)  # (B, H, O, G, X', Y')
         # sum_h alpha_s S, and its gradients, in one pass each; in (B, X', Y', H, O * G) memory.
         positions_first = logits.permute(0, 4, 5, 1, 2, 3).reshape(b, -1, h, o * n)
         attended = native.gated_sum(positions_first, total.view(positions_first.shape)).view(b, o, n, *geo.out)
@@ -174,14 +175,17 @@ class _EfficientFullAttention(AttentiveLayer):
         attended = s if spatial is None else spatial * s
         return attended.sum(dim=1), channel, spatial
 
-    def _spatial_logits(self, s, peak, geo):
-        """alpha_s before its sigmoid ``(B, H, O, G, X', Y')`` from S and the max over c, both in that shape."""
+    def _spatial_logits(self, s, peak, geo, pairs=None):
+        """alpha_s before its sigmoid ``(B, H, O, G, X', Y')`` from S and the max over c, both in that shape.
+
+        ``pairs``: the spatial attention's filter pairs, if already built.
+        """
         attention = self.spatial_attention
         if self._lifting:
-            return attention.logits_from_statistics(s[:, 0], peak[:, 0], mean_scale=1.0 / geo.c).unsqueeze(1)
+            return attention.logits_from_statistics(s[:, 0], peak[:, 0], 1.0 / geo.c, pairs).unsqueeze(1)
         # Logical (B, O, G, H, X', Y') views.
         spatial = attention.logits_from_statistics(
-            s.permute(0, 2, 3, 1, 4, 5), peak.permute(0, 2, 3, 1, 4, 5), mean_scale=1.0 / geo.c
+            s.permute(0, 2, 3, 1, 4, 5), peak.permute(0, 2, 3, 1, 4, 5), 1.0 / geo.c, pairs
         )
         return spatial.permute(0, 3, 1, 2, 4, 5)  # back to (B, H, O, G, X', Y')
 

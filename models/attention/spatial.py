@@ -109,7 +109,21 @@ class FullSpatialAttention(nn.Module):
         """The attention: the sigmoid of :meth:`logits_from_statistics`, same arguments and shapes."""
         return torch.sigmoid(self.logits_from_statistics(mean, peak, mean_scale))
 
-    def logits_from_statistics(self, mean: torch.Tensor, peak: torch.Tensor, mean_scale: float = 1.0) -> torch.Tensor:
+    def filter_pairs(self) -> torch.Tensor:
+        """The group-transformed filter pair of every map.
+
+        Shape: lifting ``(O * G, 2, k, k)``; group ``(G_in * O * G, 2, k, k)``, the maps
+        ordered (h, o, g), h first: the efficient attentive
+        convolution lays its statistics out as (B, X, Y, G_in, O, G), which then needs no copy.
+        """
+        k = self.weight.shape[-1]
+        if self.lifting:
+            return lifting_filters(self.weight, self.group).reshape(-1, 2, k, k)  # from (O, G, 2, k, k)
+        return group_filters(self.weight, self.group).permute(3, 0, 1, 2, 4, 5).reshape(-1, 2, k, k)
+
+    def logits_from_statistics(
+        self, mean: torch.Tensor, peak: torch.Tensor, mean_scale: float = 1.0, filters: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The attention before its sigmoid, from the mean and max of the channel-attended f~ over input channels.
 
         Args:
@@ -117,19 +131,16 @@ class FullSpatialAttention(nn.Module):
             peak: the max over input channels.
             mean_scale: factor applied to ``mean`` (by scaling its filter, which is
                 far smaller), so callers holding the sum can pass it with 1 / C_in.
+            filters: :meth:`filter_pairs`, if at hand (callers applying the attention
+                piece by piece build them once).
 
         Shape: lifting ``(B, C_out, G, X, Y)`` each -> same; group
         ``(B, C_out, G, G_in, X, Y)`` each -> same.
         """
-        k = self.weight.shape[-1]
-        if self.lifting:
-            filters = lifting_filters(self.weight, self.group)  # (O, G, 2, k, k)
-        else:
-            # One filter pair per (h, o, g), h first: the efficient attentive convolution
-            # lays its statistics out as (B, X, Y, G_in, O, G), which then needs no copy.
-            filters = group_filters(self.weight, self.group).permute(3, 0, 1, 2, 4, 5)  # (G_in, O, G, 2, k, k)
+        filters = self.filter_pairs() if filters is None else filters
+        k = filters.shape[-1]
+        if not self.lifting:
             mean, peak = mean.permute(0, 3, 1, 2, 4, 5), peak.permute(0, 3, 1, 2, 4, 5)  # (B, G_in, O, G, X, Y)
-        filters = filters.reshape(-1, 2, k, k)
         groups = filters.shape[0]
         b, size, lead = mean.shape[0], mean.shape[-2:], mean.shape[1:-2]
 
