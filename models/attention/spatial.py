@@ -113,8 +113,8 @@ class FullSpatialAttention(nn.Module):
         """The group-transformed filter pair of every map.
 
         Shape: lifting ``(O * G, 2, k, k)``; group ``(G_in * O * G, 2, k, k)``, the maps
-        ordered (h, o, g), h first: the efficient attentive
-        convolution lays its statistics out as (B, X, Y, G_in, O, G), which then needs no copy.
+        ordered (h, o, g), h first: the efficient attentive convolution lays its
+        statistics out as (B, X, Y, G_in, O, G), which then needs no copy.
         """
         k = self.weight.shape[-1]
         if self.lifting:
