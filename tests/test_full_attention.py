@@ -63,13 +63,15 @@ def relative(a, b):
     return ((a - b).abs().max() / b.abs().max()).item()
 
 
+@pytest.mark.parametrize("maps", [True, False], ids=["with maps", "recomputed"])
 @pytest.mark.parametrize("group,kind,variant,geometry", CASES,
                          ids=lambda v: getattr(v, "name", None) or str(v))
-def test_efficient_equals_straightforward(group, kind, variant, geometry, monkeypatch):
+def test_efficient_equals_straightforward(group, kind, variant, geometry, maps, monkeypatch):
     size, stride, padding, dilation = geometry
-    # Small chunks so that the batch is split and the recomputation in backward is exercised.
+    # Small chunks so that the batch is split (PyTorch path); without the maps, the compiled
+    # attention branch recomputes its intermediates in backward (with them it keeps them).
     monkeypatch.setattr(efficient, "CHUNK_VALUES", 1)
-    monkeypatch.setattr(efficient, "ATTENTION_CHUNK_VALUES", 1)
+    monkeypatch.setattr(efficient, "RECOMPUTE_ABOVE_VALUES", 0)
     lifting = kind == "lifting"
     fast_cls, ref_cls = (
         (AttentiveLiftingConv, ReferenceAttentiveLiftingConv) if lifting
@@ -80,14 +82,17 @@ def test_efficient_equals_straightforward(group, kind, variant, geometry, monkey
     shape = (3, 3, size, size) if lifting else (3, 3, group.order, size, size)
     x = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     x_fast, x_ref = x.clone().requires_grad_(), x.clone().requires_grad_()
-    y_fast, parts_fast = fast(x_fast, return_attention=True)
     y_ref, parts_ref = ref(x_ref, return_attention=True)
+    if maps:
+        y_fast, parts_fast = fast(x_fast, return_attention=True)
+        for label in ("channel", "spatial"):
+            a, b = getattr(parts_fast, label), getattr(parts_ref, label)
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert a.shape == b.shape and relative(a, b) <= TOL, f"{label} attention"
+    else:
+        y_fast = fast(x_fast)
     assert relative(y_fast, y_ref) <= TOL, "output"
-    for label in ("channel", "spatial"):
-        a, b = getattr(parts_fast, label), getattr(parts_ref, label)
-        assert (a is None) == (b is None)
-        if a is not None:
-            assert a.shape == b.shape and relative(a, b) <= TOL, f"{label} attention"
     upstream = torch.randn(y_ref.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     (y_fast * upstream).sum().backward()
     (y_ref * upstream).sum().backward()

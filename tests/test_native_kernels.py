@@ -25,6 +25,8 @@ GEOMETRIES = [
     (2, 4, 8, 11, 5, 1, 2, 4, 16),
     (1, 2, 4, 6, 4, 1, 1, 0, 17),
 ]
+# With the spatial attention's filter size and dilation: maps H * Q at, above and well above one block.
+BRANCH_GEOMETRIES = [(*g, k_s, d_s) for g, (k_s, d_s) in zip(GEOMETRIES, [(7, 1), (3, 1), (5, 2), (7, 1)], strict=True)]
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
 
 
@@ -75,50 +77,60 @@ def test_spatial_max_is_the_first_maximum_with_gradients(geometry, dtype):
         assert relative(mine.grad, theirs.grad) <= TOLERANCE[dtype], f"gradient of {name}"
 
 
+def branch_oracle(padded, kernels, alpha, pairs, geometry):
+    """The attention branch and alpha_s from f~ with PyTorch ops: ``(B, Q, X', Y')``, ``(B, X', Y', H, Q)``."""
+    _, c, h, _, _, stride, dilation, _, q = geometry[:9]
+    k_s, spatial_dilation = geometry[9:]
+    f = unsummed(padded, kernels, h, stride, dilation)  # (B, Q, C, H, X', Y')
+    attended = f if alpha is None else alpha[..., None, None] * f
+    total, peak = attended.sum(dim=2), attended.max(dim=2).values  # (B, Q, H, X', Y'); torch.max: the first
+    # One map per (h, q), in that order, as the pairs.
+    maps = [t.transpose(1, 2).reshape(t.shape[0], h * q, *t.shape[-2:]) for t in (total / c, peak)]
+    conv = dict(padding=spatial_dilation * (k_s // 2), dilation=spatial_dilation, groups=h * q)
+    z = F.conv2d(maps[0], pairs[:, :1], **conv) + F.conv2d(maps[1], pairs[:, 1:], **conv)
+    gate = torch.sigmoid(z).view(z.shape[0], h, q, *z.shape[-2:])  # (B, H, Q, X', Y')
+    branch = (gate.transpose(1, 2) * total).sum(dim=2)
+    return branch, gate.permute(0, 3, 4, 1, 2)
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["recomputed", "kept"])
+@pytest.mark.parametrize("channel_attention", [True, False], ids=["alpha_c", "no alpha_c"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
-def test_attended_sum_and_max_with_gradients(geometry, dtype):
-    padded, kernels, alpha = inputs(geometry, dtype)
-    h, stride, dilation = geometry[2], geometry[5], geometry[6]
-    leaves = [t.clone().requires_grad_() for t in (padded, kernels, alpha)]
-    total, peak = native.attended_max(*leaves, h, unsummed(padded, kernels, h, stride, dilation).shape[-2:], stride,
-                                      dilation)
+@pytest.mark.parametrize("geometry", BRANCH_GEOMETRIES, ids=str)
+def test_attention_branch_with_gradients(geometry, dtype, channel_attention, keep):
+    padded, kernels, alpha = inputs(geometry[:9], dtype)
+    alpha = alpha if channel_attention else None
+    _, c, h, _, _, stride, dilation, _, q, k_s, spatial_dilation = geometry
+    # Filters large enough that alpha_s saturates at 0 and 1 in places.
+    pairs = 3 * torch.randn(h * q, 2, k_s, k_s, dtype=dtype, generator=torch.Generator().manual_seed(4))
+    size = unsummed(padded, kernels, h, stride, dilation).shape[-2:]
+    tensors = [t for t in (padded, kernels, alpha, pairs) if t is not None]
+    leaves, oracle = ([t.clone().requires_grad_() for t in tensors] for _ in range(2))
+    with_alpha = (lambda ts: (*ts[:2], ts[2], ts[3])) if channel_attention else (lambda ts: (*ts[:2], None, ts[2]))
 
-    oracle = [t.clone().requires_grad_() for t in (padded, kernels, alpha)]
-    attended = oracle[2][..., None, None] * unsummed(oracle[0], oracle[1], h, stride, dilation)  # (B, Q, C, H, X', Y')
-    # channels last: (B, X', Y', H, Q)
-    expected_total = attended.sum(dim=2).permute(0, 3, 4, 2, 1)
-    expected_peak = attended.max(dim=2).values.permute(0, 3, 4, 2, 1)
+    branch, gate = native.attention_branch(*with_alpha(leaves), 1.0 / c, h, size, stride, dilation,
+                                           spatial_dilation * (k_s // 2), spatial_dilation, keep)
+    expected_branch, expected_gate = branch_oracle(*with_alpha(oracle), geometry)
     tol = TOLERANCE[dtype]
-    assert total.shape == expected_total.shape and relative(total, expected_total) <= tol
-    assert relative(peak, expected_peak) <= tol
-
+    assert branch.shape == expected_branch.shape and relative(branch, expected_branch) <= tol
+    assert (gate is None) != keep
     generator = torch.Generator().manual_seed(1)
-    upstream = [torch.randn(total.shape, dtype=dtype, generator=generator) for _ in range(2)]
-    (total * upstream[0] + peak * upstream[1]).sum().backward()
-    (expected_total * upstream[0] + expected_peak * upstream[1]).sum().backward()
-    for name, mine, theirs in zip(("planes", "kernels", "alpha"), leaves, oracle, strict=True):
+    upstream = torch.randn(branch.shape, dtype=dtype, generator=generator)
+    loss, expected_loss = (branch * upstream).sum(), (expected_branch * upstream).sum()
+    if keep:
+        assert gate.shape == expected_gate.shape and relative(gate, expected_gate) <= tol
+        upstream_gate = torch.randn(gate.shape, dtype=dtype, generator=generator)
+        loss, expected_loss = loss + (gate * upstream_gate).sum(), expected_loss + (expected_gate * upstream_gate).sum()
+    loss.backward()
+    expected_loss.backward()
+    names = ["planes", "kernels"] + ["alpha"] * channel_attention + ["pairs"]
+    for name, mine, theirs in zip(names, leaves, oracle, strict=True):
         assert relative(mine.grad, theirs.grad) <= tol, f"gradient of {name}"
 
 
-def test_one_output_without_gradient():
-    # Only the max used downstream: the sum's gradient is None in backward.
-    padded, kernels, alpha = inputs(GEOMETRIES[0], torch.float64)
-    kernels.requires_grad_()
-    _, peak = native.attended_max(padded, kernels, alpha, 4, (9, 9), 1, 1)
-    peak.sum().backward()
-    assert kernels.grad is not None and torch.isfinite(kernels.grad).all()
-
-
-def test_without_channel_attention():
-    padded, kernels, _ = inputs(GEOMETRIES[0], torch.float64)
-    leaves = [t.clone().requires_grad_() for t in (padded, kernels)]
-    total, peak = native.attended_max(*leaves, None, 4, (9, 9), 1, 1)
-    expected = unsummed(padded, kernels, 4, 1, 1)  # (B, Q, C, H, X', Y')
-    assert relative(total, expected.sum(dim=2).permute(0, 3, 4, 2, 1)) <= 1e-12
-    assert relative(peak, expected.max(dim=2).values.permute(0, 3, 4, 2, 1)) <= 1e-12
-    (total + peak).sum().backward()
-    assert all(t.grad is not None for t in leaves)
+def test_attention_branch_cover():
+    assert native.branch_supported(7) and native.branch_supported(3)
+    assert not native.branch_supported(9) and not native.branch_supported(4)
 
 
 def test_unavailable_on_other_dtypes_and_devices():
@@ -187,20 +199,3 @@ def test_depthwise_pair_cover():
     assert native.depthwise_pair_supported(16, 7)
     assert not native.depthwise_pair_supported(15, 7)  # fewer channels than one vector
     assert not native.depthwise_pair_supported(40, 9)
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-@pytest.mark.parametrize("shape", [(3, 10, 4, 40), (2, 7, 1, 5)], ids=str)  # (B, positions, H, Q)
-def test_gated_sum_with_gradients(shape, dtype):
-    generator = torch.Generator().manual_seed(3)
-    logits, values = (torch.randn(shape, dtype=dtype, generator=generator) * 3 for _ in range(2))
-    mine = [logits.clone().requires_grad_(), values.clone().requires_grad_()]
-    theirs = [logits.clone().requires_grad_(), values.clone().requires_grad_()]
-    out = native.gated_sum(*mine)
-    expected = (torch.sigmoid(theirs[0]) * theirs[1]).sum(dim=2).transpose(1, 2)  # (B, Q, positions)
-    assert out.shape == expected.shape and relative(out, expected) <= TOLERANCE[dtype]
-    upstream = torch.randn(out.shape, dtype=dtype, generator=generator)
-    (out * upstream).sum().backward()
-    (expected * upstream).sum().backward()
-    for name, a, b in zip(("logits", "values"), mine, theirs, strict=True):
-        assert relative(a.grad, b.grad) <= TOLERANCE[dtype], f"gradient of {name}"

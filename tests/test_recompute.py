@@ -1,12 +1,11 @@
-"""``recomputed`` and ``recomputed_in_chunks`` give the gradients of the plain call, keeping only its inputs."""
+"""``recomputed`` gives the gradients of the plain call, keeping only its inputs."""
 
 import functools
 
-import pytest
 import torch
 from torch import nn
 
-from models.attention.recompute import recomputed, recomputed_in_chunks
+from models.attention.recompute import recomputed
 
 
 def test_gradients_of_inputs_and_parameters_equal_the_plain_call():
@@ -49,34 +48,3 @@ def test_without_gradients_it_is_the_plain_call():
         y = recomputed(torch.sin, x)
     assert y.grad_fn is None
     torch.testing.assert_close(y, torch.sin(x.detach()))
-
-
-@pytest.mark.parametrize("chunk", [1, 3, 7, 100])  # one sample, a ragged last chunk, one chunk, more than the batch
-def test_chunked_gradients_equal_the_plain_call(chunk):
-    torch.manual_seed(1)
-    layer = nn.Linear(5, 4).double()
-    x = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
-    rows = torch.randn(7, 1, dtype=torch.float64, requires_grad=True)
-    shared = torch.randn(5, dtype=torch.float64, requires_grad=True)
-
-    def fn(x, missing, rows, shared):
-        assert missing is None
-        return torch.tanh(layer(x * shared)) * rows
-
-    grads = []
-    for wrap in (False, True):
-        layer.zero_grad()
-        if wrap:
-            out = recomputed_in_chunks(fn, (x, None, rows), (shared,), chunk, params=list(layer.parameters()))
-        else:
-            out = fn(x, None, rows, shared)
-        out.sin().sum().backward()
-        grads.append([t.grad.clone() for t in (x, rows, shared, layer.weight, layer.bias)])
-        x.grad = rows.grad = shared.grad = None
-    for mine, plain in zip(*grads, strict=True):
-        torch.testing.assert_close(mine, plain, rtol=1e-12, atol=1e-12)
-
-
-def test_chunked_needs_a_batched_tensor():
-    with pytest.raises(ValueError, match="at least one batched tensor"):
-        recomputed_in_chunks(torch.sin, (None,), (torch.zeros(2),), 1)

@@ -26,11 +26,12 @@ and keeps it for the backward pass; here it is never stored whole:
   recomputed in the backward pass (activation checkpointing), so memory holds
   f~ of one chunk at a time.
 * On the CPU, compiled kernels (``native.py``) find both maxima and S without
-  writing f~ at all (weighting the filters by alpha_c as they go), and run the
-  spatial attention's convolutions and its weighted sum over h; in training,
-  everything after alpha_c is then computed a few samples at a time and again
-  in the backward pass, so a layer keeps only its input and alpha_c (layers
-  small enough keep their intermediates instead, see RECOMPUTE_ABOVE_VALUES).
+  writing f~ at all (weighting the filters by alpha_c as they go). Everything
+  after alpha_c (S, the max over c, the spatial attention's convolutions, its
+  sigmoid and the weighted sum over h) is one kernel that goes sample by
+  sample, in the forward pass and again in the backward pass, so a layer keeps
+  only its input and alpha_c (layers small enough keep their intermediates
+  instead, see RECOMPUTE_ABOVE_VALUES).
 
 The result equals the straightforward version up to round-off (summation order).
 """
@@ -46,19 +47,16 @@ from ..gconv import GroupConv, LiftingConv, check_group_input, group_filters, li
 from ..pooling import spatial_avg_pool
 from . import native
 from .parts import AttentionParts, AttentiveLayer
-from .recompute import recomputed, recomputed_in_chunks
+from .recompute import recomputed
 
 __all__ = ["AttentiveLiftingConv", "AttentiveGroupConv"]
 
 # The most values of f~ held at once (4 bytes each in float32).
 CHUNK_VALUES = 4 * 2**20
-# In training with the compiled kernels: samples per chunk of the spatial-attention branch,
-# such that S (and each tensor like it: the max over c, alpha_s, their gradients) holds at
-# most this many values.
-ATTENTION_CHUNK_VALUES = 2**19
-# Layers whose S, for the whole batch, holds at most this many values keep that branch's
-# intermediates for the backward pass instead: on small maps the recomputation costs more
-# time (a_p4cnn: about 3 %) than their memory is worth (under 30 MiB for a_p4cnn's last five layers).
+# In training with the compiled kernels, layers whose S holds at most this many values for the
+# whole batch keep S, its max over c and alpha_s for the backward pass (13 bytes per value);
+# larger ones recompute them there. On small maps the recomputation costs more time than the
+# memory is worth (a_p4cnn's last five layers: under 30 MiB).
 RECOMPUTE_ABOVE_VALUES = 2**20
 
 
@@ -101,7 +99,7 @@ class _EfficientFullAttention(AttentiveLayer):
         b, o, n, c, h, k = geo.b, geo.o, geo.n, geo.c, geo.h, geo.k
         plain = F.conv2d(planes, filters.reshape(o * n, c * h, k, k), **geo.conv)  # (B, O * G, X', Y')
 
-        if self.spatial_attention is not None and native.available(planes, filters, channels=c):
+        if self._compiled(planes, filters, c):
             attended, channel, spatial = self._compiled_attention(planes, filters, geo, keep_spatial=return_attention)
         else:
             attended, channel, spatial = self._pytorch_attention(planes, filters, geo)
@@ -113,45 +111,36 @@ class _EfficientFullAttention(AttentiveLayer):
         return out, self._parts(channel, spatial)
 
     def _compiled_attention(self, planes, filters, geo, keep_spatial):
-        """sum_h alpha_s S ``(B, O, G, X', Y')``, alpha_c and alpha_s (each or None) from the compiled kernels.
+        """sum_h alpha_s S ``(B, O, G, X', Y')``, alpha_c and alpha_s (or None) from the compiled kernels.
 
-        Every pass over f~ reduces it as it goes, and S comes with the max over c. In
-        training, everything after alpha_c is computed a few samples at a time and again
-        in the backward pass, so only one chunk's S, max and alpha_s are alive at once.
+        alpha_c comes from statistics of f~ computed first; the branch after it is one kernel
+        (``native.attention_branch``) that works sample by sample and, in training, keeps
+        nothing the size of f~'s sum but recomputes it in the backward pass, except in layers
+        small enough (RECOMPUTE_ABOVE_VALUES).
         """
-        p = geo.padding
+        p, attention = geo.padding, self.spatial_attention
         padded = F.pad(planes, (p, p, p, p)) if p else planes
         channel = None
         if self.channel_attention is not None:
             channel = self._channel_from_statistics(*_spatial_statistics(planes, filters, geo, padded))
-        inputs = padded, filters, channel
-        per_sample = geo.h * geo.o * geo.n * geo.out[0] * geo.out[1]
-        recompute = geo.b * per_sample > RECOMPUTE_ABOVE_VALUES
-        if keep_spatial or not recompute or not _needs_grad(*inputs, *self.spatial_attention.parameters()):
-            attended, spatial = self._attended_chunk(*inputs, geo, keep_spatial)
-            return attended, channel, spatial
-        chunk = max(1, ATTENTION_CHUNK_VALUES // per_sample)
-        attend = functools.partial(self._attended_only, geo=geo)
-        # The spatial filters are built once, not per chunk; their gradient is summed over chunks.
-        pairs = self.spatial_attention.filter_pairs()
-        attended = recomputed_in_chunks(attend, (padded, channel), (filters, pairs), chunk)
-        return attended, channel, None
-
-    def _attended_only(self, padded, channel, filters, pairs, geo):
-        return self._attended_chunk(padded, filters, channel, geo, keep_spatial=False, pairs=pairs)[0]
-
-    def _attended_chunk(self, padded, filters, channel, geo, keep_spatial, pairs=None):
-        """sum_h alpha_s S and alpha_s (or None) for the samples of ``padded`` and ``channel``."""
-        b, o, n, c, h, kk = padded.shape[0], geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
+        b, o, n, c, h, kk = geo.b, geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
         alpha = None if channel is None else channel.reshape(b, o * n, c, h)
-        total, peak = native.attended_max(padded, filters.reshape(o * n, c, h, kk), alpha, h, geo.out, geo.stride,
-                                          geo.dilation)
-        s, peak = (_channels_last_view(t.view(b, -1, t.shape[-2] * t.shape[-1]), geo) for t in (total, peak))
-        logits = self._spatial_logits(s, peak, geo, pairs)  # (B, H, O, G, X', Y')
-        # sum_h alpha_s S, and its gradients, in one pass each; in (B, X', Y', H, O * G) memory.
-        positions_first = logits.permute(0, 4, 5, 1, 2, 3).reshape(b, -1, h, o * n)
-        attended = native.gated_sum(positions_first, total.view(positions_first.shape)).view(b, o, n, *geo.out)
-        return attended, torch.sigmoid(logits) if keep_spatial else None
+        small = b * h * o * n * geo.out[0] * geo.out[1] <= RECOMPUTE_ABOVE_VALUES
+        keep = keep_spatial or (small and _needs_grad(padded, filters, channel, *attention.parameters()))
+        attended, gate = native.attention_branch(
+            padded, filters.reshape(o * n, c, h, kk), alpha, attention.filter_pairs(), 1.0 / c, h, geo.out,
+            geo.stride, geo.dilation, attention.padding, attention.dilation, keep,
+        )
+        spatial = _channels_last_view(gate.reshape(b, -1, h * o * n), geo) if keep_spatial else None
+        return attended.view(b, o, n, *geo.out), channel, spatial
+
+    def _compiled(self, planes, filters, channels) -> bool:
+        attention = self.spatial_attention
+        return (
+            attention is not None
+            and native.available(planes, filters, channels=channels)
+            and native.branch_supported(attention.weight.shape[-1])
+        )
 
     def _pytorch_attention(self, planes, filters, geo):
         """sum_h alpha_s S ``(B, O, G, X', Y')``, alpha_c and alpha_s (each or None) with PyTorch ops."""
@@ -175,17 +164,14 @@ class _EfficientFullAttention(AttentiveLayer):
         attended = s if spatial is None else spatial * s
         return attended.sum(dim=1), channel, spatial
 
-    def _spatial_logits(self, s, peak, geo, pairs=None):
-        """alpha_s before its sigmoid ``(B, H, O, G, X', Y')`` from S and the max over c, both in that shape.
-
-        ``pairs``: the spatial attention's filter pairs, if already built.
-        """
+    def _spatial_logits(self, s, peak, geo):
+        """alpha_s before its sigmoid ``(B, H, O, G, X', Y')`` from S and the max over c, both in that shape."""
         attention = self.spatial_attention
         if self._lifting:
-            return attention.logits_from_statistics(s[:, 0], peak[:, 0], 1.0 / geo.c, pairs).unsqueeze(1)
+            return attention.logits_from_statistics(s[:, 0], peak[:, 0], 1.0 / geo.c).unsqueeze(1)
         # Logical (B, O, G, H, X', Y') views.
         spatial = attention.logits_from_statistics(
-            s.permute(0, 2, 3, 1, 4, 5), peak.permute(0, 2, 3, 1, 4, 5), 1.0 / geo.c, pairs
+            s.permute(0, 2, 3, 1, 4, 5), peak.permute(0, 2, 3, 1, 4, 5), 1.0 / geo.c
         )
         return spatial.permute(0, 3, 1, 2, 4, 5)  # back to (B, H, O, G, X', Y')
 

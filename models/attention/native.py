@@ -29,7 +29,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-__all__ = ["available", "spatial_max", "attended_max", "gated_sum", "depthwise_pair", "depthwise_pair_supported"]
+__all__ = [
+    "available", "spatial_max", "attention_branch", "branch_supported", "depthwise_pair", "depthwise_pair_supported",
+]
 
 SOURCE = Path(__file__).with_name("native_kernels.cpp")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++20", "-shared", "-fPIC"]
@@ -165,86 +167,79 @@ class _SpatialMax(torch.autograd.Function):
         return grad_padded, sums.sum(dim=0), None
 
 
-def attended_max(padded, kernels, channel, h: int, out, stride: int, dilation: int):
-    """sum over c and max over c of alpha_c f~, the filters weighted by the channel attention in the kernels.
+def branch_supported(spatial_kernel_size: int) -> bool:
+    """Whether :func:`attention_branch` covers a spatial attention of this filter size."""
+    return spatial_kernel_size in (3, 5, 7)
+
+
+def attention_branch(padded, kernels, channel, pairs, mean_scale: float, h: int, out, stride: int, dilation: int,
+                     spatial_padding: int, spatial_dilation: int, keep: bool):
+    """The residual attention branch of a full attentive convolution, sum over h of alpha_s S, in one kernel.
+
+    S and M are the sum and max over c of alpha_c f~; alpha_s = sigmoid(z) with z the depthwise
+    convolutions of S (times ``mean_scale``: the mean over c) and of M with each map's filter pair.
 
     Args:
         padded: the padded input planes ``(B, C * H, Xp, Yp)``.
         kernels: the filters ``(Q, C, H, k * k)``.
         channel: the channel attention alpha_c ``(B, Q, C, H)``, or None (alpha_c = 1).
+        pairs: the spatial attention's filter pairs ``(H * Q, 2, k_s, k_s)``, maps ordered (h, q)
+            (see :func:`branch_supported`); its padding and dilation keep the size.
+        keep: keep S, M and alpha_s for the backward pass rather than recompute them there, and
+            return alpha_s.
 
-    Returns: total and peak, each ``(B, X', Y', H, Q)`` (channels last), differentiable
-    with respect to all three arguments.
+    Returns: the branch ``(B, Q, X', Y')``, and alpha_s ``(B, X', Y', H, Q)`` (channels last) if
+    ``keep`` else None; differentiable with respect to all tensor arguments.
     """
     q, c = kernels.shape[:2]
-    k = round(kernels.shape[-1] ** 0.5)
+    k, k_s = round(kernels.shape[-1] ** 0.5), pairs.shape[-1]
     # Differentiable: the gradients flow back through the copies.
     last = _lanes_last(kernels, -4)  # (C, H, k * k, Q')
     alpha = None if channel is None else _lanes_last(channel, 1)  # (B, C, H, Q')
-    geometry = _geometry(padded, c, h, out, k, stride, dilation, last.shape[-1])
-    total, peak = _AttendedMax.apply(padded, last, alpha, geometry, (padded.shape[0], *out, h, last.shape[-1]))
+    # Each filter of the pair as (k_s * k_s, H * Q'): (H, Q, k_s^2) -> (H, k_s^2, Q') -> (k_s^2, H, Q').
+    w1, w2 = (_lanes_last(f.reshape(h, q, k_s * k_s), 1).transpose(0, 1).reshape(k_s * k_s, -1).contiguous()
+              for f in (pairs[:, 0] * mean_scale, pairs[:, 1]))
+    geometry = [*_geometry(padded, c, h, out, k, stride, dilation, last.shape[-1]), k_s, spatial_padding,
+                spatial_dilation]
+    shape = (padded.shape[0], *out, h, last.shape[-1])
+    results = _AttentionBranch.apply(padded, last, alpha, w1, w2, geometry, shape, keep)
+    branch, gate = results if keep else (results, None)
+    branch = branch.view(shape[0], -1, *out)
     if last.shape[-1] == q:
-        return total, peak
-    return total[..., :q].contiguous(), peak[..., :q].contiguous()  # without the zero filters
+        return branch, gate
+    return branch[:, :q], None if gate is None else gate[..., :q]  # without the zero filters
 
 
-class _AttendedMax(torch.autograd.Function):
+class _AttentionBranch(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, padded, kernels, channel, geometry, shape):
+    def forward(ctx, padded, kernels, channel, w1, w2, geometry, shape, keep):
         padded = padded.contiguous()
-        total, peak = padded.new_empty(shape), padded.new_empty(shape)
-        winner = torch.empty(shape, dtype=torch.uint8)
-        # Threads share the (b, h) pairs: a chunk of few samples still splits evenly.
-        _run("attended_max_forward", padded.dtype, shape[0] * shape[3], geometry,
-             padded, kernels, channel, total, peak, winner)
-        ctx.save_for_backward(padded, kernels, channel, winner)
+        b, q = shape[0], shape[-1]
+        branch = padded.new_empty(b, q, shape[1] * shape[2])
+        # S, M, the winning channels and alpha_s: kept whole, or per thread and sample only.
+        kept = [padded.new_empty(shape), padded.new_empty(shape), torch.empty(shape, dtype=torch.uint8),
+                padded.new_empty(shape)] if keep else [None] * 4
+        _run("branch_forward", padded.dtype, b, geometry, padded, kernels, channel, w1, w2, branch, *kept)
+        ctx.save_for_backward(padded, kernels, channel, w1, w2, *kept)
         ctx.geometry = geometry
-        return total, peak
+        if not keep:
+            return branch
+        return branch, kept[3]
 
     @staticmethod
-    def backward(ctx, grad_total, grad_peak):
-        padded, kernels, channel, winner = ctx.saved_tensors
-        if grad_total is None or grad_peak is None:
-            zeros = padded.new_zeros(winner.shape)
-            grad_total, grad_peak = (zeros if g is None else g for g in (grad_total, grad_peak))
-        grad_total, grad_peak = grad_total.contiguous(), grad_peak.contiguous()
+    def backward(ctx, grad, grad_gate=None):
+        padded, kernels, channel, w1, w2, *kept = ctx.saved_tensors
         # Written whole by the kernel.
         grad_padded = torch.empty_like(padded)
         grad_channel = None if channel is None else torch.empty_like(channel)
-        pairs = winner.shape[0] * winner.shape[3]  # (b, h), shared by the threads
-        sums = kernels.new_zeros(_workers(pairs), *kernels.shape)  # one per thread, added below
-        _run(
-            "attended_max_backward", padded.dtype, pairs, ctx.geometry,
-            padded, kernels, channel, grad_total, grad_peak, winner, grad_padded, grad_channel, private=sums,
-        )
-        return grad_padded, sums.sum(dim=0), grad_channel, None, None
-
-
-def gated_sum(logits: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``(torch.sigmoid(logits) * values).sum(dim=2)``, transposed, in one pass and with one pass for its gradients.
-
-    Shape: ``(B, P, H, Q)`` each -> ``(B, Q, P)``.
-    """
-    return _GatedSum.apply(logits, values)
-
-
-class _GatedSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits, values):
-        gate, values = torch.sigmoid(logits).contiguous(), values.contiguous()
-        b, p, h, q = values.shape
-        out = values.new_empty(b, q, p)
-        _run("gated_sum_forward", values.dtype, b * p, [p, h, q], gate, values, out)  # threads share (b, p)
-        ctx.save_for_backward(gate, values)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        gate, values = ctx.saved_tensors
-        grad_logits, grad_values = torch.empty_like(gate), torch.empty_like(values)
-        _run("gated_sum_backward", gate.dtype, gate.shape[0] * gate.shape[1], list(gate.shape[1:]),
-             gate, values, grad.contiguous(), grad_logits, grad_values)
-        return grad_logits, grad_values
+        sizes = (kernels.numel(), w1.numel(), w2.numel())
+        sums = kernels.new_zeros(_workers(padded.shape[0]), sum(sizes))  # one per thread, added below
+        grad_gate = None if grad_gate is None else grad_gate.contiguous()
+        _run("branch_backward", padded.dtype, padded.shape[0], ctx.geometry, padded, kernels, channel, w1, w2,
+             grad.contiguous(), grad_gate, *kept, grad_padded, grad_channel, private=sums)
+        grad_kernels, grad_w1, grad_w2 = sums.sum(dim=0).split(sizes)
+        return (grad_padded, grad_kernels.view_as(kernels), grad_channel, grad_w1.view_as(w1), grad_w2.view_as(w2),
+                None, None, None)
 
 
 def depthwise_pair_supported(channels: int, k: int) -> bool:

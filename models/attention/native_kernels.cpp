@@ -21,6 +21,7 @@
 // (lowest c or position), like torch.max. Each thread runs a kernel over its share [b0, b1) of
 // the batch, or of the (b, h) pairs [i0, i1) (see split below).
 
+#include <cmath>
 #include <cstdint>
 #include <algorithm>
 #include <cstring>
@@ -227,52 +228,47 @@ void fold_channel_attention(const Geometry& g, const T* kernels, const T* channe
     }
 }
 
-// With the filters W = alpha_c K of each sample: total = sum_c f~, peak = max_c f~ and its c.
-// total, peak, winner: (B, X', Y', H, Q).
+// With the filters W = alpha_c K of sample b: total = sum_c f~, peak = max_c f~ and its c, for
+// input orientation h. total, peak, winner point at sample b's (X', Y', H, Q) block; folded
+// holds C * k * k * Q values.
 template <typename T>
-void attended_max_forward(const int64_t* geometry, int64_t i0, int64_t i1, const T* planes, const T* kernels,
-                          const T* channel, T* total, T* peak, uint8_t* winner) {
-    const Geometry g(geometry);
+void attended_max_item(const Geometry& g, int64_t b, int64_t h, const T* planes, const T* kernels, const T* channel,
+                       T* total, T* peak, uint8_t* winner, T* folded) {
     using Lane = typename Vec<T>::lane;
     const int64_t plane_step = g.h * g.plane(), weight_step = g.taps() * g.q, row = g.h * g.q;
-    std::vector<T> folded(g.c * weight_step);
-    for (int64_t item = i0; item < i1; ++item) {  // (b, h): the filters of one h stay in the L1 cache
-        const int64_t b = item / g.h, h = item % g.h;
-        const T* planes_bh = planes + (b * g.c * g.h + h) * g.plane();
-        fold_channel_attention(g, kernels, channel, b, h, folded.data());
-        const T* weights_bh = folded.data();
-        for (int64_t x = 0; x < g.out_x; ++x)
-            over_row<Vec<T>::forward>(g, [&]<int P>(int64_t y0) {
-                const int64_t at = ((b * g.positions() + x * g.out_y + y0) * g.h + h) * g.q;
-                over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
-                    V<T> sum[P][NB], best[P][NB], acc[P][NB];
-                    Index<T> win[P][NB];
-                    for (int i = 0; i < P; ++i)
-                        for (int j = 0; j < NB; ++j)
-                            sum[i][j] = V<T>{}, best[i][j] = V<T>{} - std::numeric_limits<T>::infinity(),
-                            win[i][j] = Index<T>{};
-                    for (int64_t c = 0; c < g.c; ++c) {
-                        respond<P, NB>(g, planes_bh + c * plane_step + g.origin(x, y0), g.stride,
-                                       weights_bh + c * weight_step, j0, acc);
-                        const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
-                        for (int i = 0; i < P; ++i)
-                            for (int j = 0; j < NB; ++j) {
-                                sum[i][j] += acc[i][j];
-                                const auto better = acc[i][j] > best[i][j];
-                                best[i][j] = better ? acc[i][j] : best[i][j];
-                                win[i][j] = better ? channel : win[i][j];
-                            }
-                    }
+    const T* planes_bh = planes + (b * g.c * g.h + h) * g.plane();
+    fold_channel_attention(g, kernels, channel, b, h, folded);  // the filters of one h stay in the L1 cache
+    for (int64_t x = 0; x < g.out_x; ++x)
+        over_row<Vec<T>::forward>(g, [&]<int P>(int64_t y0) {
+            const int64_t at = ((x * g.out_y + y0) * g.h + h) * g.q;
+            over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+                V<T> sum[P][NB], best[P][NB], acc[P][NB];
+                Index<T> win[P][NB];
+                for (int i = 0; i < P; ++i)
+                    for (int j = 0; j < NB; ++j)
+                        sum[i][j] = V<T>{}, best[i][j] = V<T>{} - std::numeric_limits<T>::infinity(),
+                        win[i][j] = Index<T>{};
+                for (int64_t c = 0; c < g.c; ++c) {
+                    respond<P, NB>(g, planes_bh + c * plane_step + g.origin(x, y0), g.stride,
+                                   folded + c * weight_step, j0, acc);
+                    const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
                     for (int i = 0; i < P; ++i)
                         for (int j = 0; j < NB; ++j) {
-                            const int64_t o = at + i * row + g.start[j0 + j];
-                            store(total + o, sum[i][j]);
-                            store(peak + o, best[i][j]);
-                            store(winner + o, __builtin_convertvector(win[i][j], Bytes));
+                            sum[i][j] += acc[i][j];
+                            const auto better = acc[i][j] > best[i][j];
+                            best[i][j] = better ? acc[i][j] : best[i][j];
+                            win[i][j] = better ? channel : win[i][j];
                         }
-                });
+                }
+                for (int i = 0; i < P; ++i)
+                    for (int j = 0; j < NB; ++j) {
+                        const int64_t o = at + i * row + g.start[j0 + j];
+                        store(total + o, sum[i][j]);
+                        store(peak + o, best[i][j]);
+                        store(winner + o, __builtin_convertvector(win[i][j], Bytes));
+                    }
             });
-    }
+        });
 }
 
 // The backward pass of attended_max_forward works on one (b, h) and input channel c at a time,
@@ -464,32 +460,30 @@ inline void over_tap_groups(const Geometry& g, Body&& body) {
     }
 }
 
-// Gradients of attended_max_forward: every f~ term gets grad_total, the winning one also
-// grad_peak. Writes grad_planes (B, C, H, Xp, Yp); the gradients of W = alpha_c K then reach
-// the channel attention, grad_channel (B, C, H, Q) (written, if `channel` is not null), and
-// the filters, grad_kernels (C, H, k * k, Q), private to the calling thread (added into).
+// Gradients of attended_max_item for one (b, h): every f~ term gets grad_total, the winning one
+// also grad_peak (grad_total, grad_peak, winner: sample b's (X', Y', H, Q) block). Writes the
+// planes' share of grad_planes (B, C, H, Xp, Yp); the gradients of W = alpha_c K then reach the
+// channel attention, grad_channel (B, C, H, Q) (written, if `channel` is not null), and the
+// filters, grad_kernels (C, H, k * k, Q), private to the calling thread (added into).
 template <typename T>
-void attended_max_backward(const int64_t* geometry, int64_t i0, int64_t i1, const T* planes, const T* kernels,
-                           const T* channel, const T* grad_total, const T* grad_peak, const uint8_t* winner,
-                           T* grad_planes, T* grad_channel, T* grad_kernels) {
-    const Geometry g(geometry);
-    const ErrorLayout layout(g);
-    V<T> keep_last;  // 0 on the lanes of the last block that the block before covers
-    for (int l = 0; l < LANES; ++l) keep_last[l] = l < g.overlap ? T(0) : T(1);
-    const int64_t weight_step = g.taps() * g.q;
-    std::vector<T> folded(g.c * weight_step), grad_folded(g.c * weight_step);
-    const int64_t group = std::clamp<int64_t>(ERROR_GROUP_BYTES / (layout.size(g) * sizeof(T)), 1, g.c);
-    std::vector<T> all_errors(group * layout.size(g));
-    for (int64_t item = i0; item < i1; ++item) {  // (b, h)
-        const int64_t b = item / g.h, h = item % g.h;
-        const int64_t first = (b * g.positions() * g.h + h) * g.q;  // (b, position 0, h, 0)
+class AttendedMaxBackward {
+  public:
+    explicit AttendedMaxBackward(const Geometry& g)
+        : g(g), layout(g), weight_step(g.taps() * g.q), folded(g.c * weight_step), grad_folded(g.c * weight_step),
+          group(std::clamp<int64_t>(ERROR_GROUP_BYTES / (layout.size(g) * sizeof(T)), 1, g.c)),
+          errors(group * layout.size(g)) {
+        for (int l = 0; l < LANES; ++l) keep_last[l] = l < g.overlap ? T(0) : T(1);
+    }
+
+    void item(int64_t b, int64_t h, const T* planes, const T* kernels, const T* channel, const T* grad_total,
+              const T* grad_peak, const uint8_t* winner, T* grad_planes, T* grad_channel, T* grad_kernels) {
         fold_channel_attention(g, kernels, channel, b, h, folded.data());
         std::fill(grad_folded.begin(), grad_folded.end(), T(0));
         for (int64_t c = 0; c < g.c; ++c) {
             if (c % group == 0)
-                errors_of_channels(g, layout, grad_total + first, grad_peak + first, winner + first, c,
-                                   std::min(c + group, g.c), all_errors.data());
-            const T* errors = all_errors.data() + (c % group) * layout.size(g);
+                errors_of_channels(g, layout, grad_total + h * g.q, grad_peak + h * g.q, winner + h * g.q, c,
+                                   std::min(c + group, g.c), errors.data());
+            const T* e = errors.data() + (c % group) * layout.size(g);
             const int64_t ch = (b * g.c + c) * g.h + h;
             const T* plane = planes + ch * g.plane();
             const T* w = folded.data() + c * weight_step;
@@ -497,16 +491,16 @@ void attended_max_backward(const int64_t* geometry, int64_t i0, int64_t i1, cons
             T* dw = grad_folded.data() + c * weight_step;
             over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
                 over_tap_groups<Vec<T>::taps>(g, [&]<int NT>(int64_t t0) {
-                    weight_grad_tile<NT, NB>(g, layout, plane, errors, t0, j0, keep_last, dw);
+                    weight_grad_tile<NT, NB>(g, layout, plane, e, t0, j0, keep_last, dw);
                 });
             });
             std::fill(dp, dp + g.plane(), T(0));
             if (g.stride == 1) {
-                input_grad_gather(g, layout, w, errors, keep_last, dp);
+                input_grad_gather(g, layout, w, e, keep_last, dp);
             } else {
                 over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
                     over_tap_groups<Vec<T>::taps>(g, [&]<int NT>(int64_t t0) {
-                        input_grad_scatter_tile<NT, NB>(g, layout, w, errors, t0, j0, keep_last, dp);
+                        input_grad_scatter_tile<NT, NB>(g, layout, w, e, t0, j0, keep_last, dp);
                     });
                 });
             }
@@ -527,7 +521,16 @@ void attended_max_backward(const int64_t* geometry, int64_t i0, int64_t i1, cons
             }
         }
     }
-}
+
+  private:
+    const Geometry& g;
+    const ErrorLayout layout;
+    const int64_t weight_step;
+    std::vector<T> folded, grad_folded;
+    const int64_t group;  // channels whose errors are written at once
+    std::vector<T> errors;
+    V<T> keep_last;  // 0 on the lanes of the last block that the block before covers
+};
 
 // The attended output sum_h a s of the spatial attention a = sigmoid(z) and S, and its
 // gradients. a, s, grad_z, grad_s: (B, P, H, Q) (positions first, as the kernels above lay
@@ -768,6 +771,145 @@ void depthwise_weight_grad(const int64_t* geometry, int64_t r0, int64_t r1, cons
     }
 }
 
+// z <- sigmoid(z) = 1 / (1 + exp(-z)), the formula of torch.sigmoid. float: exp from Cephes' expf
+// (range reduction by ln 2 in two parts, a degree-5 polynomial; within 2 ulp of the exact value),
+// 16 values at a time; the tail goes through a padded vector.
+inline V<float> exp_of(V<float> x) {
+    x = x > 88.0f ? V<float>{} + 88.0f : x;  // exp(88) stays finite after the rounding of n below
+    x = x < -87.0f ? V<float>{} - 87.0f : x;  // exp(-87) stays a normal number
+    const V<float> shift = V<float>{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+    const V<float> n = (x * 1.44269504088896341f + shift) - shift;
+    const V<float> r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    V<float> p = V<float>{} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const V<float> y = p * r * r + r + 1.0f;
+    const Index<float> scale = (__builtin_convertvector(n, Index<float>) + 127) << 23;  // 2^n
+    V<float> two_n;
+    std::memcpy(&two_n, &scale, sizeof two_n);
+    return y * two_n;
+}
+
+inline void sigmoid_in_place(float* z, int64_t n) {
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) store(z + i, 1.0f / (1.0f + exp_of(-load<V<float>>(z + i))));
+    if (i < n) {
+        float tail[LANES] = {};
+        std::memcpy(tail, z + i, (n - i) * sizeof(float));
+        store(tail, 1.0f / (1.0f + exp_of(-load<V<float>>(tail))));
+        std::memcpy(z + i, tail, (n - i) * sizeof(float));
+    }
+}
+
+inline void sigmoid_in_place(double* z, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) z[i] = 1.0 / (1.0 + std::exp(-z[i]));
+}
+
+// The whole residual attention branch of a full attentive convolution, sample by sample:
+//   out = sum_h a S,   a = sigmoid(z),   z = w1 * S + w2 * M   (depthwise, over X' x Y'),
+// S and M the sum and max over c of alpha_c f~ (attended_max_item), out (B, Q, X' * Y').
+// w1, w2: (k_s * k_s, H * Q), the spatial attention's filter pair of every (h, q) map (w1 also
+// carrying the 1 / C of the channel mean). geometry: that of attended_max (10 values), then k_s,
+// its padding and dilation. One sample's S, M, a and their gradients (each X' * Y' * H * Q
+// values) stay in buffers of the thread, mostly in its L2 cache: nothing the size of the batch is
+// written but the output. Where `saved` buffers (B, X', Y', H, Q) are given, S, M, the winners
+// and a are kept there for the backward pass, which then reads rather than recomputes them.
+struct Branch {
+    Geometry g;
+    int64_t spatial[6];  // depthwise geometry {X', Y', H * Q, k_s, padding, dilation}
+    int64_t gate[3];     // gated sum geometry {X' * Y', H, Q}
+    explicit Branch(const int64_t* geometry)
+        : g(geometry),
+          spatial{g.out_x, g.out_y, g.h * g.q, geometry[10], geometry[11], geometry[12]},
+          gate{g.positions(), g.h, g.q} {}
+    int64_t values() const { return g.positions() * g.h * g.q; }  // per sample
+};
+
+// S, M, winners and a of sample b into s, m, win, a (sample-sized).
+template <typename T>
+void branch_statistics(const Branch& br, int64_t b, const T* planes, const T* kernels, const T* channel, const T* w1,
+                       const T* w2, T* s, T* m, uint8_t* win, T* a, T* folded) {
+    for (int64_t h = 0; h < br.g.h; ++h) attended_max_item(br.g, b, h, planes, kernels, channel, s, m, win, folded);
+    depthwise_pair_k<true, T>(br.spatial, 0, br.g.out_x, s, m, w1, w2, a, nullptr);
+    sigmoid_in_place(a, br.values());
+}
+
+// Sample b's buffers: the saved ones, or those of the thread.
+template <typename T>
+struct SampleBuffers {
+    T *s, *m, *a;
+    uint8_t* win;
+};
+
+template <typename T>
+SampleBuffers<T> sample_buffers(int64_t n, int64_t b, T* s, T* m, uint8_t* win, T* a, std::vector<T>& own,
+                                std::vector<uint8_t>& own_win) {
+    if (s) return {s + b * n, m + b * n, a + b * n, win + b * n};
+    own.resize(3 * n), own_win.resize(n);
+    return {own.data(), own.data() + n, own.data() + 2 * n, own_win.data()};
+}
+
+template <typename T>
+void branch_forward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
+                    const T* channel, const T* w1, const T* w2, T* out, T* s, T* m, uint8_t* win, T* a) {
+    const Branch br(geometry);
+    const int64_t n = br.values();
+    std::vector<T> folded(br.g.c * br.g.taps() * br.g.q), own;
+    std::vector<uint8_t> own_win;
+    for (int64_t b = b0; b < b1; ++b) {
+        const SampleBuffers<T> x = sample_buffers(n, b, s, m, win, a, own, own_win);
+        branch_statistics(br, b, planes, kernels, channel, w1, w2, x.s, x.m, x.win, x.a, folded.data());
+        gated_sum_forward<T>(br.gate, 0, br.g.positions(), x.a, x.s, out + b * br.g.q * br.g.positions());
+    }
+}
+
+// Its gradients, from grad (B, Q, X' * Y') and, where `saved` (then a is an output too),
+// grad_a (B, X', Y', H, Q) or null. Writes grad_planes and grad_channel as
+// AttendedMaxBackward does; adds into the thread's grad_kernels and grad_w1, grad_w2 (each
+// k_s * k_s * H * Q).
+template <typename T>
+void branch_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
+                     const T* channel, const T* w1, const T* w2, const T* grad, const T* grad_a, T* s, T* m,
+                     uint8_t* win, T* a, T* grad_planes, T* grad_channel, T* grad_kernels, T* grad_w1, T* grad_w2) {
+    const Branch br(geometry);
+    const Geometry& g = br.g;
+    const int64_t n = br.values(), channels = br.spatial[2], taps = br.spatial[3] * br.spatial[3];
+    // The input gradient of a size-keeping convolution: the same convolution with the filter turned
+    // by 180 degrees.
+    std::vector<T> flipped(2 * taps * channels);
+    for (int64_t t = 0; t < taps; ++t)
+        for (int64_t j = 0; j < channels; ++j) {
+            flipped[t * channels + j] = w1[(taps - 1 - t) * channels + j];
+            flipped[(taps + t) * channels + j] = w2[(taps - 1 - t) * channels + j];
+        }
+    std::vector<T> folded(g.c * g.taps() * g.q), own, work(4 * n);
+    std::vector<uint8_t> own_win;
+    T *grad_z = work.data(), *grad_s = grad_z + n, *grad_m = grad_s + n, *grad_s_conv = grad_m + n;
+    AttendedMaxBackward<T> max_backward(g);
+    for (int64_t b = b0; b < b1; ++b) {
+        const SampleBuffers<T> x = sample_buffers(n, b, s, m, win, a, own, own_win);
+        if (!s) branch_statistics(br, b, planes, kernels, channel, w1, w2, x.s, x.m, x.win, x.a, folded.data());
+        gated_sum_backward<T>(br.gate, 0, g.positions(), x.a, x.s, grad + b * g.q * g.positions(), grad_z, grad_s);
+        if (grad_a) {  // the gradient reaching the returned a: through its sigmoid into z
+            const T* ga = grad_a + b * n;
+#pragma omp simd
+            for (int64_t i = 0; i < n; ++i) grad_z[i] += ga[i] * x.a[i] * (T(1) - x.a[i]);
+        }
+        depthwise_pair_k<false, T>(br.spatial, 0, g.out_x, grad_z, nullptr, flipped.data(),
+                                   flipped.data() + taps * channels, grad_s_conv, grad_m);
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) grad_s[i] += grad_s_conv[i];
+        depthwise_weight_grad<T>(br.spatial, 0, g.out_x, x.s, grad_z, grad_w1);
+        depthwise_weight_grad<T>(br.spatial, 0, g.out_x, x.m, grad_z, grad_w2);
+        for (int64_t h = 0; h < g.h; ++h)
+            max_backward.item(b, h, planes, kernels, channel, grad_s, grad_m, x.win, grad_planes, grad_channel,
+                              grad_kernels);
+    }
+}
+
 // Runs body(b0, b1, thread) on `workers` OpenMP threads, each over its share of [0, batch).
 // Loaded into a process with PyTorch, this library shares PyTorch's OpenMP runtime (the same
 // libgomp.so.1) and so its threads. Threads of a pool of our own would compete for the cores
@@ -799,24 +941,20 @@ void split(int64_t workers, int64_t batch, Body&& body) {
                                                   T* dp, T* dk, int64_t stride) {                             \
         AAGC_SPLIT(spatial_max_backward<T>(g, b0, b1, p, k, where, grad, dp, dk + thread * stride));          \
     }                                                                                                         \
-    extern "C" void attended_max_forward_##suffix(const int64_t* g, int64_t workers, int64_t batch,            \
-                                                  const T* p, const T* k, const T* a, T* total, T* peak,       \
-                                                  uint8_t* winner) {                                          \
-        AAGC_SPLIT(attended_max_forward<T>(g, b0, b1, p, k, a, total, peak, winner));                         \
+    extern "C" void branch_forward_##suffix(const int64_t* g, int64_t workers, int64_t batch, const T* p,       \
+                                            const T* k, const T* alpha, const T* w1, const T* w2, T* out, T* s,   \
+                                            T* m, uint8_t* win, T* a) {                                       \
+        AAGC_SPLIT(branch_forward<T>(g, b0, b1, p, k, alpha, w1, w2, out, s, m, win, a));                     \
     }                                                                                                         \
-    extern "C" void attended_max_backward_##suffix(const int64_t* g, int64_t workers, int64_t batch,           \
-                                                   const T* p, const T* k, const T* a, const T* gt,            \
-                                                   const T* gp, const uint8_t* winner, T* dp, T* da, T* dk,    \
-                                                   int64_t stride) {                                          \
-        AAGC_SPLIT(attended_max_backward<T>(g, b0, b1, p, k, a, gt, gp, winner, dp, da, dk + thread * stride)); \
-    }                                                                                                         \
-    extern "C" void gated_sum_forward_##suffix(const int64_t* g, int64_t workers, int64_t batch, const T* a,   \
-                                               const T* s, T* out) {                                          \
-        AAGC_SPLIT(gated_sum_forward<T>(g, b0, b1, a, s, out));                                               \
-    }                                                                                                         \
-    extern "C" void gated_sum_backward_##suffix(const int64_t* g, int64_t workers, int64_t batch, const T* a,  \
-                                                const T* s, const T* grad, T* dz, T* ds) {                    \
-        AAGC_SPLIT(gated_sum_backward<T>(g, b0, b1, a, s, grad, dz, ds));                                     \
+    extern "C" void branch_backward_##suffix(const int64_t* g, int64_t workers, int64_t batch, const T* p,      \
+                                             const T* k, const T* alpha, const T* w1, const T* w2,             \
+                                             const T* grad, const T* grad_a, T* s, T* m, uint8_t* win, T* a,   \
+                                             T* dp, T* dalpha, T* sums, int64_t stride) {                      \
+        const Branch br(g);                                                                                   \
+        const int64_t dk = br.g.c * br.g.h * br.g.taps() * br.g.q, dw = br.spatial[3] * br.spatial[3] * br.spatial[2]; \
+        AAGC_SPLIT(T* mine = sums + thread * stride;                                                          \
+                   branch_backward<T>(g, b0, b1, p, k, alpha, w1, w2, grad, grad_a, s, m, win, a, dp, dalpha,  \
+                                      mine, mine + dk, mine + dk + dw));                                      \
     }                                                                                                         \
     extern "C" void depthwise_pair_forward_##suffix(const int64_t* g, int64_t workers, int64_t batch,          \
                                                     const T* in1, const T* in2, const T* w1, const T* w2,      \

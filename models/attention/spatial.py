@@ -121,9 +121,7 @@ class FullSpatialAttention(nn.Module):
             return lifting_filters(self.weight, self.group).reshape(-1, 2, k, k)  # from (O, G, 2, k, k)
         return group_filters(self.weight, self.group).permute(3, 0, 1, 2, 4, 5).reshape(-1, 2, k, k)
 
-    def logits_from_statistics(
-        self, mean: torch.Tensor, peak: torch.Tensor, mean_scale: float = 1.0, filters: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def logits_from_statistics(self, mean: torch.Tensor, peak: torch.Tensor, mean_scale: float = 1.0) -> torch.Tensor:
         """The attention before its sigmoid, from the mean and max of the channel-attended f~ over input channels.
 
         Args:
@@ -131,13 +129,11 @@ class FullSpatialAttention(nn.Module):
             peak: the max over input channels.
             mean_scale: factor applied to ``mean`` (by scaling its filter, which is
                 far smaller), so callers holding the sum can pass it with 1 / C_in.
-            filters: :meth:`filter_pairs`, if at hand (callers applying the attention
-                piece by piece build them once).
 
         Shape: lifting ``(B, C_out, G, X, Y)`` each -> same; group
         ``(B, C_out, G, G_in, X, Y)`` each -> same.
         """
-        filters = self.filter_pairs() if filters is None else filters
+        filters = self.filter_pairs()
         k = filters.shape[-1]
         if not self.lifting:
             mean, peak = mean.permute(0, 3, 1, 2, 4, 5), peak.permute(0, 3, 1, 2, 4, 5)  # (B, G_in, O, G, X, Y)
