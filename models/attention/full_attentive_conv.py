@@ -259,14 +259,10 @@ def _patches(planes, geo) -> torch.Tensor:
     return cols.view(planes.shape[0], geo.c * geo.h, geo.k * geo.k, -1).permute(1, 2, 0, 3)
 
 
-def _tap_slices(padded, geo):
-    """For each filter tap, the strided view of the padded input it meets: k * k views (B, C * H, X', Y')."""
-    d, s = geo.dilation, geo.stride
-    for du in range(geo.k):
-        for dv in range(geo.k):
-            rows = slice(du * d, du * d + s * (geo.out[0] - 1) + 1, s)
-            cols = slice(dv * d, dv * d + s * (geo.out[1] - 1) + 1, s)
-            yield padded[..., rows, cols]
+def _tap_ranges(geo, axis):
+    """For each filter tap along ``axis`` (0: rows, 1: columns), the strided slice of the padded input it meets."""
+    d, s, size = geo.dilation, geo.stride, geo.out[axis]
+    return [slice(t * d, t * d + s * (size - 1) + 1, s) for t in range(geo.k)]
 
 
 def _spatial_statistics(planes, filters, geo, padded=None):
@@ -297,21 +293,29 @@ def _spatial_statistics(planes, filters, geo, padded=None):
 class _MeanPatch(torch.autograd.Function):
     """The mean over output positions of the input patch: ``(B, C * H, Xp, Yp)`` -> ``(B, C * H, k * k)``.
 
-    Autograd would give each tap's slice a zero gradient the size of the whole input;
-    here all taps add into one.
+    Each tap's mean is that of a window of the plane; the window sums factor into
+    sums over the window's columns, then over its rows, so each pass reads the
+    planes k times rather than k * k. Autograd would give each slice a zero
+    gradient the size of the whole input; here all taps add into one.
     """
 
     @staticmethod
     def forward(ctx, padded, geo):
         ctx.geo, ctx.shape = geo, padded.shape
-        return torch.stack([tap.mean(dim=(-2, -1)) for tap in _tap_slices(padded, geo)], dim=-1)
+        columns = torch.stack([padded[..., cols].sum(dim=-1) for cols in _tap_ranges(geo, 1)], dim=-1)  # (.., Xp, k)
+        windows = torch.stack([columns[..., rows, :].sum(dim=-2) for rows in _tap_ranges(geo, 0)], dim=-2)
+        return windows.flatten(-2) / (geo.out[0] * geo.out[1])  # (..., k, k) -> (..., k * k)
 
     @staticmethod
     def backward(ctx, grad):
+        geo = ctx.geo
+        grad = (grad / (geo.out[0] * geo.out[1])).unflatten(-1, (geo.k, geo.k))
+        columns = grad.new_zeros(*ctx.shape[:-1], geo.k)
+        for u, rows in enumerate(_tap_ranges(geo, 0)):
+            columns[..., rows, :] += grad[..., u, None, :]
         out = grad.new_zeros(ctx.shape)
-        grad = grad / (ctx.geo.out[0] * ctx.geo.out[1])
-        for t, tap in enumerate(_tap_slices(out, ctx.geo)):
-            tap.add_(grad[..., t, None, None])
+        for v, cols in enumerate(_tap_ranges(geo, 1)):
+            out[..., cols] += columns[..., v, None]
         return out, None
 
 
