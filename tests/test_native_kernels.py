@@ -78,12 +78,17 @@ def test_spatial_max_is_the_first_maximum_with_gradients(geometry, dtype):
 
 
 def branch_oracle(padded, kernels, alpha, pairs, geometry):
-    """The attention branch and alpha_s from f~ with PyTorch ops: ``(B, Q, X', Y')``, ``(B, X', Y', H, Q)``."""
+    """The attention branch and alpha_s from f~ with PyTorch ops: ``(B, Q, X', Y')``, ``(B, X', Y', H, Q)``.
+
+    ``pairs`` None: no spatial attention (alpha_s = 1).
+    """
     _, c, h, _, _, stride, dilation, _, q = geometry[:9]
     k_s, spatial_dilation = geometry[9:]
     f = unsummed(padded, kernels, h, stride, dilation)  # (B, Q, C, H, X', Y')
     attended = f if alpha is None else alpha[..., None, None] * f
     total, peak = attended.sum(dim=2), attended.max(dim=2).values  # (B, Q, H, X', Y'); torch.max: the first
+    if pairs is None:
+        return total.sum(dim=2), None
     # One map per (h, q), in that order, as the pairs.
     maps = [t.transpose(1, 2).reshape(t.shape[0], h * q, *t.shape[-2:]) for t in (total / c, peak)]
     conv = dict(padding=spatial_dilation * (k_s // 2), dilation=spatial_dilation, groups=h * q)
@@ -93,24 +98,26 @@ def branch_oracle(padded, kernels, alpha, pairs, geometry):
     return branch, gate.permute(0, 3, 4, 1, 2)
 
 
-@pytest.mark.parametrize("keep", [False, True], ids=["recomputed", "kept"])
+@pytest.mark.parametrize(
+    "spatial,keep", [(True, False), (True, True), (False, False)], ids=["recomputed", "kept", "no alpha_s"]
+)
 @pytest.mark.parametrize("channel_attention", [True, False], ids=["alpha_c", "no alpha_c"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("geometry", BRANCH_GEOMETRIES, ids=str)
-def test_attention_branch_with_gradients(geometry, dtype, channel_attention, keep):
+def test_attention_branch_with_gradients(geometry, dtype, channel_attention, spatial, keep):
     padded, kernels, alpha = inputs(geometry[:9], dtype)
-    alpha = alpha if channel_attention else None
     _, c, h, _, _, stride, dilation, _, q, k_s, spatial_dilation = geometry
     # Filters large enough that alpha_s saturates at 0 and 1 in places.
     pairs = 3 * torch.randn(h * q, 2, k_s, k_s, dtype=dtype, generator=torch.Generator().manual_seed(4))
     size = unsummed(padded, kernels, h, stride, dilation).shape[-2:]
-    tensors = [t for t in (padded, kernels, alpha, pairs) if t is not None]
-    leaves, oracle = ([t.clone().requires_grad_() for t in tensors] for _ in range(2))
-    with_alpha = (lambda ts: (*ts[:2], ts[2], ts[3])) if channel_attention else (lambda ts: (*ts[:2], None, ts[2]))
+    arguments = {"planes": padded, "kernels": kernels, "alpha": alpha if channel_attention else None,
+                 "pairs": pairs if spatial else None}
+    leaves, oracle = ({k: None if t is None else t.clone().requires_grad_() for k, t in arguments.items()}
+                      for _ in range(2))
 
-    branch, gate = native.attention_branch(*with_alpha(leaves), 1.0 / c, h, size, stride, dilation,
+    branch, gate = native.attention_branch(*leaves.values(), 1.0 / c, h, size, stride, dilation,
                                            spatial_dilation * (k_s // 2), spatial_dilation, keep)
-    expected_branch, expected_gate = branch_oracle(*with_alpha(oracle), geometry)
+    expected_branch, expected_gate = branch_oracle(*oracle.values(), geometry)
     tol = TOLERANCE[dtype]
     assert branch.shape == expected_branch.shape and relative(branch, expected_branch) <= tol
     assert (gate is None) != keep
@@ -123,9 +130,9 @@ def test_attention_branch_with_gradients(geometry, dtype, channel_attention, kee
         loss, expected_loss = loss + (gate * upstream_gate).sum(), expected_loss + (expected_gate * upstream_gate).sum()
     loss.backward()
     expected_loss.backward()
-    names = ["planes", "kernels"] + ["alpha"] * channel_attention + ["pairs"]
-    for name, mine, theirs in zip(names, leaves, oracle, strict=True):
-        assert relative(mine.grad, theirs.grad) <= tol, f"gradient of {name}"
+    for name, mine in leaves.items():
+        if mine is not None:
+            assert relative(mine.grad, oracle[name].grad) <= tol, f"gradient of {name}"
 
 
 def test_attention_branch_cover():

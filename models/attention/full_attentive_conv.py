@@ -125,6 +125,10 @@ class _EfficientFullAttention(AttentiveLayer):
             channel = self._channel_from_statistics(*_spatial_statistics(planes, filters, geo, padded))
         b, o, n, c, h, kk = geo.b, geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
         alpha = None if channel is None else channel.reshape(b, o * n, c, h)
+        if attention is None:  # channel attention only: the branch is sum_h S
+            attended, _ = native.attention_branch(padded, filters.reshape(o * n, c, h, kk), alpha, None, 1.0, h,
+                                                  geo.out, geo.stride, geo.dilation, 0, 1, keep=False)
+            return attended.view(b, o, n, *geo.out), channel, None
         small = b * h * o * n * geo.out[0] * geo.out[1] <= RECOMPUTE_ABOVE_VALUES
         keep = keep_spatial or (small and _needs_grad(padded, filters, channel, *attention.parameters()))
         attended, gate = native.attention_branch(
@@ -136,10 +140,8 @@ class _EfficientFullAttention(AttentiveLayer):
 
     def _compiled(self, planes, filters, channels) -> bool:
         attention = self.spatial_attention
-        return (
-            attention is not None
-            and native.available(planes, filters, channels=channels)
-            and native.branch_supported(attention.weight.shape[-1])
+        return native.available(planes, filters, channels=channels) and (
+            attention is None or native.branch_supported(attention.weight.shape[-1])
         )
 
     def _pytorch_attention(self, planes, filters, geo):

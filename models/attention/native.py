@@ -184,21 +184,25 @@ def attention_branch(padded, kernels, channel, pairs, mean_scale: float, h: int,
         kernels: the filters ``(Q, C, H, k * k)``.
         channel: the channel attention alpha_c ``(B, Q, C, H)``, or None (alpha_c = 1).
         pairs: the spatial attention's filter pairs ``(H * Q, 2, k_s, k_s)``, maps ordered (h, q)
-            (see :func:`branch_supported`); its padding and dilation keep the size.
+            (see :func:`branch_supported`); its padding and dilation keep the size. None: no
+            spatial attention (alpha_s = 1, the branch is sum_h S).
         keep: keep S, M and alpha_s for the backward pass rather than recompute them there, and
-            return alpha_s.
+            return alpha_s (ignored without spatial attention).
 
     Returns: the branch ``(B, Q, X', Y')``, and alpha_s ``(B, X', Y', H, Q)`` (channels last) if
     ``keep`` else None; differentiable with respect to all tensor arguments.
     """
     q, c = kernels.shape[:2]
-    k, k_s = round(kernels.shape[-1] ** 0.5), pairs.shape[-1]
+    k, k_s = round(kernels.shape[-1] ** 0.5), 0 if pairs is None else pairs.shape[-1]
     # Differentiable: the gradients flow back through the copies.
     last = _lanes_last(kernels, -4)  # (C, H, k * k, Q')
     alpha = None if channel is None else _lanes_last(channel, 1)  # (B, C, H, Q')
-    # Each filter of the pair as (k_s * k_s, H * Q'): (H, Q, k_s^2) -> (H, k_s^2, Q') -> (k_s^2, H, Q').
-    w1, w2 = (_lanes_last(f.reshape(h, q, k_s * k_s), 1).transpose(0, 1).reshape(k_s * k_s, -1).contiguous()
-              for f in (pairs[:, 0] * mean_scale, pairs[:, 1]))
+    w1 = w2 = None
+    if pairs is not None:
+        # Each filter of the pair as (k_s * k_s, H * Q'): (H, Q, k_s^2) -> (H, k_s^2, Q') -> (k_s^2, H, Q').
+        w1, w2 = (_lanes_last(f.reshape(h, q, k_s * k_s), 1).transpose(0, 1).reshape(k_s * k_s, -1).contiguous()
+                  for f in (pairs[:, 0] * mean_scale, pairs[:, 1]))
+    keep = keep and pairs is not None
     geometry = [*_geometry(padded, c, h, out, k, stride, dilation, last.shape[-1]), k_s, spatial_padding,
                 spatial_dilation]
     shape = (padded.shape[0], *out, h, last.shape[-1])
@@ -232,14 +236,14 @@ class _AttentionBranch(torch.autograd.Function):
         # Written whole by the kernel.
         grad_padded = torch.empty_like(padded)
         grad_channel = None if channel is None else torch.empty_like(channel)
-        sizes = (kernels.numel(), w1.numel(), w2.numel())
+        sizes = (kernels.numel(), *(0 if w is None else w.numel() for w in (w1, w2)))
         sums = kernels.new_zeros(_workers(padded.shape[0]), sum(sizes))  # one per thread, added below
         grad_gate = None if grad_gate is None else grad_gate.contiguous()
         _run("branch_backward", padded.dtype, padded.shape[0], ctx.geometry, padded, kernels, channel, w1, w2,
              grad.contiguous(), grad_gate, *kept, grad_padded, grad_channel, private=sums)
         grad_kernels, grad_w1, grad_w2 = sums.sum(dim=0).split(sizes)
-        return (grad_padded, grad_kernels.view_as(kernels), grad_channel, grad_w1.view_as(w1), grad_w2.view_as(w2),
-                None, None, None)
+        grad_w1, grad_w2 = (None if w is None else grad.view_as(w) for grad, w in ((grad_w1, w1), (grad_w2, w2)))
+        return grad_padded, grad_kernels.view_as(kernels), grad_channel, grad_w1, grad_w2, None, None, None
 
 
 def depthwise_pair_supported(channels: int, k: int) -> bool:

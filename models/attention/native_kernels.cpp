@@ -817,6 +817,7 @@ inline void sigmoid_in_place(double* z, int64_t n) {
 // values) stay in buffers of the thread, mostly in its L2 cache: nothing the size of the batch is
 // written but the output. Where `saved` buffers (B, X', Y', H, Q) are given, S, M, the winners
 // and a are kept there for the backward pass, which then reads rather than recomputes them.
+// Without spatial attention (w1, w2 null) a = 1: out = sum_h S, whose backward needs no recomputation.
 struct Branch {
     Geometry g;
     int64_t spatial[6];  // depthwise geometry {X', Y', H * Q, k_s, padding, dilation}
@@ -833,6 +834,10 @@ template <typename T>
 void branch_statistics(const Branch& br, int64_t b, const T* planes, const T* kernels, const T* channel, const T* w1,
                        const T* w2, T* s, T* m, uint8_t* win, T* a, T* folded) {
     for (int64_t h = 0; h < br.g.h; ++h) attended_max_item(br.g, b, h, planes, kernels, channel, s, m, win, folded);
+    if (!w1) {  // no spatial attention: a = 1
+        std::fill(a, a + br.values(), T(1));
+        return;
+    }
     depthwise_pair_k<true, T>(br.spatial, 0, br.g.out_x, s, m, w1, w2, a, nullptr);
     sigmoid_in_place(a, br.values());
 }
@@ -879,8 +884,8 @@ void branch_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* p
     const int64_t n = br.values(), channels = br.spatial[2], taps = br.spatial[3] * br.spatial[3];
     // The input gradient of a size-keeping convolution: the same convolution with the filter turned
     // by 180 degrees.
-    std::vector<T> flipped(2 * taps * channels);
-    for (int64_t t = 0; t < taps; ++t)
+    std::vector<T> flipped(w1 ? 2 * taps * channels : 0);
+    for (int64_t t = 0; t < (w1 ? taps : 0); ++t)
         for (int64_t j = 0; j < channels; ++j) {
             flipped[t * channels + j] = w1[(taps - 1 - t) * channels + j];
             flipped[(taps + t) * channels + j] = w2[(taps - 1 - t) * channels + j];
@@ -890,6 +895,18 @@ void branch_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* p
     T *grad_z = work.data(), *grad_s = grad_z + n, *grad_m = grad_s + n, *grad_s_conv = grad_m + n;
     AttendedMaxBackward<T> max_backward(g);
     for (int64_t b = b0; b < b1; ++b) {
+        if (!w1) {  // no spatial attention: every S term gets the incoming gradient, the max none
+            own_win.resize(n);  // (zeros: any winner will do)
+            const T* e = grad + b * g.q * g.positions();
+            for (int64_t p = 0; p < g.positions(); ++p)
+                for (int64_t h = 0; h < g.h; ++h)
+                    for (int64_t j = 0; j < g.q; ++j) grad_s[(p * g.h + h) * g.q + j] = e[j * g.positions() + p];
+            std::fill(grad_m, grad_m + n, T(0));
+            for (int64_t h = 0; h < g.h; ++h)
+                max_backward.item(b, h, planes, kernels, channel, grad_s, grad_m, own_win.data(), grad_planes,
+                                  grad_channel, grad_kernels);
+            continue;
+        }
         const SampleBuffers<T> x = sample_buffers(n, b, s, m, win, a, own, own_win);
         if (!s) branch_statistics(br, b, planes, kernels, channel, w1, w2, x.s, x.m, x.win, x.a, folded.data());
         gated_sum_backward<T>(br.gate, 0, g.positions(), x.a, x.s, grad + b * g.q * g.positions(), grad_z, grad_s);
