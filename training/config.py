@@ -23,7 +23,13 @@ class TrainConfig:
         milestones, lr_gamma: multiply the lr by ``lr_gamma`` at these epochs (counted from 0).
         plateau_patience, plateau_factor: when ``plateau_patience`` > 0, multiply the lr by
             ``plateau_factor`` after that many epochs without a better validation error.
-        augment: ``none`` or ``flip_crop`` (CIFAR10+: horizontal flip, 4-pixel padded crop).
+        augment: ``none``, ``flip_crop`` (CIFAR10+: horizontal flip, 4-pixel padded crop) or ``group_stain``
+            (H&E: random p4m element and stain jitter, ``data/augment.py``).
+        sampling: ``uniform`` (each epoch a permutation of the training split) or ``weighted`` (draws with
+            replacement by the split's ``sample_weights``, e.g. class balance).
+        epoch_size: training examples per epoch (0: the split's size); short epochs validate more often.
+        select_on: the validation metric that selects the checkpoint: ``error``, ``nll`` or ``auc`` (binary).
+        init_from: a checkpoint of the same architecture whose weights start the run (empty: random).
         dropout: overrides the model's dropout when set.
         seed: seeds initialisation, shuffling, augmentation and dropout (per epoch, so resuming repeats exactly).
         max_steps: stop after this many optimisation steps in all (0: no limit); for smoke runs.
@@ -47,6 +53,10 @@ class TrainConfig:
     plateau_patience: int = 0
     plateau_factor: float = 0.5
     augment: str = "none"
+    sampling: str = "uniform"
+    epoch_size: int = 0
+    select_on: str = "error"
+    init_from: str = ""
     dropout: float | None = None
     seed: int = 0
     max_steps: int = 0
@@ -58,8 +68,12 @@ class TrainConfig:
     def __post_init__(self):
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', not {self.optimizer!r}")
-        if self.augment not in ("none", "flip_crop"):
-            raise ValueError(f"augment must be 'none' or 'flip_crop', not {self.augment!r}")
+        for name, allowed in (("augment", ("none", "flip_crop", "group_stain")), ("sampling", ("uniform", "weighted")),
+                              ("select_on", ("error", "nll", "auc"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {getattr(self, name)!r}")
+        if self.epoch_size < 0:
+            raise ValueError(f"epoch_size must be 0 (the split's size) or positive, got {self.epoch_size}")
         for name in ("epochs", "batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

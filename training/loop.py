@@ -31,11 +31,11 @@ from .curves import plot_curves
 from .data import Split, Splits, load_dataset
 from .distributed import Context, setup, shard, teardown
 from .evaluation import Normaliser, evaluate, measure_equivariance, predict
-from .metrics import classification_metrics
+from .metrics import classification_metrics, confidence_intervals
 from .presets import PRESETS
 from .run_files import BEST, STATE, load_state, save_state, write_log
 
-__all__ = ["train_one_epoch", "fit", "RunExistsError"]
+__all__ = ["train_one_epoch", "epoch_order", "selection_score", "fit", "RunExistsError"]
 
 
 CHECK_SUBSET = 5000
@@ -81,7 +81,7 @@ def train_one_epoch(
     Returns ``{"train_loss", "train_error", "steps"}`` averaged over this rank's examples
     (with dropout on, as the model trains).
     """
-    order = np.random.default_rng(_seed(cfg.seed, epoch, 0, 0)).permutation(len(split))  # the same on every rank
+    order = epoch_order(split, cfg, np.random.default_rng(_seed(cfg.seed, epoch, 0, 0)))  # the same on every rank
     augment_rng = torch.Generator().manual_seed(_seed(cfg.seed, epoch, ctx.rank, 1))
     torch.manual_seed(_seed(cfg.seed, epoch, ctx.rank, 2))  # dropout
     steps = math.ceil(len(order) / cfg.batch_size)
@@ -102,6 +102,10 @@ def train_one_epoch(
             from .data.augment import flip_and_crop  # CIFAR only
 
             images = flip_and_crop(images, augment_rng)
+        elif cfg.augment == "group_stain":
+            from .data.augment import group_and_stain  # H&E only
+
+            images = group_and_stain(images, augment_rng)
         labels = torch.from_numpy(labels).to(ctx.device)
         logits = model(normalise(images))
         loss = F.cross_entropy(logits, labels)
@@ -118,6 +122,34 @@ def train_one_epoch(
     return {"train_loss": loss_sum.item() / seen, "train_error": wrong.item() / seen, "steps": steps}
 
 
+def epoch_order(split: Split, cfg: TrainConfig, rng: np.random.Generator) -> np.ndarray:
+    """The indices one epoch visits: permutations of the split (``uniform``), or draws by its ``sample_weights``.
+
+    ``cfg.epoch_size`` (when > 0) sets the length; uniform epochs longer than the split chain permutations.
+    """
+    size = cfg.epoch_size or len(split)
+    if cfg.sampling == "weighted":
+        weights = getattr(split, "sample_weights", None)
+        if weights is None:
+            raise ValueError(f"sampling='weighted' needs a training split with sample_weights; "
+                             f"{cfg.dataset}'s has none")
+        return rng.choice(len(split), size=size, p=weights)
+    return np.concatenate([rng.permutation(len(split)) for _ in range(math.ceil(size / len(split)))])[:size]
+
+
+def selection_score(metrics: dict, select_on: str) -> float:
+    """The validation score a run minimises to select its checkpoint (AUC is negated)."""
+    return -metrics["auc"] if select_on == "auc" else metrics[select_on]
+
+
+def _initialise_from(model: nn.Module, cfg: TrainConfig) -> None:
+    """Start from the weights of ``cfg.init_from``, which must be a checkpoint of the same architecture."""
+    source, card = load_checkpoint(cfg.init_from)
+    if card.get("arch") != cfg.model:
+        raise ValueError(f"--init-from {cfg.init_from} is a {card.get('arch')} checkpoint, not {cfg.model}")
+    load_weights(model, source.state_dict(), cfg.init_from)
+
+
 def _build(cfg: TrainConfig) -> nn.Module:
     return build_model(cfg.model, **({} if cfg.dropout is None else {"dropout": cfg.dropout}))
 
@@ -129,7 +161,8 @@ def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, comman
         "input": {"size": spec.size, "channels": spec.channels, "mean": list(spec.mean), "std": list(spec.std),
                   "transposed": False},
         "dataset": {"name": spec.name, "source": spec.source, "notes": spec.notes,
-                    "class_names": list(spec.class_names), "splits": splits.sizes()},
+                    "class_names": list(spec.class_names), "splits": splits.sizes(),
+                    **({"test_files": list(spec.test_files)} if spec.test_files else {})},
         "class_names": list(spec.class_names),
         "training": {
             "preset": preset,
@@ -185,7 +218,10 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
     splits = load_dataset(cfg.dataset, cfg.data_dir, **({"fetch": True} if cfg.fetch else {}))
     normalise = Normaliser.for_spec(splits.spec, ctx.device)
     torch.manual_seed(cfg.seed)  # initialisation
-    model = _build(cfg).to(ctx.device)
+    model = _build(cfg)
+    if cfg.init_from and "model" not in state:
+        _initialise_from(model, cfg)
+    model = model.to(ctx.device)
     optimizer = build_optimizer(cfg, model)
     scheduler = build_scheduler(cfg, optimizer)
     if "model" in state:
@@ -210,22 +246,27 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
         lr = optimizer.param_groups[0]["lr"]
         budget = cfg.max_steps - state["steps"] if cfg.max_steps else 0
         row = train_one_epoch(trained, optimizer, splits.train, normalise, cfg, ctx, epoch, budget)
-        valid = evaluate(model, splits.valid, normalise, ctx, **eval_args)
+        valid = evaluate(model, splits.valid, normalise, ctx, calibration=calibration, **eval_args)
+        score = selection_score(valid, cfg.select_on)
         state["steps"] += row.pop("steps")
         epoch += 1
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            scheduler.step(valid["error"])
+            scheduler.step(score)
         elif scheduler is not None:
             scheduler.step()
         history.append({"epoch": epoch, "lr": lr, **row, "valid_error": valid["error"], "valid_nll": valid["nll"],
+                        **({"valid_auc": valid["auc"]} if "auc" in valid else {}),
                         "seconds": round(time.time() - tick, 2)})
-        improved = valid["error"] < state["best_valid_error"]
+        # Runs saved before selection metrics existed kept their best validation error under this name.
+        best = state.setdefault("best_valid_score", state.get("best_valid_error", math.inf))
+        improved = score < best
         if improved:
-            state["best_valid_error"], state["best_epoch"] = valid["error"], epoch
+            state["best_valid_score"], state["best_epoch"] = score, epoch
         if ctx.is_main:
             if improved:
                 card = _card(cfg, splits, ctx, **base_card, extra={"epochs_completed": epoch, "provisional": True})
-                card.update(metrics={"valid_error": valid["error"]}, equivariance_error=None)
+                card.update(metrics={"valid_error": valid["error"], "valid_nll": valid["nll"]},
+                            equivariance_error=None)
                 save_checkpoint(model, run_dir / BEST, card)
             state.update(epoch=epoch, seconds=time.time() - started, model=model.state_dict(),
                          optimizer=optimizer.state_dict(),
@@ -233,8 +274,10 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
             save_state(run_dir, state)
             write_log(run_dir, history)
             plot_curves(history, run_dir / "curves.png", title=f"{cfg.model} on {cfg.dataset}")
+            auc = f", valid AUC {valid['auc']:.4f}" if "auc" in valid else ""
             print(f"epoch {epoch}/{cfg.epochs}: train loss {row['train_loss']:.4f}, train error "
-                  f"{100 * row['train_error']:.2f}%, valid error {100 * valid['error']:.2f}%"
+                  f"{100 * row['train_error']:.2f}%, valid error {100 * valid['error']:.2f}%, valid NLL "
+                  f"{valid['nll']:.4f}{auc}"
                   f"{' (best)' if improved else ''}, {history[-1]['seconds']:.1f} s", flush=True)
         if ctx.distributed:
             torch.distributed.barrier()  # the other ranks read best.safetensors only once rank 0 has written it
@@ -256,7 +299,7 @@ def _rank_disagreement(model: nn.Module, ctx: Context) -> float:
 
 def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
     fresh = {"config": dataclasses.asdict(cfg), "epoch": 0, "steps": 0, "seconds": 0.0, "history": [],
-             "best_valid_error": math.inf, "best_epoch": 0}
+             "best_valid_score": math.inf, "best_epoch": 0}
     if not resume:
         if (run_dir / STATE).exists():
             raise RunExistsError(f"{run_dir} already holds a run: pass --resume to continue it, or another --out")
@@ -292,6 +335,10 @@ def _finish(cfg, run_dir, ctx, splits, state, base_card, calibration, epochs_don
                    "test_error_first_n": subset["error"], "test_first_n": subset["count"],
                    "valid_error": valid["error"], "valid_nll": valid["nll"]}
         metrics.update({f"test_{key}": value for key, value in test.items()})
+        if "auc" in valid:
+            metrics["valid_auc"] = valid["auc"]
+        if calibration:
+            metrics["test_intervals"] = confidence_intervals(test_probs, test_labels)
         equivariance = measure_equivariance(model, splits.test, normalise, cfg.equivariance_images)
         extra = {"epochs_completed": epochs_done, "epochs_planned": cfg.epochs,
                  "recipe_epochs": PRESETS[base_card["preset"]].epochs if base_card["preset"] in PRESETS else None,

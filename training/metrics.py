@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["error_rate", "nll", "roc_auc", "reliability", "classification_metrics"]
+__all__ = ["error_rate", "nll", "roc_auc", "reliability", "classification_metrics", "wilson_interval",
+           "confidence_intervals"]
 
 
 def error_rate(probs: np.ndarray, labels: np.ndarray) -> float:
@@ -77,3 +78,44 @@ def classification_metrics(probs: np.ndarray, labels: np.ndarray, *, calibration
         if probs.shape[1] == 2:
             metrics["auc"] = roc_auc(probs[:, 1], labels)
     return metrics
+
+
+def wilson_interval(successes: int, total: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95 % for the default ``z``)."""
+    if total == 0:
+        return float("nan"), float("nan")
+    p = successes / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * np.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return float(centre - half), float(centre + half)
+
+
+def confidence_intervals(probs: np.ndarray, labels: np.ndarray, *, resamples: int = 2000, seed: int = 0) -> dict:
+    """95 % intervals of a binary classifier's test metrics.
+
+    Accuracy and error: Wilson score intervals. AUC, NLL and ECE: percentile bootstrap over the test examples,
+    resampled within each class (so that every resample keeps the class counts and its AUC is defined).
+
+    Returns:
+        ``{metric: {"value", "low", "high", "method"}}`` for accuracy, error, auc, nll and ece.
+    """
+    labels = np.asarray(labels)
+    correct = int((probs.argmax(axis=1) == labels).sum())
+    n = len(labels)
+    out = {}
+    low, high = wilson_interval(correct, n)
+    out["accuracy"] = {"value": correct / n, "low": low, "high": high, "method": "Wilson"}
+    out["error"] = {"value": 1 - correct / n, "low": 1 - high, "high": 1 - low, "method": "Wilson"}
+    statistics = {"auc": lambda p, y: roc_auc(p[:, 1], y), "nll": nll, "ece": lambda p, y: reliability(p, y)["ece"]}
+    rng = np.random.default_rng(seed)
+    classes = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    draws = {name: [] for name in statistics}
+    for _ in range(resamples):
+        index = np.concatenate([rng.choice(members, size=len(members)) for members in classes])
+        for name, statistic in statistics.items():
+            draws[name].append(statistic(probs[index], labels[index]))
+    for name, statistic in statistics.items():
+        low, high = np.percentile(draws[name], [2.5, 97.5])
+        out[name] = {"value": float(statistic(probs, labels)), "low": float(low), "high": float(high),
+                     "method": f"stratified bootstrap, {resamples} resamples"}
+    return out

@@ -20,6 +20,7 @@ _READERS = {
     "cifar10": ("cifar10", "load_cifar10"),
     "pcam": ("pcam", "load_pcam"),
     "he_demo": ("he_demo", "load_he_demo"),
+    "pcam_subset": ("pcam_subset", "load_pcam_subset"),
 }
 
 

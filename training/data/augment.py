@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["flip_and_crop"]
+__all__ = ["flip_and_crop", "group_and_stain"]
 
 
 def flip_and_crop(images: torch.Tensor, generator: torch.Generator, padding: int = 4) -> torch.Tensor:
@@ -41,3 +41,41 @@ def flip_and_crop(images: torch.Tensor, generator: torch.Generator, padding: int
     columns = dx[:, None] + torch.where(flip[:, None], w - 1 - columns, columns)  # (B, W), reversed if flipped
     out = padded.gather(2, rows[:, None, :, None].expand(b, c, h, w + 2 * padding))  # (B, C, H, W + 2p)
     return out.gather(3, columns[:, None, None, :].expand(b, c, h, w))  # (B, C, H, W)
+
+
+def group_and_stain(images: torch.Tensor, generator: torch.Generator, scale: float = 0.1,
+                    shift: float = 0.03) -> torch.Tensor:
+    """The H&E augmentation: a random element of p4m and a random change of each stain's amount, per image.
+
+    Stain jitter after Tellez et al. (2018): pixels go to haematoxylin, eosin and DAB concentrations by colour
+    deconvolution (``stain.py``'s matrices, optical density ``-log10((255 x + 1) / 256)``), each concentration
+    ``c`` becomes ``a * c + b`` with ``a`` uniform in ``1 +- scale`` and ``b`` uniform in ``+-shift`` (per image
+    and stain), and the result goes back to RGB, clipped to [0, 1]. Then the image is mirrored with probability
+    1/2 and turned by a uniform number of quarter turns (the free augmentation of the planar baseline; a p4m
+    network's output does not change).
+
+    Args:
+        images: RGB ``(B, 3, H, W)`` in [0, 1], H == W.
+        generator: the source of all randomness (stain factors, offsets, mirrors, quarter turns, in this order).
+
+    Returns:
+        ``(B, 3, H, W)``, same dtype and device.
+    """
+    from .stain import HED_FROM_RGB, RGB_FROM_HED
+
+    if images.ndim != 4 or images.shape[1] != 3 or images.shape[2] != images.shape[3]:
+        raise ValueError(f"images must be square RGB (B, 3, H, H), got shape {tuple(images.shape)}")
+    b = images.shape[0]
+    draw = dict(generator=generator, device=generator.device)
+    factor = (1 + scale * (2 * torch.rand(b, 3, **draw) - 1)).to(images)  # (B, 3) per stain
+    offset = (shift * (2 * torch.rand(b, 3, **draw) - 1)).to(images)
+    mirror = (torch.rand(b, **draw) < 0.5).tolist()
+    turns = torch.randint(0, 4, (b,), **draw).tolist()
+    to_hed = torch.as_tensor(HED_FROM_RGB, dtype=images.dtype, device=images.device)
+    to_rgb = torch.as_tensor(RGB_FROM_HED, dtype=images.dtype, device=images.device)
+    density = -torch.log10((255 * images.movedim(1, -1) + 1) / 256)  # (B, H, W, 3)
+    hed = density @ to_hed * factor[:, None, None] + offset[:, None, None]
+    rgb = ((256 * 10 ** -(hed @ to_rgb) - 1) / 255).clamp(0, 1).movedim(-1, 1)  # (B, 3, H, W)
+    moved = [torch.rot90(torch.flip(x, (-1,)) if m else x, k, (-2, -1))
+             for x, m, k in zip(rgb, mirror, turns, strict=True)]
+    return torch.stack(moved)

@@ -29,6 +29,8 @@ class DatasetSpec:
     class_names: one name per label.
     source: where the data came from, in words (goes into model cards).
     notes: caveats every place showing this data must repeat (e.g. a proxy label).
+    test_files: the file names of the test split, in order, where a reader splits a folder itself (so that a
+        card says exactly which patches it was measured on); empty otherwise.
     """
 
     name: str
@@ -40,6 +42,7 @@ class DatasetSpec:
     class_names: tuple[str, ...]
     source: str = ""
     notes: str = ""
+    test_files: tuple[str, ...] = ()
 
 
 class Split(Protocol):
