@@ -1,12 +1,14 @@
-"""flip_and_crop: each output is its input flipped (or not) and shifted, reproducibly per generator."""
+"""flip_and_crop: each output is its input flipped (or not) and shifted, reproducibly per generator;
+group_and_stain: a stain change by colour deconvolution, then an element of p4m."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from training.data.augment import flip_and_crop
+from training.data.augment import flip_and_crop, group_and_stain
 
 
 def reference(image: torch.Tensor, flip: bool, dy: int, dx: int, padding: int) -> torch.Tensor:
@@ -53,3 +55,42 @@ def test_matches_the_draws_in_documented_order():
 def test_rejects_unbatched_input():
     with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
         flip_and_crop(torch.rand(3, 32, 32), torch.Generator())
+
+
+def p4m_images(image: torch.Tensor) -> list[torch.Tensor]:
+    return [torch.rot90(torch.flip(image, (-1,)) if m else image, k, (-2, -1)) for m in (0, 1) for k in range(4)]
+
+
+def test_group_and_stain_without_stain_change_is_a_p4m_element_of_each_image():
+    images = torch.rand(16, 3, 12, 12, dtype=torch.float64) * 0.9 + 0.05
+    out = group_and_stain(images, torch.Generator().manual_seed(0), scale=0.0, shift=0.0)
+    seen = set()
+    for image, moved in zip(images, out, strict=True):
+        errors = [(candidate - moved).abs().max().item() for candidate in p4m_images(image)]
+        assert min(errors) < 1e-12, "each output is the input under one element of p4m"
+        seen.add(int(np.argmin(errors)))
+    assert len(seen) > 3, "the elements are drawn at random"
+
+
+def test_group_and_stain_scales_and_shifts_stain_concentrations_as_documented():
+    from training.data.stain import hed_to_rgb, rgb_to_hed
+
+    images = torch.rand(6, 3, 10, 10, dtype=torch.float64)
+    out = group_and_stain(images, torch.Generator().manual_seed(3), scale=0.2, shift=0.05)
+    draws = torch.Generator().manual_seed(3)
+    factor = 1 + 0.2 * (2 * torch.rand(6, 3, generator=draws) - 1)
+    offset = 0.05 * (2 * torch.rand(6, 3, generator=draws) - 1)
+    mirror = (torch.rand(6, generator=draws) < 0.5).tolist()
+    turns = torch.randint(0, 4, (6,), generator=draws).tolist()
+    for i in range(6):
+        hed = rgb_to_hed(255 * images[i].permute(1, 2, 0).numpy()) * factor[i].numpy() + offset[i].numpy()
+        rgb = torch.from_numpy(np.clip(hed_to_rgb(hed) / 255, 0, 1)).permute(2, 0, 1)
+        expected = torch.rot90(torch.flip(rgb, (-1,)) if mirror[i] else rgb, turns[i], (-2, -1))
+        assert torch.allclose(out[i], expected, atol=1e-12), f"image {i}: stain change then p4m element"
+
+
+def test_group_and_stain_rejects_non_rgb_or_non_square():
+    with pytest.raises(ValueError, match=r"square RGB"):
+        group_and_stain(torch.rand(2, 1, 8, 8), torch.Generator())
+    with pytest.raises(ValueError, match=r"square RGB"):
+        group_and_stain(torch.rand(2, 3, 8, 10), torch.Generator())

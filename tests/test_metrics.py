@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from training.metrics import classification_metrics, nll, reliability, roc_auc
+from training.metrics import classification_metrics, confidence_intervals, nll, reliability, roc_auc, wilson_interval
 
 
 def auc_by_pairs(scores, labels):
@@ -49,3 +49,30 @@ def test_classification_metrics():
     assert metrics["nll"] == pytest.approx(-(np.log(0.7) + np.log(0.8) + np.log(0.4)) / 3)
     assert metrics["auc"] == pytest.approx(1.0)
     assert nll(np.array([[1.0, 0.0]]), np.array([1])) == pytest.approx(-np.log(1e-12))
+
+
+def test_wilson_interval_matches_published_values():
+    # Newcombe (1998), Table I: 81 of 263 -> 0.2553 to 0.3662; 15 of 148 -> 0.0624 to 0.1605.
+    assert wilson_interval(81, 263) == pytest.approx((0.2553, 0.3662), abs=1e-4)
+    assert wilson_interval(15, 148) == pytest.approx((0.0624, 0.1605), abs=1e-4)
+    low, high = wilson_interval(0, 10)
+    assert low == pytest.approx(0.0, abs=1e-12) and 0.27 < high < 0.28
+
+
+def test_confidence_intervals_bracket_their_values_and_shrink_with_more_data():
+    rng = np.random.default_rng(0)
+
+    def sample(n):
+        labels = np.arange(n) % 2
+        p = np.clip(0.5 + 0.3 * (2 * labels - 1) + 0.3 * rng.standard_normal(n), 0.01, 0.99)
+        return np.stack([1 - p, p], axis=1), labels
+
+    small, large = confidence_intervals(*sample(60)), confidence_intervals(*sample(2000))
+    for name in ("accuracy", "error", "auc", "nll", "ece"):
+        for result in (small, large):
+            assert result[name]["low"] <= result[name]["value"] <= result[name]["high"], name
+        widths = [result[name]["high"] - result[name]["low"] for result in (large, small)]
+        assert widths[0] < widths[1], f"{name}: more data, narrower interval"
+    assert small["accuracy"]["value"] == pytest.approx(1 - small["error"]["value"])
+    perfect = confidence_intervals(np.array([[0.9, 0.1], [0.2, 0.8]] * 5), np.array([0, 1] * 5))
+    assert perfect["auc"]["low"] == perfect["auc"]["high"] == 1.0

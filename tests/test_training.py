@@ -142,7 +142,7 @@ def test_bad_override_is_a_clear_error(amat_dir, tmp_path, capsys):
 def test_presets_lists_every_recipe(capsys):
     assert cli_main(["presets"]) == 0
     text = capsys.readouterr().out
-    for name in ("rot_mnist", "cifar10_allcnnc", "cifar10_resnet44", "pcam", "he_demo"):
+    for name in ("rot_mnist", "cifar10_allcnnc", "cifar10_resnet44", "pcam", "pcam_subset", "he_demo"):
         assert f"{name}:" in text
 
 
@@ -163,3 +163,49 @@ def test_two_processes_under_torchrun_agree(amat_dir, tmp_path):
     again = evaluate_checkpoint(out / "best.safetensors", amat_dir)
     assert again["error"] == card["metrics"]["test_error"]
     assert again["nll"] == pytest.approx(card["metrics"]["test_nll"], rel=1e-5)
+
+
+def test_weighted_epochs_follow_the_sample_weights_and_uniform_epochs_chain_permutations():
+    import dataclasses
+
+    import numpy as np
+
+    from training.data import ArraySplit
+    from training.loop import epoch_order
+    from training.presets import PRESETS
+
+    split = ArraySplit(np.zeros((10, 1, 2, 2), dtype=np.uint8), np.arange(10) % 2)
+    uniform = dataclasses.replace(PRESETS["rot_mnist"], epoch_size=25)
+    order = epoch_order(split, uniform, np.random.default_rng(0))
+    assert len(order) == 25 and sorted(order[:10]) == list(range(10)) and sorted(order[10:20]) == list(range(10))
+    weighted = dataclasses.replace(uniform, sampling="weighted", epoch_size=20000)
+    with pytest.raises(ValueError, match=r"sampling='weighted' needs a training split with sample_weights"):
+        epoch_order(split, weighted, np.random.default_rng(0))
+    split.sample_weights = np.r_[np.full(5, 0.18), np.full(5, 0.02)]
+    counts = np.bincount(epoch_order(split, weighted, np.random.default_rng(0)), minlength=10) / 20000
+    assert np.allclose(counts, split.sample_weights, atol=0.01)
+
+
+def test_selection_score_is_lower_for_the_better_model():
+    from training.loop import selection_score
+
+    better, worse = {"error": 0.1, "nll": 0.3, "auc": 0.95}, {"error": 0.2, "nll": 0.5, "auc": 0.90}
+    for metric in ("error", "nll", "auc"):
+        assert selection_score(better, metric) < selection_score(worse, metric), metric
+
+
+def test_init_from_starts_at_the_checkpoint_and_refuses_another_architecture(amat_dir, tmp_path, capsys):
+    first = tmp_path / "first"
+    assert cli_main(train_args(amat_dir, first, "--epochs", "1", "--max-steps", "1")) == 0
+    start = final_weights(first)
+    second = tmp_path / "second"
+    args = train_args(amat_dir, second, "--epochs", "1", "--max-steps", "1", "--lr", "1e-12",
+                      "--init-from", str(first / "best.safetensors"))
+    assert cli_main(args) == 0
+    after = final_weights(second)
+    moved = max((after[k].double() - start[k].double()).abs().max().item() for k in start if "running" not in k
+                and "num_batches" not in k)
+    assert moved < 1e-6, "a step with a tiny lr leaves the weights where the checkpoint put them"
+    assert cli_main([*train_args(amat_dir, tmp_path / "third", "--epochs", "1", "--init-from",
+                                 str(first / "best.safetensors")), "--model", "fa_p4cnn"]) == 1
+    assert "is a p4cnn checkpoint, not fa_p4cnn" in capsys.readouterr().err
