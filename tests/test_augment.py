@@ -73,7 +73,7 @@ def test_group_and_stain_without_stain_change_is_a_p4m_element_of_each_image():
 
 
 def test_group_and_stain_scales_and_shifts_stain_concentrations_as_documented():
-    from training.data.stain import hed_to_rgb, rgb_to_hed
+    from models.stain import hed_to_rgb, rgb_to_hed
 
     images = torch.rand(6, 3, 10, 10, dtype=torch.float64)
     out = group_and_stain(images, torch.Generator().manual_seed(3), scale=0.2, shift=0.05)

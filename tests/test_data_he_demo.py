@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from models.stain import hed_to_rgb, ink_mask, rgb_to_hed, tissue_mask
 from training.data import DataError, he_demo, load_dataset
 from training.data.he_demo import CLASS_NAMES, NPZ_NAME, build_he_demo, load_he_demo, write_montage
 from training.data.he_patches import HEDemoConfig
 from training.data.he_sources import SOURCES, HESource, fetch_sources
-from training.data.stain import hed_to_rgb, ink_mask, rgb_to_hed, tissue_mask
 
 PINK = (0.0, 0.5, 0.0)  # eosin only: stroma
 PURPLE = (1.0, 0.3, 0.0)  # haematoxylin-rich: a nucleus

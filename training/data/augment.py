@@ -48,7 +48,7 @@ def group_and_stain(images: torch.Tensor, generator: torch.Generator, scale: flo
     """The H&E augmentation: a random element of p4m and a random change of each stain's amount, per image.
 
     Stain jitter after Tellez et al. (2018): pixels go to haematoxylin, eosin and DAB concentrations by colour
-    deconvolution (``stain.py``'s matrices, optical density ``-log10((255 x + 1) / 256)``), each concentration
+    deconvolution (``models/stain.py``'s matrices, optical density ``-log10((255 x + 1) / 256)``), each concentration
     ``c`` becomes ``a * c + b`` with ``a`` uniform in ``1 +- scale`` and ``b`` uniform in ``+-shift`` (per image
     and stain), and the result goes back to RGB, clipped to [0, 1]. Then the image is mirrored with probability
     1/2 and turned by a uniform number of quarter turns (the free augmentation of the planar baseline; a p4m
@@ -61,7 +61,7 @@ def group_and_stain(images: torch.Tensor, generator: torch.Generator, scale: flo
     Returns:
         ``(B, 3, H, W)``, same dtype and device.
     """
-    from .stain import HED_FROM_RGB, RGB_FROM_HED
+    from models.stain import HED_FROM_RGB, RGB_FROM_HED
 
     if images.ndim != 4 or images.shape[1] != 3 or images.shape[2] != images.shape[3]:
         raise ValueError(f"images must be square RGB (B, 3, H, H), got shape {tuple(images.shape)}")

@@ -37,7 +37,7 @@ The result is one ``he_demo.npz`` (uint8 patches per split, labels, source index
 every patch, threshold, normalisation) with ``dataset.json`` and ``README.md`` beside it, and
 optionally ``montage.png``. Build it with ``python -m training.data.he_demo OUT_DIR``.
 
-The pieces live beside this module: :mod:`~training.data.stain` (colour deconvolution, tissue and ink masks),
+The pieces live beside this module, but for :mod:`models.stain` (colour deconvolution, tissue and ink masks):
 :mod:`~training.data.he_sources` (the wheels and reading images), :mod:`~training.data.he_patches` (tiling and
 splits, :class:`HEDemoConfig`) and :mod:`~training.data.he_readme` (the README). This module builds, writes,
 reads and shows the set; it re-exports the public names of the others.
@@ -55,12 +55,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from models.stain import HED_FROM_RGB, RGB_FROM_HED, hed_to_rgb, ink_mask, optical_density, rgb_to_hed, tissue_mask
+
 from ..atomic import atomic_file, write_atomic
 from .base import ArraySplit, DataError, DatasetSpec, Splits
 from .he_patches import HEDemoConfig, choose_blocks, cut_patches, tile_image
 from .he_readme import CAVEATS, render_readme
 from .he_sources import SOURCES, HESource, ImageArg, SourceImage, fetch_sources, load_rgb, resolve_images, sha256_file
-from .stain import HED_FROM_RGB, RGB_FROM_HED, hed_to_rgb, ink_mask, optical_density, rgb_to_hed, tissue_mask
 
 __all__ = [
     "HESource",

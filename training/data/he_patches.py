@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .stain import INK_MARGIN, TISSUE_OD, ink_mask, rgb_to_hed, tissue_mask
+from models.stain import INK_MARGIN, TISSUE_OD, ink_mask, rgb_to_hed, tissue_mask
 
 __all__ = ["HEDemoConfig", "tile_image", "choose_blocks", "cut_patches"]
 

@@ -1,7 +1,9 @@
 """H&E stain maths on RGB pixels, numpy only: optical density, colour deconvolution, tissue and ink masks.
 
 Every function takes pixels on the 0..255 scale (uint8 or float) with channels last, ``(..., 3)``, and
-works on any leading shape, so the same code serves whole images, patches and single colours.
+works on any leading shape, so the same code serves whole images, patches and single colours. It lives in the
+library because both sides use it: training (the H&E sets, stain augmentation) and the app (attention against
+haematoxylin), and the app never imports ``training``.
 """
 
 from __future__ import annotations
