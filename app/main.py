@@ -40,8 +40,10 @@ from app.ui_views import (  # noqa: E402
     show_calibration,
     show_export,
     show_maps,
+    show_nuclei,
     show_prediction,
     show_proof,
+    show_true_label,
     value_range,
 )
 
@@ -120,6 +122,7 @@ def main() -> None:
         if is_pathology(card):
             if len(current.class_names) == 2:
                 st.write(f"P({current.class_names[1]}) = **{probabilities[1]:.3f}**")
+            show_true_label(card, current, chosen.true_label)
             show_calibration(card, current)
             if marks is not None:
                 scale = (f"{chosen.microns_per_pixel:.3f} µm/px" if chosen.microns_per_pixel else
@@ -129,6 +132,10 @@ def main() -> None:
 
     st.subheader(f"{name}: one map per orientation")
     show_maps(current, layer, colorscale, opacity, zrange, marks)
+
+    if is_pathology(card):
+        st.subheader("Attention on nuclei")
+        show_nuclei(card, current)
 
     st.subheader("Arrow field")
     arrow_key = arrow_layer_ui(current, layer_key, loaded.model_id)

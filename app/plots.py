@@ -19,7 +19,7 @@ from .figures import ORIENTATION_COLOURS
 from .images import to_channels
 
 __all__ = ["COLOUR_MAPS", "image_rgb", "map_panels", "proof_figure", "arrow_panels", "probability_figure",
-           "reliability_figure", "PanelMarks"]
+           "reliability_figure", "nuclei_figure", "PanelMarks"]
 
 COLOUR_MAPS = ("Viridis", "Inferno", "Magma", "Cividis", "Hot", "Jet", "Greys")
 WIDTH_PX = 1150  # about the main column of the wide layout; heights are chosen to keep panels square
@@ -243,3 +243,26 @@ def reliability_figure(curve: dict, confidence: float | None = None) -> go.Figur
                       yaxis=dict(range=[0, 1], title="accuracy"), height=300, margin=dict(l=0, r=0, t=10, b=0),
                       legend=dict(orientation="h", y=-0.3))
     return fig
+
+
+def nuclei_figure(image: np.ndarray, haematoxylin: np.ndarray, attention: np.ndarray, tissue: np.ndarray,
+                  titles: list[str]) -> go.Figure:
+    """Four panels: the patch, its haematoxylin concentration, the attention map, and the map with glass greyed out.
+
+    Args:
+        image: ``(3, S, S)`` in [0, 1].
+        haematoxylin, attention: ``(S, S)``; each on its own colour scale (2nd to 98th percentile), since they
+            are compared by rank, not by value.
+        tissue: ``(S, S)`` bool.
+        titles: one per panel.
+    """
+    layout = _grid(1, 4, titles)
+    data = [_image(image_rgb(image), 0)]
+    for panel, values, scale in ((1, haematoxylin, "Blues"), (2, attention, "Viridis"),
+                                 (3, np.where(tissue, attention, np.nan), "Viridis")):
+        low, high = np.nanpercentile(values, [2, 98]) if np.isfinite(values).any() else (0.0, 1.0)
+        data.append(_heatmap(values, panel, colorscale=scale, zmin=float(low), zmax=float(max(high, low + 1e-6)),
+                             showscale=False, hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>"))
+    side = WIDTH_PX // 4
+    layout.update(height=side + 40, margin=dict(l=0, r=0, t=30, b=0), plot_bgcolor="#bbbbbb")
+    return go.Figure(data=data, layout=layout)

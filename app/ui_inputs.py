@@ -25,9 +25,10 @@ from .cache import LRUCache, image_digest
 from .checkpoints import CheckpointError, list_checkpoints, load_uploaded_checkpoint
 from .gallery import list_gallery
 from .images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image
-from .pathology import is_pathology
+from .pathology import is_pathology, is_proxy
 
-__all__ = ["LoadedModel", "ChosenImage", "model_ui", "image_ui", "transform_ui", "checkpoint_folder",
+__all__ = ["LoadedModel", "ChosenImage", "default_checkpoint", "model_ui", "image_ui", "transform_ui",
+           "checkpoint_folder",
            "NO_CHECKPOINT_HELP"]
 
 IMAGE_TYPES = ["png", "jpg", "jpeg", "tif", "tiff", "bmp", "webp"]
@@ -53,12 +54,13 @@ class LoadedModel:
 
 @dataclass(frozen=True)
 class ChosenImage:
-    """The fitted image (``(C, S, S)`` in [0, 1]) and where it came from."""
+    """The fitted image (``(C, S, S)`` in [0, 1]), where it came from and its true label (gallery only)."""
 
     pixels: np.ndarray
     info: FitInfo
     source: str
     microns_per_pixel: float | None
+    true_label: str | None = None
 
 
 def checkpoint_folder() -> Path:
@@ -84,6 +86,14 @@ def decoded_images() -> LRUCache:
     return LRUCache(maxsize=4)
 
 
+def default_checkpoint(entries: list) -> int:
+    """Index of the checkpoint the app opens with: the first H&E model trained on real tumour labels, else the first."""
+    for index, entry in enumerate(entries):
+        if entry.card and is_pathology(entry.card) and not is_proxy(entry.card):
+            return index
+    return 0
+
+
 def model_ui(folder: Path) -> LoadedModel | None:
     """Sidebar: a shipped checkpoint or an uploaded one. None (after a message) when there is no usable model."""
     entries = list_checkpoints(folder)
@@ -96,7 +106,7 @@ def model_ui(folder: Path) -> LoadedModel | None:
             return None
         by_name = {e.name: e for e in entries}
         entry = by_name[st.sidebar.selectbox("Checkpoint", list(by_name), format_func=lambda n: by_name[n].label,
-                                             key="checkpoint")]
+                                             index=default_checkpoint(entries), key="checkpoint")]
         if entry.error:
             st.error(f"{entry.name}: {entry.error}")
             return None
@@ -140,7 +150,7 @@ def image_ui(card: dict) -> ChosenImage | None:
         by_name = {i.name: i for i in items}
         item = by_name[st.sidebar.selectbox("Gallery image", list(by_name), format_func=lambda n: by_name[n].caption,
                                             key=f"gallery-{preferred}")]
-        data, name, mpp = item.path.read_bytes(), item.name, item.microns_per_pixel
+        data, name, mpp, label = item.path.read_bytes(), item.name, item.microns_per_pixel, item.label
         st.sidebar.caption(f"{item.source}. {item.credit}.")
     else:
         upload = st.sidebar.file_uploader(f"Image ({', '.join(FORMATS)})", type=IMAGE_TYPES, key="image_upload",
@@ -148,7 +158,7 @@ def image_ui(card: dict) -> ChosenImage | None:
         if upload is None:
             st.info("Upload an image in the sidebar, or pick one from the gallery.")
             return None
-        data, name, mpp = upload.getvalue(), upload.name, None
+        data, name, mpp, label = upload.getvalue(), upload.name, None, None
     try:
         image = decoded_images().get_or_compute(image_digest(data), lambda: read_image(data))
     except ImageError as err:
@@ -173,7 +183,7 @@ def image_ui(card: dict) -> ChosenImage | None:
         return None
     if fitted.info.mode == "resize" and mpp is not None:
         mpp = mpp * fitted.info.region[2] / size
-    return ChosenImage(fitted.pixels, fitted.info, name, mpp)
+    return ChosenImage(fitted.pixels, fitted.info, name, mpp, label)
 
 
 def transform_ui(group: Group, planar: bool) -> tuple[int, float]:

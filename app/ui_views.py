@@ -20,6 +20,7 @@ from .arrows import ArrowField, arrow_field
 from .compute import Analysis, LayerMaps
 from .export import export_npz
 from .figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
+from .nuclei import attention_on_nuclei
 from .pathology import (
     calibration_at,
     centre_region,
@@ -32,6 +33,7 @@ from .plots import (
     PanelMarks,
     arrow_panels,
     map_panels,
+    nuclei_figure,
     probability_figure,
     proof_figure,
     reliability_figure,
@@ -41,7 +43,7 @@ from .reductions import MEANS, MapSelection
 __all__ = ["display_ui", "layer_ui", "selection_ui", "arrow_layer_ui", "show_maps", "show_arrows", "show_proof",
            "show_prediction", "show_calibration", "show_angle_deviation", "show_export", "panel_marks", "maps_png",
            "arrows_png", "value_range", "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing",
-           "arrows_figure"]
+           "arrows_figure", "show_nuclei", "show_true_label", "card_nuclei_summary"]
 
 MPL_COLOUR_MAPS = {"Viridis": "viridis", "Inferno": "inferno", "Magma": "magma", "Cividis": "cividis",
                    "Hot": "hot", "Jet": "jet", "Greys": "gray"}
@@ -286,3 +288,51 @@ def show_export(analysis: Analysis, layer: LayerMaps, field: ArrowField | None, 
     st.caption("The NPZ holds every layer's maps(g.x), g.maps(x) and errors, the images, the probabilities and the "
                "arrow field, with names, shapes and a JSON description; read it with "
                "`np.load(f, allow_pickle=False)`.")
+
+
+def show_true_label(card: dict, analysis: Analysis, true_label: str | None) -> None:
+    """Pathology mode: a gallery patch's verified label beside the model's probability for it."""
+    if true_label is None:
+        return
+    names = list(analysis.class_names)
+    probability = analysis.probabilities[0]
+    text = f"True label: **{true_label}**"
+    if true_label in names:
+        right = names[int(probability.argmax())] == true_label
+        text += (f" · the model gives it p = {probability[names.index(true_label)]:.3f} "
+                 f"({'right' if right else 'wrong'} at the 0.5 threshold)")
+    st.write(text)
+    dataset = card.get("dataset") or {}
+    if true_label and dataset.get("test_files"):
+        st.caption("Gallery PCam patches come from this model's test split: it never trained on them.")
+
+
+def card_nuclei_summary(card: dict) -> str:
+    """The card's test-set summary of attention against nuclei, one sentence; empty where the card has none."""
+    summary = card.get("attention_on_nuclei")
+    if not isinstance(summary, dict):
+        return ""
+    rho = summary["spearman_with_haematoxylin"]
+    gap = summary["tissue_minus_background"]
+    text = (f"Over the {summary['patches']} test patches: ρ = {rho['mean']:+.2f} ± {rho['std']:.2f} (mean ± sd), "
+            f"positive on {100 * summary['share_positive']:.0f} % of them")
+    if gap.get("count"):
+        text += (f"; on the {gap['count']} patches with background, attention on tissue minus on background "
+                 f"{gap['mean']:+.3f} ± {gap['std'] or 0:.3f}")
+    return text + "."
+
+
+def show_nuclei(card: dict, analysis: Analysis) -> None:
+    """Pathology mode: the first attention layer against haematoxylin and background, for this patch (Fig. 5)."""
+    result = attention_on_nuclei(analysis)
+    if result is None:
+        st.info("This model has no attentive layer (or the image is not RGB): nothing to compare with nuclei.")
+        return
+    st.plotly_chart(nuclei_figure(analysis.images[0], result.haematoxylin, result.attention, result.tissue,
+                                  ["the patch", "haematoxylin (nuclei)", f"{result.layer} attention",
+                                   "attention on tissue (glass grey)"]),
+                    key="nuclei", config={"displaylogo": False})
+    st.write(result.text)
+    st.caption("The paper (Fig. 5): the network learns to focus on the nuclei of the cells and to remove "
+               "background. Haematoxylin by colour deconvolution (Ruifrok & Johnston); tissue: largest optical "
+               "density above 0.15. " + card_nuclei_summary(card))

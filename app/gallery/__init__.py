@@ -1,7 +1,7 @@
-"""The built-in gallery: rotated MNIST test digits and H&E patches (see ``CREDITS.md``, ``make_gallery.py``).
+"""The built-in gallery: rotated MNIST test digits and real PCam patches (see ``CREDITS.md``, ``make_gallery.py``).
 
 ``gallery.json`` lists the files with a caption, their source and credit, and
-for H&E patches their micrometres per pixel.
+for H&E patches their micrometres per pixel and, where known, their true label.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class GalleryItem:
         caption: short description for the picker.
         source, credit: where it comes from.
         microns_per_pixel: H&E patches only, else None.
+        label: the true class name where the image has one (PCam: ``"tumor"`` or ``"no_tumor"``), else None.
     """
 
     path: Path
@@ -33,6 +34,7 @@ class GalleryItem:
     source: str
     credit: str
     microns_per_pixel: float | None = None
+    label: str | None = None
 
     @property
     def name(self) -> str:
@@ -45,5 +47,5 @@ def list_gallery(folder: Path = GALLERY_DIR, kind: str | None = None) -> list[Ga
     if not manifest.is_file():
         return []
     items = [GalleryItem(folder / e["file"], e["kind"], e["caption"], e["source"], e["credit"],
-                         e.get("microns_per_pixel")) for e in json.loads(manifest.read_text())]
+                         e.get("microns_per_pixel"), e.get("label")) for e in json.loads(manifest.read_text())]
     return [item for item in items if kind is None or item.kind == kind]

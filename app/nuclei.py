@@ -1,0 +1,109 @@
+"""The paper's Fig. 5 claim, measured on one H&E patch: does the first attention layer focus on nuclei and
+suppress background?
+
+"The network learns to focus on the nuclei of the cells and to remove background" (Romero et al. 2020, Fig. 5).
+For a patch and the first attentive layer of a model (its effective attention alpha-plus in [0, 1], the app's
+reduction: mean over channels and orientations, stretched over the patch):
+
+* ``spearman``: rank correlation, over all pixels, of the map with the haematoxylin concentration, the stain of
+  nuclei (colour deconvolution, :func:`models.stain.rgb_to_hed`). Positive: more attention where nuclei are;
+* ``tissue_mean`` / ``background_mean``: the mean attention on tissue and on background (glass; a pixel is
+  tissue when its largest optical density exceeds 0.15, :func:`models.stain.tissue_mask`). Background exists in
+  few PCam patches, so ``background_mean`` is None when fewer than :data:`MIN_BACKGROUND` pixels are background.
+
+Numpy in, numpy out; no Streamlit. ``benchmarks/attention_on_nuclei.py`` runs it over a test set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.stain import rgb_to_hed, tissue_mask
+
+from .compute import Analysis
+
+__all__ = ["NucleiAttention", "attention_on_nuclei", "spearman", "first_attention_layer", "MIN_BACKGROUND"]
+
+MIN_BACKGROUND = 50  # pixels: below this a patch's background mean is too noisy to report
+
+
+@dataclass(frozen=True)
+class NucleiAttention:
+    """One patch's attention against its nuclei and its background.
+
+    Attributes:
+        layer: the attentive layer measured.
+        spearman: rank correlation of attention with haematoxylin over all pixels (NaN for a constant map).
+        tissue_mean, background_mean: mean attention on tissue and on background (None: too little background).
+        tissue_fraction: share of the patch's pixels that are tissue.
+        attention: ``(S, S)`` the map; haematoxylin: ``(S, S)`` the concentration; tissue: ``(S, S)`` bool.
+    """
+
+    layer: str
+    spearman: float
+    tissue_mean: float | None
+    background_mean: float | None
+    tissue_fraction: float
+    attention: np.ndarray
+    haematoxylin: np.ndarray
+    tissue: np.ndarray
+
+    @property
+    def text(self) -> str:
+        """One sentence for the page."""
+        where = ("no background to compare with" if self.background_mean is None else
+                 f"mean attention {self.tissue_mean:.3f} on tissue against {self.background_mean:.3f} on background")
+        return (f"{self.layer}: rank correlation of attention with haematoxylin (nuclei) ρ = {self.spearman:+.2f}; "
+                f"{where} ({100 * self.tissue_fraction:.0f} % of the patch is tissue).")
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of a flat array, ties sharing the mean of their ranks."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    return (ends - (counts - 1) / 2.0)[inverse]
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation of two arrays of equal size (Pearson's on average ranks); NaN if one is constant."""
+    ra, rb = _average_ranks(np.ravel(a)), _average_ranks(np.ravel(b))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    scale = np.sqrt((ra * ra).sum() * (rb * rb).sum())
+    return float((ra * rb).sum() / scale) if scale > 0 else float("nan")
+
+
+def first_attention_layer(analysis: Analysis) -> str | None:
+    """The first attentive layer in forward order, None for a model without attention."""
+    return next(iter(analysis.attention), None)
+
+
+def attention_on_nuclei(analysis: Analysis, transform: int = 0, layer: str | None = None) -> NucleiAttention | None:
+    """Measure the Fig. 5 claim on one transform of the analysed image (None: no attentive layer, or not RGB).
+
+    Args:
+        analysis: from :func:`app.compute.analyse` on an RGB patch.
+        transform: which of the analysed transforms (0: the image as given).
+        layer: an attentive layer's name (default: the first).
+    """
+    layer = layer or first_attention_layer(analysis)
+    image = analysis.images[transform]  # (C, S, S) in [0, 1]
+    if layer is None or image.shape[0] != 3:
+        return None
+    size = image.shape[-1]
+    attention = analysis.attention[layer].upsampled(size)[transform].mean(axis=0)  # (H, S, S) -> (S, S)
+    rgb = 255.0 * image.transpose(1, 2, 0)  # (S, S, 3) on 0..255
+    haematoxylin = rgb_to_hed(rgb)[..., 0]
+    tissue = tissue_mask(rgb)
+    background = ~tissue
+    return NucleiAttention(
+        layer=layer,
+        spearman=spearman(attention, haematoxylin),
+        tissue_mean=float(attention[tissue].mean()) if tissue.any() else None,
+        background_mean=float(attention[background].mean()) if background.sum() >= MIN_BACKGROUND else None,
+        tissue_fraction=float(tissue.mean()),
+        attention=attention,
+        haematoxylin=haematoxylin,
+        tissue=tissue,
+    )

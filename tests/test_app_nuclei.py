@@ -1,0 +1,82 @@
+"""Attention against nuclei (the paper's Fig. 5 claim, per patch): rank correlation, tissue and background."""
+
+import numpy as np
+import pytest
+from test_app_compute import calibrated, card_for
+
+from app.compute import analyse
+from app.nuclei import MIN_BACKGROUND, attention_on_nuclei, spearman
+from models.stain import hed_to_rgb
+
+
+def spearman_slow(a, b):
+    """Pearson's correlation of average ranks, each rank counted the slow way."""
+    def ranks(x):
+        return np.array([(x < v).sum() + ((x == v).sum() + 1) / 2 for v in x])
+    return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
+
+
+def test_spearman_matches_its_definition_with_ties():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 5, 200).astype(float), rng.random(200)
+    b[:50] = 0.5
+    assert spearman(a, b) == pytest.approx(spearman_slow(a, b), abs=1e-12)
+    assert spearman(b, np.exp(3 * b)) == pytest.approx(1.0)
+    assert spearman(b, -b) == pytest.approx(-1.0)
+    assert np.isnan(spearman(np.ones(10), b[:10]))
+
+
+def he_patch(size=96, glass_columns=30, seed=0):
+    """Left ``glass_columns`` columns glass; the rest eosin stroma with haematoxylin-dark round nuclei."""
+    rng = np.random.default_rng(seed)
+    hed = np.zeros((size, size, 3))
+    hed[:, glass_columns:, 1] = 0.35
+    rows, cols = np.mgrid[:size, :size]
+    for r, c in rng.integers([8, glass_columns + 8], [size - 8, size - 8], size=(12, 2)):
+        hed[..., 0] += 0.9 * (np.hypot(rows - r, cols - c) < 4)
+    rgb = np.clip(hed_to_rgb(hed), 0, 255) / 255
+    return rgb.transpose(2, 0, 1).astype(np.float32)  # (3, S, S)
+
+
+@pytest.fixture(scope="module")
+def analysed():
+    model = calibrated("fa_p4m_densenet")
+    return analyse(model, card_for("fa_p4m_densenet"), he_patch(), element=0)
+
+
+def test_measures_the_first_attention_layer_on_tissue_and_glass(analysed):
+    result = attention_on_nuclei(analysed)
+    assert result.layer == next(iter(analysed.attention))
+    assert result.tissue_fraction == pytest.approx(66 / 96)
+    assert not result.tissue[:, :30].any() and result.tissue[:, 30:].all()
+    attention = result.attention
+    assert result.tissue_mean == pytest.approx(attention[:, 30:].mean(), rel=1e-6)
+    assert result.background_mean == pytest.approx(attention[:, :30].mean(), rel=1e-6)
+    assert result.spearman == pytest.approx(spearman(attention, result.haematoxylin))
+    assert 0 <= attention.min() and attention.max() <= 1, "effective attention alpha-plus"
+
+
+def test_every_group_transform_gives_the_same_numbers(analysed):
+    first = attention_on_nuclei(analysed)
+    for t in range(1, len(analysed.elements)):
+        moved = attention_on_nuclei(analysed, transform=t)
+        for name in ("spearman", "tissue_mean", "background_mean", "tissue_fraction"):
+            assert getattr(moved, name) == pytest.approx(getattr(first, name), abs=1e-5), (t, name)
+
+
+def test_no_background_and_no_attention():
+    model = calibrated("fa_p4m_densenet")
+    all_tissue = analyse(model, card_for("fa_p4m_densenet"), he_patch(glass_columns=0))
+    result = attention_on_nuclei(all_tissue)
+    assert result.background_mean is None and "no background" in result.text
+    assert (~result.tissue).sum() < MIN_BACKGROUND
+    planar = analyse(calibrated("z2cnn"), card_for("z2cnn"), np.zeros((1, 28, 28), np.float32))
+    assert attention_on_nuclei(planar) is None
+
+
+def test_slow_definition_agrees_on_a_real_map(analysed):
+    result = attention_on_nuclei(analysed)
+    # 96 x 96 pixels is slow the slow way: a random 400 of them
+    index = np.random.default_rng(1).choice(result.attention.size, 400, replace=False)
+    a, h = result.attention.ravel()[index], result.haematoxylin.ravel()[index]
+    assert spearman(a, h) == pytest.approx(spearman_slow(a, h), abs=1e-12)
