@@ -209,3 +209,18 @@ def test_init_from_starts_at_the_checkpoint_and_refuses_another_architecture(ama
     assert cli_main([*train_args(amat_dir, tmp_path / "third", "--epochs", "1", "--init-from",
                                  str(first / "best.safetensors")), "--model", "fa_p4cnn"]) == 1
     assert "is a p4cnn checkpoint, not fa_p4cnn" in capsys.readouterr().err
+
+
+def test_interval_table_lists_cards_with_intervals_beside_table_3(tmp_path):
+    from training.report import interval_table
+
+    interval = {"value": 0.85, "low": 0.75, "high": 0.91}
+    card = {"arch": "fa_p4m_densenet", "dataset": {"name": "pcam_subset"}, "training": {"best_epoch": 7,
+            "epochs_completed": 20}, "metrics": {"test_count": 79, "test_intervals": {
+                name: interval for name in ("accuracy", "error", "auc", "nll", "ece")}}}
+    (tmp_path / "fa.json").write_text(json.dumps(card))
+    (tmp_path / "no_intervals.json").write_text(json.dumps({**card, "metrics": {"test_count": 3}}))
+    table = interval_table(tmp_path).splitlines()
+    assert len(table) == 3
+    assert table[2] == ("| fa_p4m_densenet | `fa` | 79 | 85.0 [75.0, 91.0] | 85.0 [75.0, 91.0] | 10.88 "
+                        "| 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 7 of 20 |")

@@ -6,6 +6,7 @@
     torchrun --nproc_per_node=4 -m training train pcam --data-dir data/pcam
     python -m training evaluate runs/rot_mnist-a_p4cnn-seed0/best.safetensors --data-dir data/rot_mnist
     python -m training report checkpoints                                  # results table of the cards
+    python -m training report results/pcam_subset --intervals             # with 95 % intervals
 
 Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
 """
@@ -29,7 +30,7 @@ from .data import DataError
 from .evaluation import evaluate_checkpoint
 from .loop import RunExistsError, fit
 from .presets import PRESET_NOTES, PRESETS
-from .report import results_table
+from .report import interval_table, results_table
 
 __all__ = ["main"]
 
@@ -67,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="markdown table of the checkpoints' cards beside the paper")
     report.add_argument("folder", nargs="?", default="checkpoints")
+    report.add_argument("--intervals", action="store_true",
+                        help="binary tasks: every card in the folder with its metrics' 95 %% intervals")
 
     evaluate = commands.add_parser("evaluate", help="re-measure a checkpoint on its dataset")
     evaluate.add_argument("checkpoint")
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {PRESET_NOTES[name]}\n    {values}")
         return 0
     if args.command == "report":
-        print(results_table(args.folder))
+        print(interval_table(args.folder) if args.intervals else results_table(args.folder))
         return 0
     if args.command == "evaluate":
         return _evaluate(args)
