@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import DataError, DatasetSpec, Splits
 
-__all__ = ["load_pcam", "H5Split", "ImageFolderSplit", "CLASS_NAMES"]
+__all__ = ["load_pcam", "read_patch", "H5Split", "ImageFolderSplit", "CLASS_NAMES"]
 
 CLASS_NAMES = ("no_tumor", "tumor")
 SPLITS = ("train", "valid", "test")
@@ -95,20 +95,26 @@ class ImageFolderSplit:
         indices = np.asarray(indices, dtype=np.int64)
         if indices.size == 0:
             return _empty_batch()
-        images = np.stack([_read_image(self.paths[i]) for i in indices])  # (B, 96, 96, 3)
+        images = np.stack([read_patch(self.paths[i]) for i in indices])  # (B, 96, 96, 3)
         return images.transpose(0, 3, 1, 2).astype(np.float32) / 255.0, self.labels[indices]
 
 
-def _read_image(path: Path) -> np.ndarray:
+def read_patch(path: Path, kind: str = "PCam image") -> np.ndarray:
+    """One 96x96 RGB patch as uint8 ``(96, 96, 3)``; a missing, unreadable or misshapen file is a DataError.
+
+    ``kind`` names the file in the message (e.g. ``"PCam subset image"``).
+    """
     from PIL import Image
 
+    if not path.is_file():
+        raise DataError(f"{kind} {path} not found")
     try:
         with Image.open(path) as image:
             rgb = image.convert("RGB")
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise DataError(f"cannot read PCam image {path}: {e}") from e
+        raise DataError(f"cannot read {kind} {path}: {e}") from e
     if rgb.size != (SIZE, SIZE):
-        raise DataError(f"PCam image {path} is {rgb.size[0]}x{rgb.size[1]}, expected {SIZE}x{SIZE}")
+        raise DataError(f"{kind} {path} is {rgb.size[0]}x{rgb.size[1]}, expected {SIZE}x{SIZE}")
     return np.asarray(rgb)
 
 

@@ -32,12 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from .base import ArraySplit, DataError, DatasetSpec, Splits
+from .pcam import SIZE, read_patch
 
-__all__ = ["load_pcam_subset", "read_labelled_folder", "read_patch", "split_labelled", "split_names", "PatchFolder",
+__all__ = ["load_pcam_subset", "read_labelled_folder", "split_labelled", "split_names", "PatchFolder",
            "WeightedArraySplit", "SPLIT_SEED", "TEST_FRACTION", "VALID_FRACTION", "CLASS_NAMES"]
 
 CLASS_NAMES = ("no_tumor", "tumor")
-SIZE = 96
+
 SPLIT_SEED = 20260
 TEST_FRACTION = 0.25
 VALID_FRACTION = 0.15
@@ -91,28 +92,12 @@ def read_labelled_folder(folder: Path) -> PatchFolder:
         if row["label"] not in ("0", "1"):
             raise DataError(f"{labels_file} line {line}: label must be 0 or 1, got {row['label']!r}")
         path = folder / "images" / row["filename"]
-        images.append(read_patch(path))
+        images.append(read_patch(path, "PCam subset image"))
         labels.append(int(row["label"]))
         names.append(row["filename"])
         if jpeg_reference is None and path.suffix.lower() in (".jpg", ".jpeg"):
             jpeg_reference = path
     return PatchFolder(np.stack(images), np.array(labels, dtype=np.int64), tuple(names), jpeg_reference)
-
-
-def read_patch(path: Path) -> np.ndarray:
-    """One 96x96 RGB patch as uint8 ``(96, 96, 3)``; a missing, unreadable or misshapen file is a DataError."""
-    from PIL import Image
-
-    if not path.is_file():
-        raise DataError(f"PCam subset image {path} not found")
-    try:
-        with Image.open(path) as image:
-            rgb = image.convert("RGB")
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise DataError(f"cannot read PCam subset image {path}: {e}") from e
-    if rgb.size != (SIZE, SIZE):
-        raise DataError(f"PCam subset image {path} is {rgb.size[0]}x{rgb.size[1]}, expected {SIZE}x{SIZE}")
-    return np.asarray(rgb)
 
 
 def split_labelled(labels: np.ndarray, seed: int = SPLIT_SEED) -> dict[str, np.ndarray]:
