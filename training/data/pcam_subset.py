@@ -38,7 +38,6 @@ __all__ = ["load_pcam_subset", "read_labelled_folder", "split_labelled", "split_
            "WeightedArraySplit", "SPLIT_SEED", "TEST_FRACTION", "VALID_FRACTION", "CLASS_NAMES"]
 
 CLASS_NAMES = ("no_tumor", "tumor")
-
 SPLIT_SEED = 20260
 TEST_FRACTION = 0.25
 VALID_FRACTION = 0.15
