@@ -126,3 +126,14 @@ def test_header_without_label_column(subset):
     (subset / "labelled" / "labels.csv").write_text("name,class\np000.png,0\n")
     with pytest.raises(DataError, match=r"header with 'filename' and 'label'"):
         load_pcam_subset(subset)
+
+
+def test_labelled_only_variant_leaves_out_the_hard_negatives(subset):
+    splits = load_dataset("pcam_subset_labelled_only", subset)
+    full = load_pcam_subset(subset)
+    assert splits.sizes() == {**full.sizes(), "train": 2 * 24}
+    train = splits.train
+    assert train.sample_weights.sum() == pytest.approx(1.0)
+    assert train.sample_weights[train.labels == 1].sum() == pytest.approx(0.5)
+    assert "plus 0 hard negatives" in splits.spec.source
+    assert np.array_equal(splits.test.labels, full.test.labels)

@@ -104,11 +104,12 @@ def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):
         assert torch.equal(expected[name], actual[name]), name
 
 
-def test_a_finished_run_extended_equals_a_longer_run(amat_dir, tmp_path):
+@pytest.mark.parametrize("ema", [[], ["--ema", "0.9"]], ids=["plain", "ema"])
+def test_a_finished_run_extended_equals_a_longer_run(amat_dir, tmp_path, ema):
     longer, extended = tmp_path / "longer", tmp_path / "extended"
-    assert cli_main(train_args(amat_dir, longer, "--epochs", "2", "--threads", "1")) == 0
-    assert cli_main(train_args(amat_dir, extended, "--epochs", "1", "--threads", "1")) == 0
-    assert cli_main(train_args(amat_dir, extended, "--epochs", "2", "--threads", "1", "--resume")) == 0
+    assert cli_main(train_args(amat_dir, longer, "--epochs", "2", "--threads", "1", *ema)) == 0
+    assert cli_main(train_args(amat_dir, extended, "--epochs", "1", "--threads", "1", *ema)) == 0
+    assert cli_main(train_args(amat_dir, extended, "--epochs", "2", "--threads", "1", "--resume", *ema)) == 0
     assert history(extended) == history(longer)
     expected, actual = final_weights(longer), final_weights(extended)
     assert all(torch.equal(expected[name], actual[name]) for name in expected)
@@ -224,3 +225,24 @@ def test_interval_table_lists_cards_with_intervals_beside_table_3(tmp_path):
     assert len(table) == 3
     assert table[2] == ("| fa_p4m_densenet | `fa` | 79 | 85.0 [75.0, 91.0] | 85.0 [75.0, 91.0] | 10.88 "
                         "| 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 7 of 20 |")
+
+
+def test_ema_saves_the_moving_average_not_the_last_weights(amat_dir, tmp_path):
+    import dataclasses
+
+    from training.presets import PRESETS
+
+    runs = {name: tmp_path / name for name in ("one", "two", "averaged")}
+    base = ["--epochs", "1", "--threads", "1", "--lr", "0.1"]
+    assert cli_main(train_args(amat_dir, runs["one"], *base, "--max-steps", "1")) == 0
+    assert cli_main(train_args(amat_dir, runs["two"], *base, "--max-steps", "2")) == 0
+    assert cli_main(train_args(amat_dir, runs["averaged"], *base, "--max-steps", "2", "--ema", "0.75")) == 0
+    # The average starts at the first step's weights, then moves a quarter of the way to each new step's,
+    # BatchNorm statistics included.
+    first, second, saved = (final_weights(runs[name]) for name in ("one", "two", "averaged"))
+    for name, value in first.items():
+        if value.is_floating_point():
+            assert torch.allclose(saved[name], 0.75 * value + 0.25 * second[name], atol=1e-6), name
+    assert any(not torch.equal(saved[name], second[name]) for name in saved)
+    with pytest.raises(ValueError, match=r"ema must be in \[0, 1\)"):
+        dataclasses.replace(PRESETS["rot_mnist"], ema=1.0)

@@ -30,6 +30,8 @@ class TrainConfig:
         epoch_size: training examples per epoch (0: the split's size); short epochs validate more often.
         select_on: the validation metric that selects the checkpoint: ``error``, ``nll`` or ``auc`` (binary).
         init_from: a checkpoint of the same architecture whose weights start the run (empty: random).
+        ema: when > 0, the decay per step of an exponential moving average of the weights and BatchNorm
+            statistics; the average, not the last weights, is validated, selected and saved.
         dropout: overrides the model's dropout when set.
         seed: seeds initialisation, shuffling, augmentation and dropout (per epoch, so resuming repeats exactly).
         max_steps: stop after this many optimisation steps in all (0: no limit); for smoke runs.
@@ -57,6 +59,7 @@ class TrainConfig:
     epoch_size: int = 0
     select_on: str = "error"
     init_from: str = ""
+    ema: float = 0.0
     dropout: float | None = None
     seed: int = 0
     max_steps: int = 0
@@ -72,6 +75,8 @@ class TrainConfig:
                               ("select_on", ("error", "nll", "auc"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {getattr(self, name)!r}")
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"ema must be in [0, 1) (0: off), got {self.ema}")
         if self.epoch_size < 0:
             raise ValueError(f"epoch_size must be 0 (the split's size) or positive, got {self.epoch_size}")
         for name in ("epochs", "batch_size", "eval_batch_size"):

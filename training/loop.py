@@ -75,8 +75,11 @@ def train_one_epoch(
     ctx: Context,
     epoch: int,
     max_steps: int = 0,
+    averaged: torch.optim.swa_utils.AveragedModel | None = None,
 ) -> dict:
     """One pass over the training split in the epoch's seeded order; stops early after ``max_steps`` steps (if > 0).
+
+    With ``averaged``, its exponential moving average of the weights (and BatchNorm statistics) follows every step.
 
     Returns ``{"train_loss", "train_error", "steps"}`` averaged over this rank's examples
     (with dropout on, as the model trains).
@@ -112,6 +115,8 @@ def train_one_epoch(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if averaged is not None:
+            averaged.update_parameters(model)
         with torch.no_grad():
             loss_sum += loss.detach() * len(labels)
             wrong += (logits.argmax(1) != labels).sum()
@@ -224,8 +229,15 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
     model = model.to(ctx.device)
     optimizer = build_optimizer(cfg, model)
     scheduler = build_scheduler(cfg, optimizer)
+    # The weights evaluated, selected and saved: an exponential moving average of the trained ones, when asked for.
+    averaged = (torch.optim.swa_utils.AveragedModel(
+        model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema), use_buffers=True)
+        if cfg.ema else None)
+    selected = model if averaged is None else averaged.module
     if "model" in state:
         model.load_state_dict(state["model"])
+        if averaged is not None:
+            averaged.load_state_dict(state["averaged"])
         optimizer.load_state_dict(state["optimizer"])
         if scheduler is not None:
             scheduler.load_state_dict(state["scheduler"])
@@ -245,8 +257,8 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
         tick = time.time()
         lr = optimizer.param_groups[0]["lr"]
         budget = cfg.max_steps - state["steps"] if cfg.max_steps else 0
-        row = train_one_epoch(trained, optimizer, splits.train, normalise, cfg, ctx, epoch, budget)
-        valid = evaluate(model, splits.valid, normalise, ctx, calibration=calibration, **eval_args)
+        row = train_one_epoch(trained, optimizer, splits.train, normalise, cfg, ctx, epoch, budget, averaged)
+        valid = evaluate(selected, splits.valid, normalise, ctx, calibration=calibration, **eval_args)
         score = selection_score(valid, cfg.select_on)
         state["steps"] += row.pop("steps")
         epoch += 1
@@ -267,7 +279,9 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
                 card = _card(cfg, splits, ctx, **base_card, extra={"epochs_completed": epoch, "provisional": True})
                 card.update(metrics={"valid_error": valid["error"], "valid_nll": valid["nll"]},
                             equivariance_error=None)
-                save_checkpoint(model, run_dir / BEST, card)
+                save_checkpoint(selected, run_dir / BEST, card)
+            if averaged is not None:
+                state["averaged"] = averaged.state_dict()
             state.update(epoch=epoch, seconds=time.time() - started, model=model.state_dict(),
                          optimizer=optimizer.state_dict(),
                          scheduler=scheduler.state_dict() if scheduler is not None else None)

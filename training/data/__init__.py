@@ -21,6 +21,7 @@ _READERS = {
     "pcam": ("pcam", "load_pcam"),
     "he_demo": ("he_demo", "load_he_demo"),
     "pcam_subset": ("pcam_subset", "load_pcam_subset"),
+    "pcam_subset_labelled_only": ("pcam_subset", "load_pcam_subset_labelled_only"),
 }
 
 

@@ -144,7 +144,12 @@ def _channels_first(images: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(images.transpose(0, 3, 1, 2))  # (N, 96, 96, 3) -> (N, 3, 96, 96)
 
 
-def load_pcam_subset(root: Path, seed: int = SPLIT_SEED) -> Splits:
+def load_pcam_subset_labelled_only(root: Path) -> Splits:
+    """:func:`load_pcam_subset` without the hard negatives: the labelled training patches and their JPEG copies."""
+    return load_pcam_subset(root, hard_negatives=False)
+
+
+def load_pcam_subset(root: Path, seed: int = SPLIT_SEED, hard_negatives: bool = True) -> Splits:
     """Read the subset and return its fixed split (hard negatives and JPEG copies in train only).
 
     Args:
@@ -172,12 +177,14 @@ def load_pcam_subset(root: Path, seed: int = SPLIT_SEED) -> Splits:
     train = parts["train"]
     own = labelled.images[train]
     own_labels = labelled.labels[train]
-    images = np.concatenate([own, _jpeg_like(own, hard.jpeg_reference), hard.images])
-    labels = np.concatenate([own_labels, own_labels, hard.labels])
+    extra = hard if hard_negatives else PatchFolder(hard.images[:0], hard.labels[:0], (), None)
+    images = np.concatenate([own, _jpeg_like(own, hard.jpeg_reference), extra.images])
+    labels = np.concatenate([own_labels, own_labels, extra.labels])
     own_strata = np.where(own_labels == 1, "tumour", "normal")
-    stratum = np.concatenate([own_strata, own_strata, ["hard_negative"] * len(hard.labels)])
+    stratum = np.concatenate([own_strata, own_strata, ["hard_negative"] * len(extra.labels)])
+    shares = SHARES if hard_negatives else {"tumour": 0.5, "normal": 0.5}
     weights = np.zeros(len(labels))
-    for name, share in SHARES.items():
+    for name, share in shares.items():
         members = stratum == name
         weights[members] = share / members.sum()
     counts = {name: len(index) for name, index in parts.items()}
@@ -193,7 +200,7 @@ def load_pcam_subset(root: Path, seed: int = SPLIT_SEED) -> Splits:
                 f"{len(labelled.labels)} labelled patches (PCam train_x[0:500] as PNG, repository "
                 f"rayhanros2030/VLM_Captions_Explainability; labels by Kaggle id) split "
                 f"{counts['train']}/{counts['valid']}/{counts['test']} (train/valid/test,"
-                f" stratified, seed {seed}), plus {len(hard.labels)} hard negatives in train only (repository"
+                f" stratified, seed {seed}), plus {len(extra.labels)} hard negatives in train only (repository"
                 f" MartiHan/8p361_MedicalImaging)"),
         notes=("Test set small and drawn from PCam's training split: not comparable with the paper's Table 3 "
                "(PCam test set)"),
