@@ -23,8 +23,9 @@ class TrainConfig:
         milestones, lr_gamma: multiply the lr by ``lr_gamma`` at these epochs (counted from 0).
         plateau_patience, plateau_factor: when ``plateau_patience`` > 0, multiply the lr by
             ``plateau_factor`` after that many epochs without a better validation error.
-        augment: ``none``, ``flip_crop`` (CIFAR10+: horizontal flip, 4-pixel padded crop) or ``group_stain``
-            (H&E: random p4m element and stain jitter, ``data/augment.py``).
+        augment: ``none``, ``flip_crop`` (CIFAR10+: horizontal flip, 4-pixel padded crop), ``group_stain``
+            (H&E: random p4m element and stain jitter, ``data/augment.py``) or ``group_stain_strong`` (the same
+            with each stain scaled by up to 20 % and shifted by up to 0.05).
         sampling: ``uniform`` (each epoch a permutation of the training split) or ``weighted`` (draws with
             replacement by the split's ``sample_weights``, e.g. class balance).
         epoch_size: training examples per epoch (0: the split's size); short epochs validate more often.
@@ -71,8 +72,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', not {self.optimizer!r}")
-        for name, allowed in (("augment", ("none", "flip_crop", "group_stain")), ("sampling", ("uniform", "weighted")),
-                              ("select_on", ("error", "nll", "auc"))):
+        for name, allowed in (("augment", ("none", "flip_crop", "group_stain", "group_stain_strong")),
+                              ("sampling", ("uniform", "weighted")), ("select_on", ("error", "nll", "auc"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {getattr(self, name)!r}")
         if not 0 <= self.ema < 1:

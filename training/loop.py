@@ -105,10 +105,10 @@ def train_one_epoch(
             from .data.augment import flip_and_crop  # CIFAR only
 
             images = flip_and_crop(images, augment_rng)
-        elif cfg.augment == "group_stain":
-            from .data.augment import group_and_stain  # H&E only
+        elif cfg.augment.startswith("group_stain"):
+            from .data.augment import STRONG_STAIN, group_and_stain  # H&E only
 
-            images = group_and_stain(images, augment_rng)
+            images = group_and_stain(images, augment_rng, **(STRONG_STAIN if cfg.augment.endswith("strong") else {}))
         labels = torch.from_numpy(labels).to(ctx.device)
         logits = model(normalise(images))
         loss = F.cross_entropy(logits, labels)

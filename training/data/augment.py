@@ -10,7 +10,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["flip_and_crop", "group_and_stain"]
+__all__ = ["flip_and_crop", "group_and_stain", "STRONG_STAIN"]
+
+# Stronger stain jitter, between the "HED-light" and "HED-strong" ranges of Tellez et al. (2019): slides differ
+# more in how much stain they took up than in their baseline.
+STRONG_STAIN = {"scale": 0.2, "shift": 0.05}
 
 
 def flip_and_crop(images: torch.Tensor, generator: torch.Generator, padding: int = 4) -> torch.Tensor:
