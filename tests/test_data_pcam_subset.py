@@ -135,5 +135,5 @@ def test_labelled_only_variant_leaves_out_the_hard_negatives(subset):
     train = splits.train
     assert train.sample_weights.sum() == pytest.approx(1.0)
     assert train.sample_weights[train.labels == 1].sum() == pytest.approx(0.5)
-    assert "plus 0 hard negatives" in splits.spec.source
+    assert "hard negatives of MartiHan/8p361_MedicalImaging not used" in splits.spec.source
     assert np.array_equal(splits.test.labels, full.test.labels)

@@ -200,8 +200,10 @@ def load_pcam_subset(root: Path, seed: int = SPLIT_SEED, hard_negatives: bool = 
                 f"{len(labelled.labels)} labelled patches (PCam train_x[0:500] as PNG, repository "
                 f"rayhanros2030/VLM_Captions_Explainability; labels by Kaggle id) split "
                 f"{counts['train']}/{counts['valid']}/{counts['test']} (train/valid/test,"
-                f" stratified, seed {seed}), plus {len(extra.labels)} hard negatives in train only (repository"
-                f" MartiHan/8p361_MedicalImaging)"),
+                f" stratified, seed {seed}); "
+                + (f"plus {len(extra.labels)} hard negatives in train only (repository MartiHan/8p361_MedicalImaging)"
+                   if hard_negatives else "the hard negatives of MartiHan/8p361_MedicalImaging not used")
+                + "; each labelled training patch also as a JPEG re-encode"),
         notes=("Test set small and drawn from PCam's training split: not comparable with the paper's Table 3 "
                "(PCam test set)"),
         test_files=tuple(labelled.names[i] for i in parts["test"]),
