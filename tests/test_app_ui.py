@@ -122,6 +122,28 @@ def test_every_gallery_image_renders(checkpoint, dev_folder, tmp_path, monkeypat
         assert "not a tumour classifier" in at.warning[0].value
 
 
+PCAM_MODEL = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
+
+
+@pytest.mark.skipif(not PCAM_MODEL.exists(), reason=f"{PCAM_MODEL.name} not shipped")
+def test_opens_on_the_pcam_model_and_shows_every_pcam_patch_with_its_true_label(monkeypatch):
+    at = ok(app(monkeypatch, REPO / "checkpoints"))
+    assert at.sidebar.selectbox(key="checkpoint").value == PCAM_MODEL.stem, "the H&E model on real labels opens"
+    picker = at.sidebar.selectbox[1]
+    pcam = {item.caption: item for item in list_gallery(kind="he") if item.label}
+    assert len(pcam) == 12 and sorted(i.label for i in pcam.values()).count("tumor") == 6
+    assert picker.options[0] in pcam and pcam[picker.options[0]].label == "tumor", "a real tumour patch first"
+    for index, caption in enumerate(picker.options):
+        if caption not in pcam:
+            continue
+        at = ok(picker.select_index(index).run())
+        picker = at.sidebar.selectbox[1]
+        texts = " ".join(m.value for m in at.markdown)
+        assert f"True label: **{pcam[caption].label}**" in texts, caption
+        assert "rank correlation of attention with haematoxylin" in texts, caption
+        assert chart(at, "nuclei") is not None and not at.warning, caption
+
+
 def test_no_checkpoint_says_how_to_get_one(tmp_path, monkeypatch):
     at = app(monkeypatch, tmp_path / "empty")
     assert not at.exception
