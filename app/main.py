@@ -86,6 +86,9 @@ def main() -> None:
     st.markdown(model_summary(loaded))
     if is_proxy(card):
         st.warning(proxy_statement(card), icon="⚠️")
+    elif is_pathology(card) and (card.get("dataset") or {}).get("notes"):
+        st.caption(f"{card['dataset']['notes']}. Data: {card['dataset'].get('source', 'not stated')}. "
+                   "A research model, not a diagnostic device.")
     chosen = image_ui(card)
     if chosen is None:
         display_ui()
