@@ -7,9 +7,10 @@ reduction: mean over channels and orientations, stretched over the patch):
 
 * ``spearman``: rank correlation, over all pixels, of the map with the haematoxylin concentration, the stain of
   nuclei (colour deconvolution, :func:`models.stain.rgb_to_hed`). Positive: more attention where nuclei are;
-* ``tissue_mean`` / ``background_mean``: the mean attention on tissue and on background (glass; a pixel is
-  tissue when its largest optical density exceeds 0.15, :func:`models.stain.tissue_mask`). Background exists in
-  few PCam patches, so ``background_mean`` is None when fewer than :data:`MIN_BACKGROUND` pixels are background.
+* ``tissue_mean`` / ``background_mean``: the mean attention on tissue and on background (glass, lumens, fat: a
+  pixel is tissue when the largest optical density, averaged over its 11 x 11 neighbourhood, exceeds 0.15,
+  :func:`models.stain.region_tissue_mask`). Many PCam patches are all tissue, so ``background_mean`` is None when
+  less than :data:`MIN_BACKGROUND` of the patch is background.
 
 Numpy in, numpy out; no Streamlit. ``benchmarks/attention_on_nuclei.py`` runs it over a test set.
 """
@@ -20,13 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.stain import rgb_to_hed, tissue_mask
+from models.stain import region_tissue_mask, rgb_to_hed
 
 from .compute import Analysis
 
 __all__ = ["NucleiAttention", "attention_on_nuclei", "spearman", "first_attention_layer", "MIN_BACKGROUND"]
 
-MIN_BACKGROUND = 50  # pixels: below this a patch's background mean is too noisy to report
+MIN_BACKGROUND = 0.05  # share of the patch: with less background than this, its mean is not reported
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,13 @@ def attention_on_nuclei(analysis: Analysis, transform: int = 0, layer: str | Non
     attention = analysis.attention[layer].upsampled(size)[transform].mean(axis=0)  # (H, S, S) -> (S, S)
     rgb = 255.0 * image.transpose(1, 2, 0)  # (S, S, 3) on 0..255
     haematoxylin = rgb_to_hed(rgb)[..., 0]
-    tissue = tissue_mask(rgb)
+    tissue = region_tissue_mask(rgb)
     background = ~tissue
     return NucleiAttention(
         layer=layer,
         spearman=spearman(attention, haematoxylin),
         tissue_mean=float(attention[tissue].mean()) if tissue.any() else None,
-        background_mean=float(attention[background].mean()) if background.sum() >= MIN_BACKGROUND else None,
+        background_mean=float(attention[background].mean()) if background.mean() >= MIN_BACKGROUND else None,
         tissue_fraction=float(tissue.mean()),
         attention=attention,
         haematoxylin=haematoxylin,
