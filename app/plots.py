@@ -247,22 +247,24 @@ def reliability_figure(curve: dict, confidence: float | None = None) -> go.Figur
 
 def nuclei_figure(image: np.ndarray, haematoxylin: np.ndarray, attention: np.ndarray, tissue: np.ndarray,
                   titles: list[str]) -> go.Figure:
-    """Four panels: the patch, its haematoxylin concentration, the attention map, and the map with glass greyed out.
+    """Four panels: the patch, its haematoxylin concentration, the attention map, and the map on tissue only.
 
     Args:
         image: ``(3, S, S)`` in [0, 1].
         haematoxylin, attention: ``(S, S)``; each on its own colour scale (2nd to 98th percentile), since they
             are compared by rank, not by value.
-        tissue: ``(S, S)`` bool.
+        tissue: ``(S, S)`` bool; in the last panel the patch itself shows where there is no tissue.
         titles: one per panel.
     """
     layout = _grid(1, 4, titles)
-    data = [_image(image_rgb(image), 0)]
+    rgb = image_rgb(image)
+    data = [_image(rgb, 0), _image(rgb, 3)]
     for panel, values, scale in ((1, haematoxylin, "Blues"), (2, attention, "Viridis"),
                                  (3, np.where(tissue, attention, np.nan), "Viridis")):
-        low, high = np.nanpercentile(values, [2, 98]) if np.isfinite(values).any() else (0.0, 1.0)
+        finite = values[np.isfinite(values)]
+        low, high = np.percentile(finite, [2, 98]) if finite.size else (0.0, 1.0)
         data.append(_heatmap(values, panel, colorscale=scale, zmin=float(low), zmax=float(max(high, low + 1e-6)),
                              showscale=False, hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>"))
     side = WIDTH_PX // 4
-    layout.update(height=side + 40, margin=dict(l=0, r=0, t=30, b=0), plot_bgcolor="#bbbbbb")
+    layout.update(height=side + 40, margin=dict(l=0, r=0, t=30, b=0))
     return go.Figure(data=data, layout=layout)

@@ -330,9 +330,10 @@ def show_nuclei(card: dict, analysis: Analysis) -> None:
         return
     st.plotly_chart(nuclei_figure(analysis.images[0], result.haematoxylin, result.attention, result.tissue,
                                   ["the patch", "haematoxylin (nuclei)", f"{result.layer} attention",
-                                   "attention on tissue (glass grey)"]),
+                                   "attention on tissue only"]),
                     key="nuclei", config={"displaylogo": False})
     st.write(result.text)
     st.caption("The paper (Fig. 5): the network learns to focus on the nuclei of the cells and to remove "
                "background. Haematoxylin by colour deconvolution (Ruifrok & Johnston); tissue: largest optical "
-               "density above 0.15. " + card_nuclei_summary(card))
+               "density above 0.15 on average over 11 x 11 pixels (glass, lumens and fat are background). "
+               + card_nuclei_summary(card))

@@ -160,4 +160,9 @@ def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
         assert "fa_p4m_densenet_pcam_subset" in body and "True label: tumor" in body
         assert "rank correlation of attention with haematoxylin" in body
         page.screenshot(path=str(screenshot), full_page=True)
+        # Streamlit scrolls inside its main block: bring the nuclei figure into the window for a second picture.
+        page.get_by_text("Attention on nuclei", exact=True).scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(tmp_path / "pathology-nuclei-screenshot.png"))
     check_and_keep(screenshot, "pathology-screenshot.png")
+    check_and_keep(tmp_path / "pathology-nuclei-screenshot.png", "pathology-nuclei-screenshot.png")
