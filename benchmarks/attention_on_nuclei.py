@@ -6,9 +6,9 @@
 For every test patch of the card's dataset (the fixed split of ``training.data.pcam_subset``), the app's own
 analysis (:func:`app.compute.analyse`, :func:`app.nuclei.attention_on_nuclei`) gives the rank correlation of the
 first attentive layer's effective map with haematoxylin, and its mean on tissue and on background. Prints mean,
-standard deviation and quartiles over the patches; ``--figure`` draws the distribution and six patches (image,
-haematoxylin, attention); ``--write-card`` stores the summary in the checkpoint's card (``attention_on_nuclei``),
-weights unchanged.
+standard deviation and quartiles over the patches, and a line per attentive layer; ``--figure`` draws the
+distribution and six patches (image, haematoxylin, attention); ``--write-card`` stores the summary in the
+checkpoint's card (``attention_on_nuclei``), weights unchanged.
 """
 
 from __future__ import annotations
@@ -27,9 +27,27 @@ from models import load_checkpoint, save_checkpoint
 from training.data import load_dataset
 
 
-def measure(model, card: dict, images: np.ndarray) -> list:
-    """One :class:`~app.nuclei.NucleiAttention` per ``(3, S, S)`` image in [0, 1]."""
-    return [attention_on_nuclei(analyse(model, card, image)) for image in images]
+def measure(model, card: dict, images: np.ndarray) -> tuple[list, dict[str, list]]:
+    """Per ``(3, S, S)`` image in [0, 1]: the first attentive layer's :class:`~app.nuclei.NucleiAttention`, and
+    every attentive layer's (by name), from one analysis per image."""
+    first, by_layer = [], {}
+    for image in images:
+        analysis = analyse(model, card, image)
+        first.append(attention_on_nuclei(analysis))
+        for name in analysis.attention:
+            by_layer.setdefault(name, []).append(attention_on_nuclei(analysis, layer=name))
+    return first, by_layer
+
+
+def layer_table(by_layer: dict[str, list]) -> dict:
+    """Mean and sd over patches of each layer's rank correlation, and of tissue minus background where defined."""
+    table = {}
+    for name, results in by_layer.items():
+        rho = np.array([r.spearman for r in results])
+        gap = np.array([r.tissue_mean - r.background_mean for r in results if r.background_mean is not None])
+        table[name] = {"spearman_mean": float(np.nanmean(rho)), "spearman_std": float(np.nanstd(rho, ddof=1)),
+                       "tissue_minus_background_mean": float(gap.mean()) if len(gap) else None}
+    return table
 
 
 def summarise(results: list, names: list[str]) -> dict:
@@ -110,13 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     splits = load_dataset(card["dataset"]["name"], data_dir)
     images, labels = splits.test.get_batch(np.arange(len(splits.test)))
     names = list(splits.spec.test_files) or [str(i) for i in range(len(labels))]
-    results = measure(model, card, images)
+    results, by_layer = measure(model, card, images)
     if any(r is None for r in results):
         print(f"error: {args.checkpoint} has no attentive layer: nothing to compare with nuclei", file=sys.stderr)
         return 1
     summary = summarise(results, names)
-    short = {k: v for k, v in summary.items() if k != "per_patch"}
-    print(json.dumps(short, indent=1))
+    summary["by_layer"] = layer_table(by_layer)
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("per_patch", "by_layer")}, indent=1))
+    print("every attentive layer: mean +- sd of rho over patches; mean of tissue minus background")
+    for name, row in summary["by_layer"].items():
+        gap = row["tissue_minus_background_mean"]
+        print(f"  {name:28s} {row['spearman_mean']:+.3f} +- {row['spearman_std']:.3f}   "
+              f"{'-' if gap is None else f'{gap:+.4f}'}")
     if args.figure:
         args.figure.parent.mkdir(parents=True, exist_ok=True)
         draw(results, names, labels, images, args.figure)
