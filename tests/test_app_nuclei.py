@@ -93,3 +93,20 @@ def test_slow_definition_agrees_on_a_real_map(analysed):
     index = np.random.default_rng(1).choice(result.attention.size, 400, replace=False)
     a, h = result.attention.ravel()[index], result.haematoxylin.ravel()[index]
     assert spearman(a, h) == pytest.approx(spearman_slow(a, h), abs=1e-12)
+
+
+def test_test_set_summary_counts_only_patches_with_background():
+    from app.nuclei import NucleiAttention
+    from benchmarks.attention_on_nuclei import layer_table, summarise
+
+    empty = np.zeros((2, 2))
+    results = [NucleiAttention("c1", rho, 0.7, background, 0.5, empty, empty, empty.astype(bool))
+               for rho, background in ((0.2, 0.6), (-0.1, None), (0.5, 0.8))]
+    summary = summarise(results, ["a", "b", "c"])
+    assert summary["spearman_with_haematoxylin"]["mean"] == pytest.approx(0.2)
+    assert summary["spearman_with_haematoxylin"]["std"] == pytest.approx(0.3)
+    assert summary["share_positive"] == pytest.approx(2 / 3)
+    gap = summary["tissue_minus_background"]
+    assert gap["count"] == 2 and gap["mean"] == pytest.approx(0.0)
+    assert [p["file"] for p in summary["per_patch"]] == ["a", "b", "c"]
+    assert layer_table({"c1": results})["c1"]["tissue_minus_background_mean"] == pytest.approx(0.0)
