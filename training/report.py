@@ -72,15 +72,20 @@ def _with_interval(entry: dict, percent: bool = False) -> str:
     return f"{value:.{places}f} [{low:.{places}f}, {high:.{places}f}]"
 
 
+def _valid(metrics: dict) -> str:
+    auc = metrics.get("valid_auc")
+    return f"{metrics['valid_nll']:.3f} / {'-' if auc is None else f'{auc:.3f}'}"
+
+
 def interval_table(folder: str | Path) -> str:
     """Cards with ``metrics.test_intervals`` (binary tasks), one row each: metrics with their 95 % intervals.
 
     Reads every ``*.json`` card in ``folder`` (weights need not be there), sorted by file name.
     """
     rows = [
-        "| model | card | test patches | accuracy % | error % | paper's error % (Table 3, PCam test set) | AUC "
-        "| NLL | ECE | selected at epoch |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | card | valid NLL / AUC (selection) | test patches | accuracy % | error % "
+        "| paper's error % (Table 3, PCam test set) | AUC | NLL | ECE | selected at epoch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for card_file in sorted(Path(folder).glob("*.json")):
         card = json.loads(card_file.read_text())
@@ -89,7 +94,7 @@ def interval_table(folder: str | Path) -> str:
             continue
         paper = _paper_error(card["dataset"]["name"], card["arch"])
         rows.append(
-            f"| {card['arch']} | `{card_file.stem}` | {card['metrics']['test_count']} "
+            f"| {card['arch']} | `{card_file.stem}` | {_valid(card['metrics'])} | {card['metrics']['test_count']} "
             f"| {_with_interval(intervals['accuracy'], percent=True)} | {_with_interval(intervals['error'], True)} "
             f"| {'-' if paper is None else f'{paper:.2f}'} | {_with_interval(intervals['auc'])} "
             f"| {_with_interval(intervals['nll'])} | {_with_interval(intervals['ece'])} "
