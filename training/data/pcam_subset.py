@@ -19,7 +19,10 @@ Two details keep the training split from teaching shortcuts:
   split carries ``sample_weights``: tumour patches draw half of all samples, labelled normal patches a quarter
   and hard negatives a quarter (the loop samples with these weights when ``sampling="weighted"``).
 
-All images are held in memory as uint8 (about 70 MB).
+``pcam_subset_labelled_only`` (:func:`load_pcam_subset_labelled_only`, the ``pcam_subset`` preset's choice on
+validation) is the same split without the hard negatives: tumour and normal patches draw half each.
+
+All images are held in memory as uint8 (about 70 MB with the hard negatives).
 """
 
 from __future__ import annotations
