@@ -27,16 +27,15 @@ from models import load_checkpoint, save_checkpoint
 from training.data import load_dataset
 
 
-def measure(model, card: dict, images: np.ndarray) -> tuple[list, dict[str, list]]:
-    """Per ``(3, S, S)`` image in [0, 1]: the first attentive layer's :class:`~app.nuclei.NucleiAttention`, and
-    every attentive layer's (by name), from one analysis per image."""
-    first, by_layer = [], {}
+def measure(model, card: dict, images: np.ndarray) -> dict[str, list]:
+    """Every attentive layer's :class:`~app.nuclei.NucleiAttention` per ``(3, S, S)`` image in [0, 1], by layer
+    name in forward order (the first is the one the card reports), from one analysis per image."""
+    by_layer = {}
     for image in images:
         analysis = analyse(model, card, image)
-        first.append(attention_on_nuclei(analysis))
         for name in analysis.attention:
             by_layer.setdefault(name, []).append(attention_on_nuclei(analysis, layer=name))
-    return first, by_layer
+    return by_layer
 
 
 def layer_table(by_layer: dict[str, list]) -> dict:
@@ -128,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     splits = load_dataset(card["dataset"]["name"], data_dir)
     images, labels = splits.test.get_batch(np.arange(len(splits.test)))
     names = list(splits.spec.test_files) or [str(i) for i in range(len(labels))]
-    results, by_layer = measure(model, card, images)
+    by_layer = measure(model, card, images)
+    results = next(iter(by_layer.values()), [None])
     if any(r is None for r in results):
         print(f"error: {args.checkpoint} has no attentive layer: nothing to compare with nuclei", file=sys.stderr)
         return 1
