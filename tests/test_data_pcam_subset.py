@@ -137,3 +137,12 @@ def test_labelled_only_variant_leaves_out_the_hard_negatives(subset):
     assert train.sample_weights[train.labels == 1].sum() == pytest.approx(0.5)
     assert "hard negatives of MartiHan/8p361_MedicalImaging not used" in splits.spec.source
     assert np.array_equal(splits.test.labels, full.test.labels)
+
+
+def test_labelled_only_reads_one_hard_negative_for_its_jpeg_quality(subset):
+    (subset / "hard_negatives" / "images" / "p005.jpg").write_bytes(b"damaged, but never read")
+    splits = load_dataset("pcam_subset_labelled_only", subset)
+    assert splits.sizes()["train"] == 2 * 24
+    (subset / "hard_negatives" / "images" / "p000.jpg").unlink()
+    with pytest.raises(DataError, match=r"cannot read the JPEG .*p000\.jpg whose quality"):
+        load_dataset("pcam_subset_labelled_only", subset)

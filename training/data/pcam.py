@@ -21,6 +21,9 @@ from .base import DataError, DatasetSpec, Splits
 __all__ = ["load_pcam", "read_patch", "H5Split", "ImageFolderSplit", "CLASS_NAMES"]
 
 CLASS_NAMES = ("no_tumor", "tumor")
+# Per-channel normalisation of [0, 1] pixels, as the paper's code (its transforms.Normalize constants).
+MEAN = (0.701, 0.538, 0.692)
+STD = (0.235, 0.277, 0.213)
 SPLITS = ("train", "valid", "test")
 SIZE = 96
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
@@ -201,8 +204,8 @@ def load_pcam(root: Path) -> Splits:
         num_classes=2,
         channels=3,
         size=SIZE,
-        mean=(0.701, 0.538, 0.692),
-        std=(0.235, 0.277, 0.213),
+        mean=MEAN,
+        std=STD,
         class_names=CLASS_NAMES,
         source=f"{source} ({', '.join(f'{len(s):,} {n}' for n, s in splits.items())})",
         notes="label: tumour tissue in the central 32x32 pixels",

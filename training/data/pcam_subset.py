@@ -35,20 +35,16 @@ from pathlib import Path
 import numpy as np
 
 from .base import ArraySplit, DataError, DatasetSpec, Splits
-from .pcam import SIZE, read_patch
+from .pcam import CLASS_NAMES, MEAN, SIZE, STD, read_patch
 
 __all__ = ["load_pcam_subset", "read_labelled_folder", "split_labelled", "split_names", "PatchFolder",
            "WeightedArraySplit", "SPLIT_SEED", "TEST_FRACTION", "VALID_FRACTION", "CLASS_NAMES"]
 
-CLASS_NAMES = ("no_tumor", "tumor")
 SPLIT_SEED = 20260
 TEST_FRACTION = 0.25
 VALID_FRACTION = 0.15
 # Shares of all training samples drawn from each stratum when sampling with weights.
 SHARES = {"tumour": 0.5, "normal": 0.25, "hard_negative": 0.25}
-# PCam's own normalisation (as the paper's code), so that models of either PCam reader share an input convention.
-MEAN = (0.701, 0.538, 0.692)
-STD = (0.235, 0.277, 0.213)
 
 
 @dataclass(frozen=True)
@@ -68,14 +64,8 @@ class PatchFolder:
     jpeg_reference: Path | None
 
 
-def read_labelled_folder(folder: Path) -> PatchFolder:
-    """Read ``folder/labels.csv`` and every image it names from ``folder/images``.
-
-    Raises:
-        DataError: a missing folder or labels file, a header without ``filename`` and ``label``, a label other
-            than 0 or 1, a listed image that is missing, unreadable or not 96x96; the message names the file.
-    """
-    folder = Path(folder)
+def _labels_rows(folder: Path) -> list[dict]:
+    """The rows of ``folder/labels.csv``; a missing folder or file, or a header without the columns, is a DataError."""
     labels_file = folder / "labels.csv"
     if not folder.is_dir():
         raise DataError(f"PCam subset folder {folder} not found")
@@ -84,22 +74,35 @@ def read_labelled_folder(folder: Path) -> PatchFolder:
     try:
         with open(labels_file, newline="") as f:
             rows = list(csv.DictReader(f))
-            header = rows[0].keys() if rows else []
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise DataError(f"cannot read {labels_file}: {e}") from e
-    if not rows or "filename" not in header or "label" not in header:
+    if not rows or "filename" not in rows[0] or "label" not in rows[0]:
         raise DataError(f"{labels_file} must have a header with 'filename' and 'label' and at least one row")
-    images, labels, names, jpeg_reference = [], [], [], None
+    return rows
+
+
+def _first_jpeg(folder: Path, rows: list[dict]) -> Path | None:
+    return next((folder / "images" / row["filename"] for row in rows
+                 if Path(row["filename"]).suffix.lower() in (".jpg", ".jpeg")), None)
+
+
+def read_labelled_folder(folder: Path) -> PatchFolder:
+    """Read ``folder/labels.csv`` and every image it names from ``folder/images``.
+
+    Raises:
+        DataError: a missing folder or labels file, a header without ``filename`` and ``label``, a label other
+            than 0 or 1, a listed image that is missing, unreadable or not 96x96; the message names the file.
+    """
+    folder = Path(folder)
+    rows = _labels_rows(folder)
+    images, labels = [], []
     for line, row in enumerate(rows, start=2):
         if row["label"] not in ("0", "1"):
-            raise DataError(f"{labels_file} line {line}: label must be 0 or 1, got {row['label']!r}")
-        path = folder / "images" / row["filename"]
-        images.append(read_patch(path, "PCam subset image"))
+            raise DataError(f"{folder / 'labels.csv'} line {line}: label must be 0 or 1, got {row['label']!r}")
+        images.append(read_patch(folder / "images" / row["filename"], "PCam subset image"))
         labels.append(int(row["label"]))
-        names.append(row["filename"])
-        if jpeg_reference is None and path.suffix.lower() in (".jpg", ".jpeg"):
-            jpeg_reference = path
-    return PatchFolder(np.stack(images), np.array(labels, dtype=np.int64), tuple(names), jpeg_reference)
+    names = tuple(row["filename"] for row in rows)
+    return PatchFolder(np.stack(images), np.array(labels, dtype=np.int64), names, _first_jpeg(folder, rows))
 
 
 def split_labelled(labels: np.ndarray, seed: int = SPLIT_SEED) -> dict[str, np.ndarray]:
@@ -123,8 +126,11 @@ def _jpeg_like(images: np.ndarray, reference: Path) -> np.ndarray:
     """Re-encode ``(N, 96, 96, 3)`` uint8 patches as JPEG with the reference file's tables and subsampling."""
     from PIL import Image, JpegImagePlugin
 
-    with Image.open(reference) as ref:
-        qtables, subsampling = ref.quantization, JpegImagePlugin.get_sampling(ref)
+    try:
+        with Image.open(reference) as ref:
+            qtables, subsampling = ref.quantization, JpegImagePlugin.get_sampling(ref)
+    except (OSError, ValueError, SyntaxError) as e:
+        raise DataError(f"cannot read the JPEG {reference} whose quality the training copies take: {e}") from e
     out = np.empty_like(images)
     for i, image in enumerate(images):
         buffer = io.BytesIO()
@@ -171,20 +177,26 @@ def load_pcam_subset(root: Path, seed: int = SPLIT_SEED, hard_negatives: bool = 
     if not root.is_dir():
         raise DataError(f"PCam subset folder {root} not found (expected labelled/ and hard_negatives/ in it)")
     labelled = read_labelled_folder(root / "labelled")
-    hard = read_labelled_folder(root / "hard_negatives")
-    if (hard.labels != 0).any():
-        raise DataError(f"{root / 'hard_negatives' / 'labels.csv'}: hard negatives must all have label 0")
-    if hard.jpeg_reference is None:
-        raise DataError(f"{root / 'hard_negatives'} holds no JPEG to take the re-encoding quality from")
+    hard_folder = root / "hard_negatives"
+    if hard_negatives:
+        hard = read_labelled_folder(hard_folder)
+        if (hard.labels != 0).any():
+            raise DataError(f"{hard_folder / 'labels.csv'}: hard negatives must all have label 0")
+        extra_images, extra_labels, reference = hard.images, hard.labels, hard.jpeg_reference
+    else:
+        # Only the re-encoding quality is needed: one JPEG, not the 2,263 patches.
+        extra_images, extra_labels = np.zeros((0, SIZE, SIZE, 3), np.uint8), np.zeros(0, np.int64)
+        reference = _first_jpeg(hard_folder, _labels_rows(hard_folder))
+    if reference is None:
+        raise DataError(f"{hard_folder} holds no JPEG to take the re-encoding quality from")
     parts = split_labelled(labelled.labels, seed)
     train = parts["train"]
     own = labelled.images[train]
     own_labels = labelled.labels[train]
-    extra = hard if hard_negatives else PatchFolder(hard.images[:0], hard.labels[:0], (), None)
-    images = np.concatenate([own, _jpeg_like(own, hard.jpeg_reference), extra.images])
-    labels = np.concatenate([own_labels, own_labels, extra.labels])
+    images = np.concatenate([own, _jpeg_like(own, reference), extra_images])
+    labels = np.concatenate([own_labels, own_labels, extra_labels])
     own_strata = np.where(own_labels == 1, "tumour", "normal")
-    stratum = np.concatenate([own_strata, own_strata, ["hard_negative"] * len(extra.labels)])
+    stratum = np.concatenate([own_strata, own_strata, ["hard_negative"] * len(extra_labels)])
     shares = SHARES if hard_negatives else {"tumour": 0.5, "normal": 0.5}
     weights = np.zeros(len(labels))
     for name, share in shares.items():
@@ -204,7 +216,7 @@ def load_pcam_subset(root: Path, seed: int = SPLIT_SEED, hard_negatives: bool = 
                 f"rayhanros2030/VLM_Captions_Explainability; labels by Kaggle id) split "
                 f"{counts['train']}/{counts['valid']}/{counts['test']} (train/valid/test,"
                 f" stratified, seed {seed}); "
-                + (f"plus {len(extra.labels)} hard negatives in train only (repository MartiHan/8p361_MedicalImaging)"
+                + (f"plus {len(extra_labels)} hard negatives in train only (repository MartiHan/8p361_MedicalImaging)"
                    if hard_negatives else "the hard negatives of MartiHan/8p361_MedicalImaging not used")
                 + "; each labelled training patch also as a JPEG re-encode"),
         notes=("Test set small and drawn from PCam's training split: not comparable with the paper's Table 3 "
@@ -221,7 +233,6 @@ def load_pcam_subset(root: Path, seed: int = SPLIT_SEED, hard_negatives: bool = 
 
 def split_names(root: Path, seed: int = SPLIT_SEED) -> dict[str, list[str]]:
     """File names of the labelled patches in each split (reads ``labelled/labels.csv`` only)."""
-    with open(Path(root) / "labelled" / "labels.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = _labels_rows(Path(root) / "labelled")
     labels = np.array([int(row["label"]) for row in rows])
     return {name: [rows[i]["filename"] for i in index] for name, index in split_labelled(labels, seed).items()}
