@@ -7,6 +7,8 @@
     python -m training evaluate runs/rot_mnist-a_p4cnn-seed0/best.safetensors --data-dir data/rot_mnist
     python -m training report checkpoints                                  # results table of the cards
     python -m training report results/pcam_subset --intervals             # with 95 % intervals
+    python -m training sweep table1 --runs-dir ../runs                     # Table 1's runs: the missing ones
+    python -m training report results/rot_mnist --seeds                    # mean +- std over seeds
 
 Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
 """
@@ -29,8 +31,9 @@ from .config import TrainConfig
 from .data import DataError
 from .evaluation import evaluate_checkpoint
 from .loop import RunExistsError, fit
-from .presets import PRESET_NOTES, PRESETS
-from .report import interval_table, results_table
+from .presets import PRESET_NOTES, PRESETS, recipe
+from .report import interval_table, results_table, seed_table
+from .sweep import SWEEPS, run_sweep
 
 __all__ = ["main"]
 
@@ -44,6 +47,10 @@ def _parser_for(field: dataclasses.Field):
         inner = next(arg for arg in typing.get_args(hint) if arg is not type(None))
         return lambda text: None if text.lower() == "none" else inner(text)
     return hint
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--intervals", action="store_true",
                         help="binary tasks: every card in the folder with its metrics' 95 %% intervals")
 
+    report.add_argument("--seeds", action="store_true",
+                        help="one row per model: test error mean +- std over the seeds' cards, beside the paper")
+
+    sweep = commands.add_parser("sweep", help="run a sweep's missing runs, resume cut-short ones, skip done ones")
+    sweep.add_argument("name", choices=sorted(SWEEPS))
+    sweep.add_argument("--runs-dir", default="../runs", help="run folders, outside the work tree (default ../runs)")
+    sweep.add_argument("--models", type=_comma_list, help="only these models (comma separated)")
+    sweep.add_argument("--seeds", type=lambda text: tuple(int(s) for s in _comma_list(text)),
+                       help="only these seeds (comma separated)")
+    sweep.add_argument("--threads", type=int, default=0, help="CPU threads for each run")
+    sweep.add_argument("--status", action="store_true", help="say what is done, cut short or missing; run nothing")
+
     evaluate = commands.add_parser("evaluate", help="re-measure a checkpoint on its dataset")
     evaluate.add_argument("checkpoint")
     evaluate.add_argument("--data-dir", required=True)
@@ -82,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name) is not None}
-    preset = PRESETS[args.preset]
+    preset = recipe(args.preset, overrides.get("model"))
     if "dataset" in overrides and "data_dir" not in overrides:
         overrides["data_dir"] = f"data/{overrides['dataset']}"
     return dataclasses.replace(preset, **overrides)
@@ -98,8 +117,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {PRESET_NOTES[name]}\n    {values}")
         return 0
     if args.command == "report":
-        print(interval_table(args.folder) if args.intervals else results_table(args.folder))
+        table = seed_table if args.seeds else interval_table if args.intervals else results_table
+        print(table(args.folder))
         return 0
+    if args.command == "sweep":
+        unknown = set(args.models or ()) - set(SWEEPS[args.name].models)
+        if unknown:
+            print(f"error: {', '.join(sorted(unknown))} not in sweep {args.name}", file=sys.stderr)
+            return 2
+        missing = run_sweep(args.name, args.runs_dir, models=args.models, seeds=args.seeds, threads=args.threads,
+                            status_only=args.status)
+        return 0 if args.status or missing == 0 else 1
     if args.command == "evaluate":
         return _evaluate(args)
     try:

@@ -32,7 +32,7 @@ from .data import Split, Splits, load_dataset
 from .distributed import Context, setup, shard, teardown
 from .evaluation import Normaliser, evaluate, measure_equivariance, predict
 from .metrics import classification_metrics, confidence_intervals
-from .presets import PRESETS
+from .presets import PRESETS, recipe
 from .run_files import BEST, STATE, load_state, save_state, write_log
 
 __all__ = ["train_one_epoch", "epoch_order", "selection_score", "fit", "RunExistsError"]
@@ -354,8 +354,9 @@ def _finish(cfg, run_dir, ctx, splits, state, base_card, calibration, epochs_don
         if calibration:
             metrics["test_intervals"] = confidence_intervals(test_probs, test_labels)
         equivariance = measure_equivariance(model, splits.test, normalise, cfg.equivariance_images)
+        preset = base_card["preset"]
         extra = {"epochs_completed": epochs_done, "epochs_planned": cfg.epochs,
-                 "recipe_epochs": PRESETS[base_card["preset"]].epochs if base_card["preset"] in PRESETS else None,
+                 "recipe_epochs": recipe(preset, cfg.model).epochs if preset in PRESETS else None,
                  "best_epoch": state["best_epoch"],
                  **({"max_parameter_difference_between_ranks": state["max_parameter_difference_between_ranks"]}
                     if ctx.distributed else {}),

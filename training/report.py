@@ -2,14 +2,16 @@
 
     python -m training report checkpoints                      # every checkpoint's card, one row each
     python -m training report results/pcam_subset --intervals  # binary tasks: metrics with 95 % intervals
+    python -m training report results/rot_mnist --seeds        # one row per model: mean +- std over seeds
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
-__all__ = ["PAPER_TEST_ERROR", "results_table", "interval_table"]
+__all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table"]
 
 # Test error (%) as published: the paper's Table 1 for rot-MNIST (Z2CNN: Cohen & Welling 2016, Table 1).
 PAPER_TEST_ERROR = {
@@ -21,6 +23,16 @@ PAPER_TEST_ERROR = {
     ("pcam", "densenet"): 15.93,
     ("pcam", "p4m_densenet"): 11.64,
     ("pcam", "fa_p4m_densenet"): 10.88,
+}
+
+
+# The paper's Table 1 (rot-MNIST test error %, mean +- std over seeds) in its row order; Z2CNN from Cohen &
+# Welling (2016).
+PAPER_TABLE1: dict[str, tuple[float, float | None]] = {
+    "z2cnn": (5.03, None),
+    "p4cnn": (2.048, None),
+    "fa_p4cnn": (1.795, None),
+    "a_p4cnn": (1.696, None),
 }
 
 
@@ -99,5 +111,38 @@ def interval_table(folder: str | Path) -> str:
             f"| {'-' if paper is None else f'{paper:.2f}'} | {_with_interval(intervals['auc'])} "
             f"| {_with_interval(intervals['nll'])} | {_with_interval(intervals['ece'])} "
             f"| {card['training']['best_epoch']} of {card['training']['epochs_completed']} |"
+        )
+    return "\n".join(rows)
+
+
+def _mean_std(values: list[float]) -> str:
+    """``mean +- std`` in percent; std is the sample standard deviation (n - 1), absent for one seed."""
+    mean = 100 * statistics.fmean(values)
+    return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} +- {100 * statistics.stdev(values):.3f}"
+
+
+def seed_table(folder: str | Path) -> str:
+    """One row per architecture over every card in ``folder``: test error mean +- std over seeds, beside Table 1.
+
+    Rows follow the paper's Table 1 order, then any other architecture by name; a card counts once per seed.
+    """
+    by_arch: dict[str, dict[int, dict]] = {}
+    for card_file in sorted(Path(folder).glob("*.json")):
+        card = json.loads(card_file.read_text())
+        by_arch.setdefault(card["arch"], {})[card["training"]["config"]["seed"]] = card
+    order = [arch for arch in PAPER_TABLE1 if arch in by_arch] + sorted(set(by_arch) - set(PAPER_TABLE1))
+    rows = [
+        "| model | parameters | seeds | epochs | test error % (50k) | valid error % | paper's test error % |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arch in order:
+        cards = [by_arch[arch][seed] for seed in sorted(by_arch[arch])]
+        paper = PAPER_TABLE1.get(arch)
+        paper_text = "-" if paper is None else f"{paper[0]:.3f}" + ("" if paper[1] is None else f" +- {paper[1]:.3f}")
+        epochs = sorted({card["training"]["epochs_completed"] for card in cards})
+        rows.append(
+            f"| {arch} | {cards[0]['parameters']:,} | {', '.join(str(s) for s in sorted(by_arch[arch]))} "
+            f"| {'/'.join(map(str, epochs))} | {_mean_std([c['metrics']['test_error'] for c in cards])} "
+            f"| {_mean_std([c['metrics']['valid_error'] for c in cards])} | {paper_text} |"
         )
     return "\n".join(rows)

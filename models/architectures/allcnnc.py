@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..dropout import Dropout
 from ..network import Network, Trace, call
 from ..pooling import spatial_max_pool
 from .layer_factory import LayerFactory
@@ -57,8 +58,8 @@ class AllCNNC(Network):
         for i, (cin, cout, k) in enumerate(widths, start=2):
             setattr(self, f"c{i}", make.conv(cin, cout, k, k // 2, **att))
         self.c9 = make.conv(c2, config.num_classes, 1, 0, **att)
-        self.dp_init = nn.Dropout(config.input_dropout)
-        self.dp = nn.Dropout(config.dropout)
+        self.dp_init = Dropout(config.input_dropout)
+        self.dp = Dropout(config.dropout)
         for i, width in enumerate([c1, c1, c1, c2, c2, c2, c2, c2, config.num_classes], start=1):
             setattr(self, f"bn{i}", make.batch_norm(width))
         if config.group is None:

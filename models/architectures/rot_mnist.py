@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..dropout import Dropout
 from ..network import Network, Trace, call
 from ..pooling import group_max_pool, spatial_max_pool
 from .layer_factory import LayerFactory
@@ -66,7 +67,7 @@ class RotMNISTCNN(Network):
         for i in range(2, 7):
             setattr(self, f"c{i}", make.conv(c, c, k, **hidden_att))
         self.c7 = make.conv(c, config.num_classes, 4, **hidden_att)
-        self.dp = nn.Dropout(config.dropout)
+        self.dp = Dropout(config.dropout)
         for i in range(1, 7):
             setattr(self, f"bn{i}", make.batch_norm(c))
         if config.group is None:

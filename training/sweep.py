@@ -1,0 +1,157 @@
+"""``python -m training sweep NAME``: run what a sweep is missing, resume what was cut short, skip what is done.
+
+    python -m training sweep table1 --status            # what is done, cut short, missing; runs nothing
+    python -m training sweep table1                     # run the rest, one run at a time, in priority order
+    python -m training sweep table1 --models a_p4cnn --seeds 0
+
+Each run is an ordinary ``python -m training train`` in its own folder under ``--runs-dir`` (outside the work
+tree: run state is never committed), started with ``--resume`` when the folder holds a state. Runs resume
+exactly, so the sweep can be killed at any moment (a session ending) and started again by any later session;
+a folder lost with its machine just runs again from scratch. Every finished run's card (JSON, no weights)
+is copied to the sweep's results folder, from which ``python -m training report FOLDER --seeds`` builds the
+table.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .presets import recipe
+from .run_files import BEST, STATE
+
+__all__ = ["SWEEPS", "Sweep", "RunStatus", "run_status", "run_sweep", "sweep_status"]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A grid of runs: every model with every seed, all with one preset's recipe.
+
+    ``models`` come in priority order: the sweep runs every seed of a model group before the next group, so the
+    first groups are complete early (``groups`` cuts ``models`` into those groups).
+    """
+
+    preset: str
+    models: tuple[str, ...]
+    seeds: tuple[int, ...]
+    results: str
+    groups: tuple[int, ...]
+
+    def order(self) -> list[tuple[str, int]]:
+        """(model, seed) in the order the sweep runs them: group by group, seed by seed within a group."""
+        runs, start = [], 0
+        for end in (*self.groups, len(self.models)):
+            runs += [(model, seed) for seed in self.seeds for model in self.models[start:end]]
+            start = end
+        return runs
+
+
+SWEEPS: dict[str, Sweep] = {
+    # The paper's Table 1 (rot-MNIST), with Z2CNN: the four models the app ships first, then the others.
+    "table1": Sweep(
+        preset="rot_mnist",
+        models=("z2cnn", "p4cnn", "fa_p4cnn", "a_p4cnn",
+                "arh_p4cnn", "big11_p4cnn", "ach_p4cnn", "asp_p4cnn", "big15_p4cnn", "big19_p4cnn"),
+        seeds=(0, 1, 2),
+        results="results/rot_mnist",
+        groups=(4,),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    model: str
+    seed: int
+    folder: Path
+    epochs_done: int
+    epochs: int
+    finished: bool
+
+    @property
+    def started(self) -> bool:
+        return self.epochs_done > 0 or (self.folder / STATE).exists()
+
+    def describe(self) -> str:
+        if self.finished:
+            return "done"
+        return f"cut short at epoch {self.epochs_done}/{self.epochs}" if self.started else "missing"
+
+
+def run_folder(runs_dir: Path, sweep: Sweep, model: str, seed: int) -> Path:
+    return runs_dir / f"{sweep.preset}-{model}-seed{seed}"
+
+
+def run_status(runs_dir: Path, sweep: Sweep, model: str, seed: int) -> RunStatus:
+    """Where one run stands, read from its folder's state (a folder without one has not started)."""
+    folder = run_folder(runs_dir, sweep, model, seed)
+    epochs = recipe(sweep.preset, model).epochs
+    done, finished = 0, False
+    if (folder / STATE).exists():
+        state = torch.load(folder / STATE, map_location="cpu", weights_only=True)
+        done, finished = state["epoch"], bool(state.get("finished")) and state["epoch"] >= epochs
+    return RunStatus(model, seed, folder, done, epochs, finished)
+
+
+def result_card(sweep: Sweep, model: str, seed: int, repo_root: Path = Path(".")) -> Path:
+    return repo_root / sweep.results / f"{model}-seed{seed}.json"
+
+
+def collect_card(status: RunStatus, sweep: Sweep) -> Path:
+    """Copy a finished run's card into the sweep's results folder (the weights stay in the run folder)."""
+    target = result_card(sweep, status.model, status.seed)
+    card = json.loads((status.folder / BEST).with_suffix(".json").read_text())
+    if card.get("training", {}).get("provisional", True):
+        raise RuntimeError(f"{status.folder} is marked finished but its card is provisional")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile((status.folder / BEST).with_suffix(".json"), target)
+    return target
+
+
+def sweep_status(sweep: Sweep, runs_dir: Path, models=None, seeds=None) -> list[RunStatus]:
+    return [run_status(runs_dir, sweep, model, seed) for model, seed in sweep.order()
+            if (not models or model in models) and (seeds is None or seed in seeds)]
+
+
+def train_command(sweep: Sweep, status: RunStatus, threads: int) -> list[str]:
+    command = [sys.executable, "-m", "training", "train", sweep.preset, "--model", status.model,
+               "--seed", str(status.seed), "--out", str(status.folder)]
+    if threads:
+        command += ["--threads", str(threads)]
+    if status.started:
+        command.append("--resume")
+    return command
+
+
+def run_sweep(name: str, runs_dir: str | Path, *, models=None, seeds=None, threads: int = 0,
+              status_only: bool = False, log=print) -> int:
+    """Run every missing or cut-short run of sweep ``name`` in order; returns the number of runs still missing."""
+    sweep, runs_dir = SWEEPS[name], Path(runs_dir)
+    runs = sweep_status(sweep, runs_dir, models, seeds)
+    if status_only:
+        for status in runs:
+            log(f"{status.model:>12} seed {status.seed}: {status.describe()}")
+    todo = [status for status in runs if not status.finished]
+    # Finished runs whose card has not reached the results folder yet (e.g. finished by an earlier session).
+    for status in runs:
+        if status.finished and not result_card(sweep, status.model, status.seed).exists() and not status_only:
+            log(f"card: {collect_card(status, sweep)}")
+    log(f"{name}: {len(runs) - len(todo)} of {len(runs)} runs done")
+    if status_only:
+        return len(todo)
+    for index, status in enumerate(todo, start=1):
+        log(f"[{index}/{len(todo)}] {status.model} seed {status.seed}: {status.describe()}", flush=True)
+        status.folder.mkdir(parents=True, exist_ok=True)
+        with open(status.folder / "train.out", "a") as out:
+            code = subprocess.call(train_command(sweep, status, threads), stdout=out, stderr=subprocess.STDOUT)
+        if code != 0:
+            log(f"{status.model} seed {status.seed} failed (exit {code}); see {status.folder / 'train.out'}")
+            return len(todo) - index + 1
+        log(f"card: {collect_card(run_status(runs_dir, sweep, status.model, status.seed), sweep)}", flush=True)
+    return 0
