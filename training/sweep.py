@@ -14,11 +14,12 @@ table.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -34,14 +35,19 @@ class Sweep:
     """A grid of runs: every model with every seed, all with one preset's recipe.
 
     ``models`` come in priority order: the sweep runs every seed of a model group before the next group, so the
-    first groups are complete early (``groups`` cuts ``models`` into those groups).
+    first groups are complete early (``groups`` cuts ``models`` into those groups). ``overrides`` change the
+    recipe's fields for every run (passed as ``--field value``); ``results`` is relative to the working directory.
     """
 
     preset: str
     models: tuple[str, ...]
     seeds: tuple[int, ...]
     results: str
-    groups: tuple[int, ...]
+    groups: tuple[int, ...] = ()
+    overrides: dict = field(default_factory=dict)
+
+    def config(self, model: str):
+        return dataclasses.replace(recipe(self.preset, model), **self.overrides)
 
     def order(self) -> list[tuple[str, int]]:
         """(model, seed) in the order the sweep runs them: group by group, seed by seed within a group."""
@@ -91,7 +97,7 @@ def run_folder(runs_dir: Path, sweep: Sweep, model: str, seed: int) -> Path:
 def run_status(runs_dir: Path, sweep: Sweep, model: str, seed: int) -> RunStatus:
     """Where one run stands, read from its folder's state (a folder without one has not started)."""
     folder = run_folder(runs_dir, sweep, model, seed)
-    epochs = recipe(sweep.preset, model).epochs
+    epochs = sweep.config(model).epochs
     done, finished = 0, False
     if (folder / STATE).exists():
         state = torch.load(folder / STATE, map_location="cpu", weights_only=True)
@@ -99,8 +105,8 @@ def run_status(runs_dir: Path, sweep: Sweep, model: str, seed: int) -> RunStatus
     return RunStatus(model, seed, folder, done, epochs, finished)
 
 
-def result_card(sweep: Sweep, model: str, seed: int, repo_root: Path = Path(".")) -> Path:
-    return repo_root / sweep.results / f"{model}-seed{seed}.json"
+def result_card(sweep: Sweep, model: str, seed: int) -> Path:
+    return Path(sweep.results) / f"{model}-seed{seed}.json"
 
 
 def collect_card(status: RunStatus, sweep: Sweep) -> Path:
@@ -122,6 +128,8 @@ def sweep_status(sweep: Sweep, runs_dir: Path, models=None, seeds=None) -> list[
 def train_command(sweep: Sweep, status: RunStatus, threads: int) -> list[str]:
     command = [sys.executable, "-m", "training", "train", sweep.preset, "--model", status.model,
                "--seed", str(status.seed), "--out", str(status.folder)]
+    for name, value in sweep.overrides.items():
+        command += [f"--{name.replace('_', '-')}", str(value)]
     if threads:
         command += ["--threads", str(threads)]
     if status.started:

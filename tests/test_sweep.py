@@ -1,0 +1,85 @@
+"""``python -m training sweep``: runs what is missing, resumes what was cut short, skips what is done."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_data_rot_mnist import write_amat
+
+from training import sweep as sweep_module
+from training.cli import main as cli_main
+from training.report import seed_table
+from training.sweep import SWEEPS, Sweep, run_sweep, sweep_status
+
+
+@pytest.fixture
+def tiny_sweep(tmp_path, monkeypatch):
+    """A two-model, two-seed sweep of one-epoch runs on 60 amat digits, registered as ``tiny``."""
+    data = tmp_path / "rot_mnist"
+    data.mkdir()
+    write_amat(data, n_train=60, n_test=20)
+    sweep = Sweep(preset="rot_mnist", models=("z2cnn", "p4cnn"), seeds=(0, 1), results=str(tmp_path / "results"),
+                  overrides={"data_dir": data, "epochs": 1, "batch_size": 16, "eval_batch_size": 16,
+                             "equivariance_images": 2})
+    monkeypatch.setitem(SWEEPS, "tiny", sweep)
+    return sweep, tmp_path / "runs"
+
+
+def test_table1_runs_the_shipped_models_over_every_seed_first():
+    order = SWEEPS["table1"].order()
+    assert order[:12] == [(m, s) for s in (0, 1, 2) for m in ("z2cnn", "p4cnn", "fa_p4cnn", "a_p4cnn")]
+    assert len(order) == len(set(order)) == 30
+    assert {m for m, _ in order} >= {"p4cnn", "arh_p4cnn", "big19_p4cnn", "a_p4cnn", "big15_p4cnn", "ach_p4cnn",
+                                     "asp_p4cnn", "big11_p4cnn", "fa_p4cnn"}
+    # Z2CNN keeps the 300 epochs of the paper's code; every P4CNN 100.
+    assert SWEEPS["table1"].config("z2cnn").epochs == 300 and SWEEPS["table1"].config("a_p4cnn").epochs == 100
+
+
+def test_status_of_an_empty_runs_folder_lists_every_run_as_missing(tiny_sweep, capsys):
+    sweep, runs = tiny_sweep
+    assert cli_main(["sweep", "tiny", "--runs-dir", str(runs), "--status"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("missing") == 4 and "0 of 4 runs done" in out
+    assert not runs.exists()  # --status runs nothing
+
+
+def test_runs_the_missing_skips_the_done_and_resumes_the_cut_short(tiny_sweep, monkeypatch):
+    sweep, runs = tiny_sweep
+    lines = []
+    assert run_sweep("tiny", runs, seeds=(0,), log=lambda *a, **k: lines.append(a[0])) == 0
+    cards = sorted((runs.parent / "results").glob("*.json"))
+    assert [c.name for c in cards] == ["p4cnn-seed0.json", "z2cnn-seed0.json"]
+    card = json.loads(cards[0].read_text())
+    assert card["training"]["config"]["seed"] == 0 and card["training"]["provisional"] is False
+    assert card["training"]["command"].startswith("python -m training train rot_mnist --model p4cnn --seed 0")
+    assert "| p4cnn | 24,610 | 0 | 1 |" in seed_table(runs.parent / "results")
+
+    # Done runs are skipped: nothing is started.
+    monkeypatch.setattr(sweep_module.subprocess, "call", lambda *a, **k: pytest.fail("started a done run"))
+    assert run_sweep("tiny", runs, seeds=(0,), log=lambda *a, **k: None) == 0
+    monkeypatch.undo()
+
+    # A longer recipe makes the same runs cut short: they resume from their state, not from scratch.
+    monkeypatch.setitem(SWEEPS, "tiny", Sweep(**{**sweep.__dict__, "overrides": {**sweep.overrides, "epochs": 2}}))
+    statuses = sweep_status(SWEEPS["tiny"], runs, seeds=(0,))
+    assert [s.describe() for s in statuses] == ["cut short at epoch 1/2"] * 2
+    assert run_sweep("tiny", runs, models=("p4cnn",), seeds=(0,), log=lambda *a, **k: None) == 0
+    card = json.loads(cards[0].read_text())
+    assert card["training"]["epochs_completed"] == 2
+    assert card["training"]["invocations"][-1].endswith("--resume")
+
+
+def test_a_failing_run_stops_the_sweep_and_names_its_log(tiny_sweep, monkeypatch):
+    sweep, runs = tiny_sweep
+    broken = Sweep(**{**sweep.__dict__, "overrides": {**sweep.overrides, "data_dir": runs / "nowhere"}})
+    monkeypatch.setitem(SWEEPS, "tiny", broken)
+    lines = []
+    assert run_sweep("tiny", runs, log=lambda *a, **k: lines.append(a[0])) == 4
+    assert "z2cnn seed 0 failed (exit 1)" in lines[-1] and "train.out" in lines[-1]
+    assert "nowhere" in (runs / "rot_mnist-z2cnn-seed0" / "train.out").read_text()
+
+
+def test_unknown_models_are_refused(capsys):
+    assert cli_main(["sweep", "table1", "--models", "resnet9", "--status"]) == 2
+    assert "resnet9 not in sweep table1" in capsys.readouterr().err
