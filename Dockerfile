@@ -35,15 +35,18 @@ RUN pip install --no-cache-dir \
 RUN groupadd --gid 10001 app \
     && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin app
 WORKDIR /srv/aagc
-# .dockerignore lets only requirements.txt, models/, app/ and checkpoints/ into the context.
+# .dockerignore lets only requirements.txt, models/, app/, checkpoints/ and .streamlit/ into the context.
 COPY . .
 # Numeric, so that `docker run --user`/Kubernetes runAsNonRoot can verify it without /etc/passwd.
 USER 10001:10001
 
 # Streamlit reads STREAMLIT_<SECTION>_<OPTION>; the port is an environment variable rather than a
 # flag so that `docker run -e STREAMLIT_SERVER_PORT=...` moves the app and its health check together.
+# The toolbar mode is also in .streamlit/config.toml (read from the working directory): viewers get no
+# "Deploy" button or developer menu, even if the image is run from another directory.
 ENV STREAMLIT_SERVER_PORT=8501 \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false \
+    STREAMLIT_CLIENT_TOOLBAR_MODE=viewer \
     MPLCONFIGDIR=/tmp/matplotlib
 EXPOSE 8501
 

@@ -1,4 +1,4 @@
-"""Arrow fields: at a grid of positions, one arrow per orientation, as long as the response there.
+"""Arrow fields: at a grid of positions, one arrow per orientation, as long as that orientation is preferred there.
 
 Orientation h of a group feature map is the response of the filter moved by
 group element h. Its arrow points where h sends an arrow pointing right
@@ -9,12 +9,28 @@ horizontal axis and are flagged ``mirrored`` so that a drawing can tell them
 apart (h = 0 and h = 4 both point right).
 
 The grid tiles a centred square of the image into cells of ``spacing`` pixels;
-each arrow's strength is the mean of the upsampled map over its cell. The grid
-is symmetric under quarter turns and flips, so the field of g.x is the field of
-x moved by g, like the maps it comes from. :func:`arrow_polygons` gives each
-arrow's outline and :class:`PanelMosaic` lays panels out side by side; the page
-draws them with plotly (:func:`app.plots.arrow_panels`), the PNG export with
-matplotlib (:func:`app.figures.render_arrow_field_png`).
+each cell's response per orientation is the mean of the upsampled map over it.
+What an arrow's length shows is the ``mode``:
+
+- ``"selectivity"`` (default, after the paper's Fig. 3-4): the response minus
+  the smallest response over orientations at that cell, both taken above each
+  orientation's background level (its median over the cells). A region at
+  background level (empty background, a constant patch) gets no arrows; a
+  stroke gets long arrows along the orientations that match it.
+- ``"dominant"``: one arrow per cell, for the orientation with the largest
+  response, as long as its lead over the second largest.
+- ``"response"``: the raw mean response (every cell gets arrows).
+
+Lengths share one scale over every transform, orientation and cell (its 98th
+percentile: longer arrows are drawn full length), and arrows shorter than
+``min_length`` of it are left out, so empty regions stay empty.
+The grid is symmetric under quarter turns and flips and every step above
+commutes with moving cells and re-indexing orientations, so the field of g.x is
+the field of x moved by g, like the maps it comes from.
+:func:`arrow_polygons` gives each arrow's outline and :class:`PanelMosaic` lays
+panels out side by side; the page draws them with plotly
+(:func:`app.plots.arrow_panels`), the PNG export with matplotlib
+(:func:`app.figures.render_arrow_field_png`).
 """
 
 from __future__ import annotations
@@ -30,7 +46,17 @@ from .images import to_channels
 from .reductions import upsample
 from .transforms import arrow_direction
 
-__all__ = ["ArrowField", "arrow_field", "arrow_polygons", "PanelMosaic"]
+__all__ = ["ArrowField", "arrow_field", "arrow_polygons", "PanelMosaic", "ARROW_MODES", "MIN_LENGTH",
+           "cell_lengths"]
+
+ARROW_MODES = {
+    "selectivity": "each orientation's response minus the weakest orientation's there (above background)",
+    "dominant": "the strongest orientation only, as long as its lead over the second (above background)",
+    "response": "each orientation's raw mean response",
+}
+# Arrows shorter than this fraction of the longest are not drawn: background stays empty, not dotted.
+MIN_LENGTH = 0.08
+SCALE_PERCENTILE = 98.0
 
 
 @dataclass(frozen=True)
@@ -40,10 +66,12 @@ class ArrowField:
     Attributes:
         positions: ``(P, 2)`` (row, column) of each cell centre, image pixels.
         directions: ``(H, 2)`` unit (d_row, d_column) of each orientation.
-        lengths: ``(T, H, P)`` strength / ``scale``, in [0, 1]: 1 is the longest arrow of the layer.
+        lengths: ``(T, H, P)`` in [0, 1], 1 the longest arrow of the layer, 0 where no arrow is drawn.
         orientation_ids: ``(H,)`` group element index of each orientation.
         mirrored: ``(H,)`` True for the mirrored orientations of p4m.
         scale: the strength drawn as a full-length arrow (shared by all panels).
+        mode: what a length shows (a key of ``ARROW_MODES``).
+        min_length: arrows shorter than this fraction of full length were left out.
         spacing: cell side in pixels; a full-length arrow is half of it.
         image_size: side of the image the positions refer to.
     """
@@ -56,10 +84,33 @@ class ArrowField:
     scale: float
     spacing: int
     image_size: int
+    mode: str = "selectivity"
+    min_length: float = 0.0
+
+
+def cell_lengths(strength: np.ndarray, mode: str) -> np.ndarray:
+    """Unscaled arrow lengths ``(T, H, P)`` from the cells' mean responses ``(T, H, P)`` (see ``ARROW_MODES``).
+
+    Selectivity and dominance are measured on the responses above each orientation's background level, its
+    median over the cells: attention's global channel weights (and biases) can make orientations respond
+    differently even to an empty region, by the same amount everywhere, so that offset is not a preference.
+    """
+    if mode == "response":
+        return strength
+    strength = strength - np.median(strength, axis=2, keepdims=True)
+    if mode == "selectivity":
+        return strength - strength.min(axis=1, keepdims=True)
+    if mode == "dominant":
+        ranked = np.sort(strength, axis=1)
+        lead = ranked[:, -1] - ranked[:, -2]  # (T, P); 0 on a tie, so the tie's winner never matters
+        winner = strength.argmax(axis=1)  # (T, P)
+        return np.where(np.arange(strength.shape[1])[None, :, None] == winner[:, None, :], lead[:, None, :], 0.0)
+    raise ValueError(f"unknown arrow mode {mode!r}; choose one of {', '.join(ARROW_MODES)}")
 
 
 def arrow_field(
-    layer: LayerMaps, image_size: int, spacing: int | None = None, scale: float | None = None
+    layer: LayerMaps, image_size: int, spacing: int | None = None, scale: float | None = None,
+    mode: str = "selectivity", min_length: float = MIN_LENGTH, border: int = 0,
 ) -> ArrowField:
     """The arrow field of one layer's per-orientation maps (features or attention).
 
@@ -67,14 +118,20 @@ def arrow_field(
         layer: maps with an orientation axis (H > 1).
         image_size: side of the image the maps are shown on.
         spacing: cell side in pixels; default about a twelfth of the image.
-        scale: strength of a full-length arrow; default the largest cell strength
-            over all transforms and orientations, so panels compare directly.
+        scale: the length drawn full size (longer arrows are drawn full size); default the 98th percentile over
+            all transforms, orientations and cells, so panels compare directly.
+        mode: what a length shows, a key of ``ARROW_MODES``.
+        min_length: arrows shorter than this fraction of full size are left out.
+        border: cells whose centre lies within this many pixels of an edge get no arrows and do not set the
+            scale (the padding border of :mod:`app.padding`).
 
     Raises:
-        ValueError: maps without orientations (planar layers, attention on the image).
+        ValueError: maps without orientations (planar layers, attention on the image); an unknown mode.
     """
     if layer.orientations < 2:
         raise ValueError(f"layer {layer.name} has no orientation axis, so no arrows to draw")
+    if mode not in ARROW_MODES:
+        raise ValueError(f"unknown arrow mode {mode!r}; choose one of {', '.join(ARROW_MODES)}")
     spacing = spacing or max(2, image_size // 12)
     cells = image_size // spacing
     if (image_size - cells * spacing) % 2:
@@ -82,14 +139,21 @@ def arrow_field(
     offset = (image_size - cells * spacing) // 2
     maps = upsample(torch.from_numpy(layer.maps), image_size)  # (T, H, S, S)
     tiled = maps[..., offset:offset + cells * spacing, offset:offset + cells * spacing]
-    strength = F.avg_pool2d(tiled, spacing).flatten(2).numpy()  # (T, H, P), cells in row-major order
+    strength = F.avg_pool2d(tiled.double(), spacing).flatten(2).numpy()  # (T, H, P), cells in row-major order
+    raw = cell_lengths(strength, mode)
     centres = offset + spacing * np.arange(cells) + (spacing - 1) / 2
     rows, cols = np.meshgrid(centres, centres, indexing="ij")
     positions = np.stack([rows.ravel(), cols.ravel()], axis=1)  # (P, 2)
+    if border > 0:
+        # The grid and the border are symmetric under the group, so leaving cells out keeps the field equivariant.
+        depth = np.minimum(positions, image_size - 1 - positions).min(axis=1)  # (P,) from the nearest edge
+        raw = np.where(depth < border, 0.0, raw)
     ids = np.arange(layer.orientations)
     if scale is None:
-        scale = float(strength.max())
-    lengths = strength / scale if scale > 0 else np.zeros_like(strength)
+        # The 98th percentile, not the maximum: one strong edge would otherwise shrink every other arrow away.
+        scale = float(np.percentile(raw, SCALE_PERCENTILE)) or float(raw.max())
+    lengths = np.clip(raw / scale, 0.0, 1.0) if scale > 0 else np.zeros_like(raw)
+    lengths[lengths < min_length] = 0.0
     return ArrowField(
         positions=positions.astype(np.float32),
         directions=np.array([arrow_direction(int(h)) for h in ids], dtype=np.float32),
@@ -99,6 +163,8 @@ def arrow_field(
         scale=float(scale),
         spacing=spacing,
         image_size=image_size,
+        mode=mode,
+        min_length=min_length,
     )
 
 
@@ -129,15 +195,17 @@ def _arrow_vertices(x: np.ndarray, y: np.ndarray, dx: np.ndarray, dy: np.ndarray
 
 
 def arrow_polygons(field: ArrowField, transform: int, orientation: int, origin: tuple[int, int] = (0, 0)) -> np.ndarray:
-    """The arrows of one orientation of one transform as polygons ``(P, 8, 2)`` of (column, row) points.
+    """The drawn arrows of one orientation of one transform as polygons ``(N, 8, 2)`` of (column, row) points.
 
-    A full-length arrow reaches half a cell. ``origin`` (top, left) shifts the panel, e.g. into a
-    :class:`PanelMosaic`.
+    Only arrows of nonzero length, N <= P of them. A full-length arrow reaches half a cell. ``origin`` (top, left)
+    shifts the panel, e.g. into a :class:`PanelMosaic`.
     """
     top, left = origin
     d_row, d_col = field.directions[orientation]
-    length = field.lengths[transform, orientation] * (field.spacing / 2)  # (P,)
-    return _arrow_vertices(field.positions[:, 1] + left, field.positions[:, 0] + top, d_col * length,
+    drawn = field.lengths[transform, orientation] > 0
+    length = field.lengths[transform, orientation][drawn] * (field.spacing / 2)  # (N,)
+    positions = field.positions[drawn]
+    return _arrow_vertices(positions[:, 1] + left, positions[:, 0] + top, d_col * length,
                            d_row * length, SHAFT_WIDTH * field.image_size)
 
 

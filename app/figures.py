@@ -111,6 +111,8 @@ def render_arrow_fields_png(
     ax.imshow(mosaic.background(images), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
     for h in range(len(field.directions)):
         polygons = np.concatenate([arrow_polygons(field, t, h, mosaic.origins[p]) for p, t in enumerate(transforms)])
+        if not len(polygons):
+            continue
         colour = ORIENTATION_COLOURS[int(field.orientation_ids[h]) % len(ORIENTATION_COLOURS)]
         style = (dict(facecolor="none", edgecolor=colour, linewidth=0.8) if field.mirrored[h]
                  else dict(facecolor=colour, edgecolor="none"))

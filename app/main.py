@@ -24,6 +24,7 @@ from app.allocator import retain_freed_memory  # noqa: E402
 from app.angles import angle_deviation  # noqa: E402
 from app.cache import LRUCache, analysis_key  # noqa: E402
 from app.compute import Analysis, analyse, display_group  # noqa: E402
+from app.padding import constant_images, padding_borders  # noqa: E402
 from app.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
 from app.plots import image_rgb  # noqa: E402
 from app.reductions import MEANS  # noqa: E402
@@ -34,6 +35,7 @@ from app.ui_views import (  # noqa: E402
     display_ui,
     layer_ui,
     panel_marks,
+    proof_range,
     selection_ui,
     show_angle_deviation,
     show_arrows,
@@ -75,93 +77,131 @@ def model_summary(loaded: LoadedModel) -> str:
     return " · ".join(p for p in parts if p)
 
 
+@st.cache_resource(max_entries=16)
+def padding_of(model_id: str, _loaded: LoadedModel) -> dict[str, int]:
+    """Once per model: every layer's padding border, measured on a constant image (:mod:`app.padding`)."""
+    return padding_borders([analyse(_loaded.model, _loaded.card, image, 0, {})
+                            for image in constant_images(_loaded.card)])
+
+
+# Streamlit's default top padding pushes the maps below a 900-pixel window.
+COMPACT = "<style>.block-container {padding-top: 2.2rem; padding-bottom: 1rem;}</style>"
+MAPS_WIDTH_PX = 820  # the maps' column at 1440 px wide, sidebar open
+
+
 def main() -> None:
     st.set_page_config(page_title="Equivariant attention explorer", layout="wide")
-    st.title("Equivariant attention explorer")
+    st.markdown(COMPACT, unsafe_allow_html=True)
     allocator_tuned()
     loaded = model_ui(checkpoint_folder())
     if loaded is None:
+        st.title("Equivariant attention explorer")
         return
     card, model = loaded.card, loaded.model
-    st.markdown(model_summary(loaded))
+    st.markdown(f"#### Equivariant attention explorer &nbsp; <small>{model_summary(loaded)}</small>",
+                unsafe_allow_html=True)
     if is_proxy(card):
         st.warning(proxy_statement(card), icon="⚠️")
-    elif is_pathology(card) and (card.get("dataset") or {}).get("notes"):
-        st.caption(f"{card['dataset']['notes']}. Data: {card['dataset'].get('source', 'not stated')}. "
-                   "A research model, not a diagnostic device.")
     chosen = image_ui(card)
     if chosen is None:
         display_ui()
         return
     element, degrees = transform_ui(display_group(model), planar=model.group is None)
-    colorscale, opacity, data_range = display_ui()
+    display = display_ui(is_pathology(card))
     # The user's element first, then the arbitrary rotation; analysed as a new image when the angle is not 0.
     image, first = chosen.pixels, element
     if degrees:
         image, first = rotate_by_angle(apply_element(chosen.pixels, element), degrees), 0
-    current, key = analysed(loaded, image, first, {})
-    pick_layer, pick_channel, pick_orientation = st.columns([2, 1, 1])
-    with pick_layer:
-        layer_key = layer_ui(current, loaded.model_id)
-    kind, name = layer_key.split("/", 1)
-    layer = getattr(current, kind)[name]
-    selection = selection_ui(layer, f"{loaded.model_id}-{name}", pick_channel, pick_orientation)
+    with st.spinner(f"Analysing the image with {loaded.name}: every group transform, every layer ..."):
+        current, key = analysed(loaded, image, first, {})
+        borders = padding_of(loaded.model_id, loaded)
+
+    left, right = st.columns([1, 3.2])
+    with right:
+        pick_layer, pick_channel, pick_orientation = st.columns([2, 1, 1])
+        with pick_layer:
+            layer_key = layer_ui(current, loaded.model_id)
+        kind, name = layer_key.split("/", 1)
+        layer = getattr(current, kind)[name]
+        selection = selection_ui(layer, f"{loaded.model_id}-{name}", pick_channel, pick_orientation)
     if selection != MEANS:
-        current, key = analysed(loaded, image, first, {name: selection})
+        with st.spinner("Reducing the attention for that selection ..."):
+            current, key = analysed(loaded, image, first, {name: selection})
         layer = current.attention[name]
     size = current.images.shape[-1]
-    zrange = value_range(layer, data_range)
+    border = borders.get(layer_key, 0)
+    zrange = value_range(layer, display, size, border)
     marks = panel_marks(card, size, chosen.microns_per_pixel)
 
-    left, right = st.columns([1, 2])
     with left:
-        st.image(image_rgb(current.images[0]), width=160, caption="The image as the model sees it (before "
-                 "normalisation)")
-        st.caption(chosen.info.text)
+        show_summary(card, current, chosen, marks)
     with right:
-        probabilities = current.probabilities[0]
-        top = int(probabilities.argmax())
-        st.metric("Prediction", current.class_names[top], f"p = {probabilities[top]:.3f}", delta_color="off")
-        if is_pathology(card):
-            if len(current.class_names) == 2:
-                st.write(f"P({current.class_names[1]}) = **{probabilities[1]:.3f}**")
-            show_true_label(card, current, chosen.true_label)
+        show_maps(current, layer, display, zrange, marks, border, MAPS_WIDTH_PX)
+
+    pathology = is_pathology(card)
+    names = ["Arrow field", "Equivariance proof", "Predictions per transform"]
+    names += ["Attention on nuclei", "Calibration"] if pathology else []
+    names += ["Export", "About the model"]
+    tabs = dict(zip(names, st.tabs(names), strict=True))
+
+    field, arrow_key = None, ""
+    with tabs["Arrow field"]:
+        picked = arrow_layer_ui(current, loaded.model_id)
+        if picked is None:
+            st.info("No layer of this model has an orientation axis (a planar CNN): no arrows to draw.")
+        else:
+            arrow_key, mode = picked
+            arrow_kind, arrow_name = arrow_key.split("/", 1)
+            field = show_arrows(current, getattr(current, arrow_kind)[arrow_name], mode, borders.get(arrow_key, 0))
+    with tabs["Equivariance proof"]:
+        show_proof(current, layer, display, proof_range(layer, display, size, border), loaded.model_id)
+        if degrees:
+            original, _ = analysed(loaded, chosen.pixels, element, {name: selection} if selection != MEANS else {})
+            show_angle_deviation(angle_deviation(original, current, degrees))
+    with tabs["Predictions per transform"]:
+        show_prediction(current)
+    if pathology:
+        with tabs["Attention on nuclei"]:
+            show_nuclei(card, current)
+        with tabs["Calibration"]:
             show_calibration(card, current)
-            if marks is not None:
-                scale = (f"{chosen.microns_per_pixel:.3f} µm/px" if chosen.microns_per_pixel else
-                         "the model's training scale (assumed: an upload's µm/px is unknown)")
-                st.caption(f"Dashed square: the central 32 x 32 pixels, the region PCam's label refers to. "
-                           f"Scale bar: {marks.bar_label} at {scale}.")
+    with tabs["Export"]:
+        metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
+                        degrees=degrees, fit=chosen.info.text, layer=layer_key)
+        show_export(current, layer, field, arrow_key, display, zrange, metadata, border)
+    with tabs["About the model"]:
+        show_about(card)
 
-    st.subheader(f"{name}: one map per orientation")
-    show_maps(current, layer, colorscale, opacity, zrange, marks)
 
+def show_summary(card: dict, current: Analysis, chosen, marks) -> None:
+    """The image, the prediction and, for H&E, the true label and what the marks on the maps mean."""
+    st.image(image_rgb(current.images[0]), width=170, caption="What the model sees")
+    probabilities = current.probabilities[0]
+    top = int(probabilities.argmax())
+    st.metric("Prediction", current.class_names[top], f"p = {probabilities[top]:.3f}", delta_color="off")
     if is_pathology(card):
-        st.subheader("Attention on nuclei")
-        show_nuclei(card, current)
+        if len(current.class_names) == 2:
+            st.write(f"P({current.class_names[1]}) = **{probabilities[1]:.3f}**")
+        show_true_label(card, current, chosen.true_label)
+        if marks is not None:
+            scale = (f"{chosen.microns_per_pixel:.3f} µm/px" if chosen.microns_per_pixel else
+                     "the model's training scale (assumed: an upload's µm/px is unknown)")
+            st.caption(f"Dashed square: the central 32 x 32 pixels, the region PCam's label refers to. "
+                       f"Scale bar: {marks.bar_label} at {scale}.")
+    st.caption(chosen.info.text)
 
-    st.subheader("Arrow field")
-    arrow_key = arrow_layer_ui(current, layer_key, loaded.model_id)
-    field = None
-    if arrow_key is None:
-        st.info("No layer of this model has an orientation axis (a planar CNN): no arrows to draw.")
-    else:
-        arrow_kind, arrow_name = arrow_key.split("/", 1)
-        field = show_arrows(current, getattr(current, arrow_kind)[arrow_name])
 
-    st.subheader("Live equivariance proof")
-    show_proof(current, layer, colorscale, opacity, zrange, loaded.model_id)
-    if degrees:
-        original, _ = analysed(loaded, chosen.pixels, element, {name: selection} if selection != MEANS else {})
-        show_angle_deviation(angle_deviation(original, current, degrees))
-
-    st.subheader("Prediction for every group transform")
-    show_prediction(current)
-
-    st.subheader("Export")
-    metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
-                    degrees=degrees, fit=chosen.info.text, layer=layer_key)
-    show_export(current, layer, field, arrow_key or "", colorscale, opacity, zrange, metadata)
+def show_about(card: dict) -> None:
+    """The model's dataset and how far to trust it."""
+    dataset = card.get("dataset") or {}
+    st.write(f"Dataset: {dataset.get('source', 'not stated')}")
+    if dataset.get("notes"):
+        st.write(dataset["notes"] + ".")
+    if is_pathology(card):
+        st.write("A research model, not a diagnostic device.")
+    training = card.get("training") or {}
+    if training.get("command"):
+        st.code(training["command"], language="bash")
 
 
 main()

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from .arrows import ArrowField, PanelMosaic, arrow_polygons
 from .figures import ORIENTATION_COLOURS
 from .images import to_channels
+from .map_style import DIVERGING, MPL_COLOUR_MAPS, overlay
 
 __all__ = ["COLOUR_MAPS", "image_rgb", "map_panels", "proof_figure", "arrow_panels", "probability_figure",
            "reliability_figure", "nuclei_figure", "PanelMarks"]
@@ -102,38 +103,72 @@ def _heatmap(values: np.ndarray, panel: int, **style) -> dict:
 def map_panels(
     images: np.ndarray, maps: np.ndarray, titles: list[str], *, colorscale: str = "Viridis", opacity: float = 0.6,
     zmin: float = 0.0, zmax: float = 1.0, colour_title: str = "", marks: PanelMarks | None = None,
-    columns: int = 4,
+    columns: int = 4, style: str = "overlay", signed: bool = False, border: int = 0, width_px: int = WIDTH_PX,
 ) -> go.Figure:
-    """Panels side by side (rows of ``columns``), each a map over its image, on one shared colour scale.
+    """Panels side by side (rows of ``columns``), each a map over its image or beside it, on one colour scale.
 
     Args:
         images: ``(P, C, S, S)`` in [0, 1] (or ``(C, S, S)``: the same image under every panel).
         maps: ``(P, S, S)``, already upsampled to the image.
         titles: one per panel.
-        colorscale, opacity: of the maps.
+        colorscale: plotly's name of the colour map (``MPL_COLOUR_MAPS`` gives matplotlib's), or ``DIVERGING``.
+        opacity: of the maps at the top of their range (``"overlay"``; see :func:`app.map_style.overlay`).
         zmin, zmax: the shared colour range.
         colour_title: the colour bar's title.
         marks: pathology marks for every panel.
-        columns: panels per row (8 p4m orientations make two rows of 4).
+        columns: maps per row (8 p4m orientations make two rows of 4).
+        style: ``"overlay"``: each map blended over its image, opaque where high, clear where low;
+            ``"side"``: each row starts with the image and the maps follow, opaque.
+        signed: the values are deviations (opacity grows with their size either way).
+        border: the padding border in pixels, outlined (dotted) on every map when > 0.
+        width_px: about the width the figure gets on the page, to keep its panels square.
     """
+    if style not in ("overlay", "side"):
+        raise ValueError(f"style must be 'overlay' or 'side', not {style!r}")
     count, size = len(maps), maps.shape[-1]
     shared = images.ndim == 3
-    rgb = image_rgb(images) if shared else None
+    cmap = DIVERGING if colorscale == DIVERGING else MPL_COLOUR_MAPS.get(colorscale, "viridis")
     cols = min(count, columns)
     rows = -(-count // cols)
-    layout = _grid(rows, cols, titles)
+    # Where each map goes: its own panel, or (side by side) one column over, after the row's image.
+    slots = [p + (p // cols + 1 if style == "side" else 0) for p in range(count)]
+    width = cols + (style == "side")
+    panel_titles = [""] * (rows * width)
+    for p, slot in enumerate(slots):
+        panel_titles[slot] = titles[p]
+    layout = _grid(rows, width, panel_titles)
     data = []
-    for p in range(count):
-        data.append(_image(rgb if shared else image_rgb(images[p]), p))
-        data.append(_heatmap(maps[p], p, coloraxis="coloraxis", opacity=opacity, name=titles[p],
-                             hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>"))
+    hover = "row %{y}, col %{x}: %{z:.3f}<extra></extra>"
+    for p, slot in enumerate(slots):
+        rgb = image_rgb(images if shared else images[p])
+        if style == "side":
+            if slot % width == 1:
+                data.append(_image(rgb, slot - 1))
+                layout["annotations"].append(_title_of(layout, slot - 1, "image"))
+            data.append(_heatmap(maps[p], slot, coloraxis="coloraxis", hovertemplate=hover))
+        else:
+            data.append(_image(overlay(rgb, maps[p], zmin, zmax, cmap, opacity, signed), slot))
+            # Invisible, for the values under the pointer and the colour bar.
+            data.append(_heatmap(maps[p], slot, coloraxis="coloraxis", opacity=0.0, hovertemplate=hover))
         if marks is not None:
-            marks.draw(layout, size, p)
-    side = min(WIDTH_PX // max(cols, 3), 320)
+            marks.draw(layout, size, slot)
+        if 0 < border and 2 * border < size:
+            layout["shapes"].append(dict(type="rect", x0=border - 0.5, x1=size - border - 0.5, y0=border - 0.5,
+                                         y1=size - border - 0.5, line=dict(color="#d0d0d0", width=1, dash="dot"),
+                                         xref=_axis("x", slot), yref=_axis("y", slot)))
+    side = min(width_px // max(width, 3), 320)
     layout.update(coloraxis=dict(colorscale=colorscale, cmin=zmin, cmax=zmax,
                                  colorbar=dict(title=dict(text=colour_title, side="right"), thickness=12)),
                   height=rows * (side + 25) + 35, margin=dict(l=0, r=0, t=55, b=0))
     return go.Figure(data=data, layout=layout)
+
+
+def _title_of(layout: dict, panel: int, text: str) -> dict:
+    """A panel title annotation like :func:`_grid`'s, for a panel it left untitled."""
+    x_domain = layout[f"xaxis{_axis('x', panel)[1:]}"]["domain"]
+    y_domain = layout[f"yaxis{_axis('y', panel)[1:]}"]["domain"]
+    return dict(text=text, x=(x_domain[0] + x_domain[1]) / 2, y=y_domain[1], xref="paper", yref="paper",
+                xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=11))
 
 
 def proof_figure(

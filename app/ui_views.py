@@ -8,7 +8,9 @@ figures built by :mod:`app.plots` and :mod:`app.figures` from an
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -16,10 +18,11 @@ import streamlit as st
 from models import get_group
 
 from .angles import AngleDeviation
-from .arrows import ArrowField, arrow_field
+from .arrows import ARROW_MODES, ArrowField, arrow_field
 from .compute import Analysis, LayerMaps
 from .export import export_npz
 from .figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
+from .map_style import DIVERGING, MPL_COLOUR_MAPS, RANGE_MODES, colour_range, display_maps
 from .nuclei import attention_on_nuclei
 from .pathology import (
     calibration_at,
@@ -40,24 +43,54 @@ from .plots import (
 )
 from .reductions import MEANS, MapSelection
 
-__all__ = ["display_ui", "layer_ui", "selection_ui", "arrow_layer_ui", "show_maps", "show_arrows", "show_proof",
-           "show_prediction", "show_calibration", "show_angle_deviation", "show_export", "panel_marks", "maps_png",
-           "arrows_png", "value_range", "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing",
-           "arrows_figure", "show_nuclei", "show_true_label", "card_nuclei_summary"]
-
-MPL_COLOUR_MAPS = {"Viridis": "viridis", "Inferno": "inferno", "Magma": "magma", "Cividis": "cividis",
-                   "Hot": "hot", "Jet": "jet", "Greys": "gray"}
+__all__ = ["Display", "STYLES", "proof_range", "default_arrow_key", "display_ui", "layer_ui", "selection_ui",
+           "arrow_layer_ui", "show_maps", "show_arrows", "show_proof", "show_prediction", "show_calibration",
+           "show_angle_deviation", "show_export", "panel_marks", "maps_png", "arrows_png", "value_range",
+           "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing", "arrows_figure", "show_nuclei",
+           "show_true_label", "card_nuclei_summary"]
 
 
-def display_ui() -> tuple[str, float, bool]:
-    """Sidebar: colour map, opacity, and whether the colour range is the data's (else fixed [0, 1])."""
+
+@dataclass(frozen=True)
+class Display:
+    """How maps are drawn: colour map, opacity at the top of the range, colour range (``RANGE_MODES``), style."""
+
+    colorscale: str = "Viridis"
+    opacity: float = 0.75
+    range_mode: str = "robust"
+    style: str = "overlay"
+
+    @property
+    def signed(self) -> bool:
+        return self.range_mode == "deviation"
+
+    @property
+    def shown_colorscale(self) -> str:
+        """Deviations get a diverging map whatever the choice: blue below the orientations' mean, red above."""
+        return DIVERGING if self.signed else self.colorscale
+
+
+STYLES = {"overlay": "over the image", "side": "image | map"}
+FLAT_SPAN = 0.05  # attention whose robust range is narrower than this is called nearly flat
+
+
+def display_ui(pathology: bool = False) -> Display:
+    """Sidebar: how the maps are drawn; H&E models start with the equalised range (their attention is crowded
+    near 1 over most of the tissue, which a linear range paints in one colour)."""
     st.sidebar.header("Display")
-    colorscale = st.sidebar.selectbox("Colour map", COLOUR_MAPS, key="colorscale")
-    opacity = st.sidebar.slider("Map opacity", 0.0, 1.0, 0.6, 0.05, key="opacity")
-    data_range = st.sidebar.toggle("Stretch the colours to the layer's range", value=True, key="data_range",
-                                   help="Off: attention on a fixed 0-1 scale. The range is shared by every panel "
-                                        "and every transform either way.")
-    return colorscale, opacity, data_range
+    style = st.sidebar.radio("Maps", list(STYLES), format_func=STYLES.get, horizontal=True, key="map_style",
+                             help="Over the image: the more attention, the more colour; where it is low the "
+                                  "image shows through. Image | map: the image, then the opaque maps.")
+    modes = list(RANGE_MODES)
+    range_mode = st.sidebar.radio("Colour range", modes, format_func=RANGE_MODES.get, key="range_mode",
+                                  index=modes.index("equalised" if pathology else "robust"),
+                                  help="From the layer's own values, shared by every orientation and transform. "
+                                       "Deviation: each orientation minus the mean over orientations, blue "
+                                       "below and red above. Equalised: each colour covers as many pixels. The "
+                                       "padding border is left out of the range.")
+    colorscale = st.sidebar.selectbox("Colour map", COLOUR_MAPS, key="colorscale", disabled=range_mode == "deviation")
+    opacity = st.sidebar.slider("Map opacity", 0.0, 1.0, 0.75, 0.05, key="opacity", disabled=style == "side")
+    return Display(colorscale, opacity, range_mode, style)
 
 
 def _layer_label(key: str) -> str:
@@ -118,15 +151,16 @@ def orientation_titles(analysis: Analysis, layer: LayerMaps) -> list[str]:
     return [f"h = {group.describe(h)}" for h in range(layer.orientations)]
 
 
-def value_range(layer: LayerMaps, data_range: bool) -> tuple[float, float]:
-    """The colour range shared by every panel and every transform of one layer."""
-    if data_range or layer.kind != "attention":
-        low, high = float(min(layer.maps.min(), layer.expected.min())), float(max(layer.maps.max(),
-                                                                                  layer.expected.max()))
-        if layer.kind != "attention":
-            low = 0.0
-        return low, high if high > low else low + 1e-6
-    return 0.0, 1.0
+def value_range(layer: LayerMaps, display: Display, size: int, border: int = 0) -> tuple[float, float]:
+    """The colour range of a layer's maps as ``display`` shows them, shared by every panel and transform."""
+    return colour_range(display_maps(layer, size, display.range_mode, border), display.range_mode, border,
+                        attention=layer.kind == "attention")
+
+
+def proof_range(layer: LayerMaps, display: Display, size: int, border: int = 0) -> tuple[float, float]:
+    """The proof's range: it shows the maps themselves, so deviations fall back to the robust range."""
+    mode = "full" if display.range_mode == "full" else "robust"
+    return colour_range(layer.upsampled(size), mode, border, attention=layer.kind == "attention")
 
 
 def panel_marks(card: dict, size: int, microns_per_pixel: float | None) -> PanelMarks | None:
@@ -138,28 +172,59 @@ def panel_marks(card: dict, size: int, microns_per_pixel: float | None) -> Panel
     return PanelMarks(centre_region(size), bar / mpp, f"{bar:.0f} µm")
 
 
-def show_maps(analysis: Analysis, layer: LayerMaps, colorscale: str, opacity: float, zrange: tuple[float, float],
-              marks: PanelMarks | None) -> None:
-    """One panel per orientation of the current image's maps, over the image, one colour scale."""
+def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
+              marks: PanelMarks | None, border: int = 0, width_px: int = 0) -> None:
+    """One panel per orientation of the current image's maps, over or beside the image, one colour scale."""
     size = analysis.images.shape[-1]
-    maps = layer.upsampled(size)[0]  # (H, S, S), the current image (transform 0)
-    fig = map_panels(analysis.images[0], maps, orientation_titles(analysis, layer), colorscale=colorscale,
-                     opacity=opacity, zmin=zrange[0], zmax=zrange[1],
-                     colour_title="attention" if layer.kind == "attention" else "|features|", marks=marks)
+    maps = display_maps(layer, size, display.range_mode, border)[0]  # (H, S, S), the current image (transform 0)
+    title = "attention" if layer.kind == "attention" else "|features|"
+    title = {"deviation": f"{title} - mean", "equalised": f"{title}: quantile"}.get(display.range_mode, title)
+    fig = map_panels(analysis.images[0], maps, orientation_titles(analysis, layer),
+                     colorscale=display.shown_colorscale, opacity=display.opacity, zmin=zrange[0], zmax=zrange[1],
+                     colour_title=title, marks=marks,
+                     style=display.style, signed=display.signed, border=border,
+                     **({"width_px": width_px} if width_px else {}))
     st.plotly_chart(fig, key="maps", config={"displaylogo": False})
-    st.caption(layer.description + (" Attention shown is the effective alpha-plus = 1 - alpha_c * alpha_s, in "
-                                    "[0, 1]: what the network multiplies by." if layer.kind == "attention" else ""))
+    caption = layer.description
+    if layer.kind == "attention":
+        caption += (" Attention shown is the effective alpha-plus = 1 - alpha_c * alpha_s, in [0, 1]: what the "
+                    "network multiplies by.")
+    low, high = colour_range(layer.upsampled(size), "robust", border)
+    # Enough decimals to tell the ends of a narrow range apart.
+    places = max(3, int(np.ceil(-np.log10(max(high - low, 1e-12)))) + 1)
+    caption += (f" Colours: {RANGE_MODES[display.range_mode]}; the values' 2nd-98th percentiles are "
+                f"{low:.{places}f} and {high:.{places}f}.")
+    if layer.kind == "attention" and high - low < FLAT_SPAN:
+        caption += (f" This map is nearly flat (it varies by less than {FLAT_SPAN} on attention's 0-1 scale), so "
+                    + ("the colours show where it is relatively high and low, not large differences."
+                       if display.range_mode == "equalised" else
+                       "the equalised range shows best where it is relatively high and low."))
+    if 0 < border and 2 * border < size:
+        caption += (f" Outside the dotted square ({border} px from the edge) the zero padding shapes this layer; "
+                    "it is left out of the colour range and the arrows.")
+    elif 2 * border >= size:
+        caption += " Every position of this layer is within reach of the zero padding."
+    st.caption(caption)
 
 
-def arrow_layer_ui(analysis: Analysis, chosen: str, model_id: str) -> str | None:
-    """Which layer's orientations the arrow field draws: the chosen layer if it has them, else a feature layer."""
+def default_arrow_key(analysis: Analysis) -> str | None:
+    """The arrow field shown first: the first convolution's features with orientations (the lifting layer's
+    oriented filters on the image, selective along strokes and nuclei edges), else any layer with orientations."""
+    keys = [k for k in layer_keys(analysis) if _layer(analysis, k).orientations > 1]
+    return next((k for k in keys if k.startswith("features/")), keys[0] if keys else None)
+
+
+def arrow_layer_ui(analysis: Analysis, model_id: str) -> tuple[str, str] | None:
+    """Which layer's orientations the arrow field draws, and what an arrow's length shows; None without any."""
     keys = [k for k in layer_keys(analysis) if _layer(analysis, k).orientations > 1]
     if not keys:
         return None
-    name = chosen.split("/", 1)[1]
-    default = chosen if chosen in keys else f"features/{name}" if f"features/{name}" in keys else keys[0]
-    return st.selectbox("Arrow field of", keys, index=keys.index(default), format_func=_layer_label,
-                        key=f"arrow-layer-{model_id}")
+    left, right = st.columns([2, 3])
+    key = left.selectbox("Arrow field of", keys, index=keys.index(default_arrow_key(analysis)),
+                         format_func=_layer_label, key=f"arrow-layer-{model_id}")
+    mode = right.radio("Arrow length", list(ARROW_MODES), format_func=lambda m: m, horizontal=True,
+                       key="arrow_mode", help="; ".join(f"{m}: {text}" for m, text in ARROW_MODES.items()))
+    return key, mode
 
 
 def arrows_png(field: ArrowField, analysis: Analysis, t: int, dpi: int = 75) -> bytes:
@@ -176,23 +241,29 @@ def arrows_figure(field: ArrowField, analysis: Analysis) -> go.Figure:
     return arrow_panels(field, analysis.images, list(analysis.element_names))
 
 
-def show_arrows(analysis: Analysis, layer: LayerMaps) -> ArrowField:
+def show_arrows(analysis: Analysis, layer: LayerMaps, mode: str = "selectivity", border: int = 0) -> ArrowField:
     """The arrow field of every transform of the image, side by side, on one scale."""
     size = analysis.images.shape[-1]
-    field = arrow_field(layer, size, spacing=arrow_spacing(size))
+    field = arrow_field(layer, size, spacing=arrow_spacing(size), mode=mode, border=border)
     st.plotly_chart(arrows_figure(field, analysis), key="arrows", config={"displaylogo": False})
     legend = " ".join(
         f"<span style='color:{ORIENTATION_COLOURS[h]}'>{'▷' if h >= 4 else '▶'} {get_group(analysis.group).describe(h)}"
         "</span>" for h in range(layer.orientations))
     st.markdown(f"<small>{legend}</small>", unsafe_allow_html=True)
-    st.caption(f"One arrow per orientation at each {field.spacing} px cell, pointing where that orientation's "
-               "filter points, as long as its mean response there; a full-length arrow is "
-               f"{field.scale:.3g}, the same in every panel. Hollow arrows: mirrored orientations. Each panel is a "
-               "transform of the image: the field turns (and flips) with it.")
+    shown = {"selectivity": "by how much that orientation's mean response there exceeds the weakest "
+                            "orientation's (where all respond alike, as on empty background, there is no arrow)",
+             "dominant": "one arrow per cell, for the strongest orientation, as long as its lead over the second",
+             "response": "as long as its mean response there"}[mode]
+    padding = (f" Cells within {border} px of the edge, where the zero padding shapes the layer, are left out."
+               if border else "")
+    st.caption(f"At each {field.spacing} px cell, arrows point where each orientation's filter points, "
+               f"{shown}. One scale for every panel (full length: {field.scale:.3g}); arrows under "
+               f"{100 * field.min_length:.0f} % of it are not drawn. Hollow arrows: mirrored orientations. Each "
+               f"panel is a transform of the image: the field turns (and flips) with it.{padding}")
     return field
 
 
-def show_proof(analysis: Analysis, layer: LayerMaps, colorscale: str, opacity: float, zrange: tuple[float, float],
+def show_proof(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
                model_id: str) -> None:
     """maps(g.x) beside g.maps(x), their difference, the max error; then every layer's error."""
     names = list(analysis.element_names)
@@ -205,7 +276,8 @@ def show_proof(analysis: Analysis, layer: LayerMaps, colorscale: str, opacity: f
     if not analysis.equivariant:
         st.warning("This is a planar CNN: it is not equivariant, and the differences show how far it is from it.")
     st.plotly_chart(proof_figure(analysis.images[t], maps, expected, orientation_titles(analysis, layer),
-                                 colorscale=colorscale, zmin=zrange[0], zmax=zrange[1], opacity=opacity),
+                                 colorscale=display.colorscale, zmin=zrange[0], zmax=zrange[1],
+                                 opacity=display.opacity),
                     key="proof", config={"displaylogo": False})
     st.caption("Top: the maps the network computed on the transformed image g.x. Middle: the maps of the "
                "original x, moved by g (planes rotated with the image, orientation axis permuted). Bottom: their "
@@ -264,20 +336,21 @@ def show_angle_deviation(deviation: AngleDeviation) -> None:
                  column_config={"relative_deviation": st.column_config.NumberColumn(format="%.3f")})
 
 
-def maps_png(analysis: Analysis, layer: LayerMaps, colorscale: str, opacity: float,
-             zrange: tuple[float, float]) -> bytes:
+def maps_png(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
+             border: int = 0) -> bytes:
     size = analysis.images.shape[-1]
-    return render_map_row_png(layer.upsampled(size)[0], analysis.images[0], orientation_titles(analysis, layer),
-                              cmap=MPL_COLOUR_MAPS.get(colorscale, "viridis"), vmin=zrange[0], vmax=zrange[1],
-                              opacity=opacity)
+    cmap = DIVERGING if display.signed else MPL_COLOUR_MAPS.get(display.colorscale, "viridis")
+    return render_map_row_png(display_maps(layer, size, display.range_mode, border)[0], analysis.images[0],
+                              orientation_titles(analysis, layer), cmap=cmap, vmin=zrange[0], vmax=zrange[1],
+                              opacity=display.opacity)
 
 
-def show_export(analysis: Analysis, layer: LayerMaps, field: ArrowField | None, field_layer: str, colorscale: str,
-                opacity: float, zrange: tuple[float, float], metadata: dict) -> None:
+def show_export(analysis: Analysis, layer: LayerMaps, field: ArrowField | None, field_layer: str, display: Display,
+                zrange: tuple[float, float], metadata: dict, border: int = 0) -> None:
     """Download buttons; the files are made only when clicked."""
     stem = f"{metadata.get('model', 'model')}_{layer.name}".replace("/", "_").replace(" ", "_")
     left, middle, right = st.columns(3)
-    left.download_button("Maps (PNG)", functools.partial(maps_png, analysis, layer, colorscale, opacity, zrange),
+    left.download_button("Maps (PNG)", functools.partial(maps_png, analysis, layer, display, zrange, border),
                          file_name=f"{stem}_maps.png", mime="image/png", key="export_maps")
     if field is not None:
         middle.download_button("Arrow field (PNG)", functools.partial(arrows_png, field, analysis, 0, 150),

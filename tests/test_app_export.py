@@ -29,11 +29,13 @@ def p4_result():
     return model, analyse(model, card_for("a_p4cnn"), random_image("a_p4cnn"), selections=selections)
 
 
+@pytest.mark.parametrize("mode,border", [("selectivity", 0), ("dominant", 0), ("response", 0), ("selectivity", 13)])
 @pytest.mark.parametrize("fixture,layer", [("p4m_result", "block_layers.1.conv"), ("p4_result", "c2")])
-def test_arrow_field_moves_with_the_image(request, fixture, layer):
+def test_arrow_field_moves_with_the_image(request, fixture, layer, mode, border):
     model, result = request.getfixturevalue(fixture)
     for kind in ("features", "attention"):
-        field = arrow_field(getattr(result, kind)[layer], image_size=result.images.shape[-1])
+        field = arrow_field(getattr(result, kind)[layer], image_size=result.images.shape[-1], mode=mode,
+                            border=border if result.images.shape[-1] > 28 else 0)
         cells = int(round(np.sqrt(len(field.positions))))
         grid = field.lengths.reshape(len(result.elements), field.orientation_ids.size, cells, cells)
         assert grid.max() == pytest.approx(1.0) and grid.min() >= 0
