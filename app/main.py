@@ -23,13 +23,15 @@ import streamlit as st  # noqa: E402
 from app.allocator import retain_freed_memory  # noqa: E402
 from app.angles import angle_deviation  # noqa: E402
 from app.cache import LRUCache, analysis_key  # noqa: E402
+from app.checkpoints import CheckpointError, list_checkpoints  # noqa: E402
+from app.comparison import comparison_pair, show_comparison  # noqa: E402
 from app.compute import Analysis, analyse, display_group  # noqa: E402
 from app.padding import constant_images, padding_borders  # noqa: E402
 from app.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
 from app.plots import image_rgb  # noqa: E402
 from app.reductions import MEANS  # noqa: E402
 from app.transforms import apply_element, rotate_by_angle  # noqa: E402
-from app.ui_inputs import LoadedModel, checkpoint_folder, image_ui, model_ui, transform_ui  # noqa: E402
+from app.ui_inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
 from app.ui_views import (  # noqa: E402
     arrow_layer_ui,
     display_ui,
@@ -141,7 +143,8 @@ def main() -> None:
     pathology = is_pathology(card)
     names = ["Arrow field", "Equivariance proof", "Predictions per transform"]
     names += ["Attention on nuclei", "Calibration"] if pathology else []
-    names += ["Export", "About the model"]
+    pair = comparison_pair(list_checkpoints(checkpoint_folder()))
+    names += (["Plain CNN vs equivariant"] if pair else []) + ["Export", "About the model"]
     tabs = dict(zip(names, st.tabs(names), strict=True))
 
     field, arrow_key = None, ""
@@ -165,6 +168,9 @@ def main() -> None:
             show_nuclei(card, current)
         with tabs["Calibration"]:
             show_calibration(card, current)
+    if pair:
+        with tabs["Plain CNN vs equivariant"]:
+            show_plain_versus_equivariant(pair, current, display)
     with tabs["Export"]:
         metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
                         degrees=degrees, fit=chosen.info.text, layer=layer_key)
@@ -189,6 +195,27 @@ def show_summary(card: dict, current: Analysis, chosen, marks) -> None:
             st.caption(f"Dashed square: the central 32 x 32 pixels, the region PCam's label refers to. "
                        f"Scale bar: {marks.bar_label} at {scale}.")
     st.caption(chosen.info.text)
+
+
+COMPARE_WITH = {1: "rot 90°", 2: "rot 180°", 3: "rot 270°", 4: "mirror"}
+
+
+def show_plain_versus_equivariant(pair, current: Analysis, display) -> None:
+    """The image (as the page shows it) through a plain CNN and an equivariant one, under a chosen g."""
+    try:
+        plain, equivariant = (load_entry(entry) for entry in pair)
+    except (CheckpointError, OSError) as err:
+        st.error(f"Cannot load the models to compare: {err}")
+        return
+    spec, image = plain.card["input"], current.images[0]
+    if image.shape != (spec["channels"], spec["size"], spec["size"]):
+        st.info(f"The comparison runs {plain.name} and {equivariant.name}, which take {spec['size']} x "
+                f"{spec['size']} {'grey' if spec['channels'] == 1 else 'colour'} images: pick one of those models "
+                "(or a model with the same input) to compare on the image shown here.")
+        return
+    element = st.radio("Transform g", list(COMPARE_WITH), format_func=COMPARE_WITH.get, horizontal=True,
+                       key="compare_element")
+    show_comparison(plain, equivariant, image, element, colorscale=display.colorscale)
 
 
 def show_about(card: dict) -> None:

@@ -12,6 +12,7 @@ function returns None so that the page says what to do instead of failing.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,14 +23,13 @@ from models import Group, Network, list_models, load_checkpoint
 from models.reference_import import PAPER_NAMES
 
 from .cache import LRUCache, image_digest
-from .checkpoints import CheckpointError, list_checkpoints, load_uploaded_checkpoint
+from .checkpoints import CheckpointEntry, CheckpointError, list_checkpoints, load_uploaded_checkpoint
 from .gallery import list_gallery
 from .images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image
 from .pathology import is_pathology, is_proxy
 
 __all__ = ["LoadedModel", "ChosenImage", "default_checkpoint", "model_ui", "image_ui", "transform_ui",
-           "checkpoint_folder",
-           "NO_CHECKPOINT_HELP"]
+           "checkpoint_folder", "load_entry", "NO_CHECKPOINT_HELP"]
 
 IMAGE_TYPES = ["png", "jpg", "jpeg", "tif", "tiff", "bmp", "webp"]
 NO_CHECKPOINT_HELP = """**No model checkpoint found** in `{folder}/`.
@@ -71,6 +71,7 @@ def checkpoint_folder() -> Path:
 @st.cache_resource(max_entries=8, show_spinner="Loading the model ...")
 def _load_listed(path: str, mtime_ns: int) -> tuple[Network, dict]:
     del mtime_ns  # part of the cache key only: a replaced file is loaded again
+    print(f"loaded checkpoint {path}", file=sys.stderr, flush=True)  # counted by benchmarks.concurrent_sessions
     return load_checkpoint(path)
 
 
@@ -94,6 +95,17 @@ def default_checkpoint(entries: list) -> int:
     return 0
 
 
+def load_entry(entry: CheckpointEntry) -> LoadedModel:
+    """A listed checkpoint, loaded once per process (and again only when its file changes).
+
+    Raises:
+        CheckpointError, OSError: an unreadable checkpoint.
+    """
+    mtime_ns = entry.path.stat().st_mtime_ns
+    model, card = _load_listed(str(entry.path), mtime_ns)
+    return LoadedModel(f"{entry.path.resolve()}@{mtime_ns}", entry.name, model, card)
+
+
 def model_ui(folder: Path) -> LoadedModel | None:
     """Sidebar: a shipped checkpoint or an uploaded one. None (after a message) when there is no usable model."""
     entries = list_checkpoints(folder)
@@ -111,11 +123,10 @@ def model_ui(folder: Path) -> LoadedModel | None:
             st.error(f"{entry.name}: {entry.error}")
             return None
         try:
-            model, card = _load_listed(str(entry.path), entry.path.stat().st_mtime_ns)
+            return load_entry(entry)
         except (CheckpointError, OSError) as err:
             st.error(f"Cannot load {entry.name}: {err}")
             return None
-        return LoadedModel(f"{entry.path.resolve()}@{entry.path.stat().st_mtime_ns}", entry.name, model, card)
     upload = st.sidebar.file_uploader("Checkpoint file (.safetensors, or the paper's .pth)",
                                       type=["safetensors", "pth", "pt"], key="checkpoint_upload")
     arch = None
