@@ -5,7 +5,10 @@ depend on a model, the fitted image, the user's group element and the map
 selections, and are cached here rather than with ``st.cache_data``, which would
 hash (or pickle) the model and the result arrays on every rerun. Streamlit runs
 sessions in threads, hence the lock; a computation runs outside it, so two
-sessions may occasionally compute the same entry once each.
+sessions may occasionally compute the same entry once each. At most
+``concurrency`` computations run at once: with many sessions analysing at the
+same moment the others wait their turn, so the server's peak memory is bounded
+by that number of analyses in flight (and two cores gain nothing from more).
 """
 
 from __future__ import annotations
@@ -48,18 +51,23 @@ class LRUCache:
     An analysis of the 96 x 96 p4m DenseNet holds tens of MB of maps, so keep it small.
     """
 
-    def __init__(self, maxsize: int = 8):
+    def __init__(self, maxsize: int = 8, concurrency: int = 0):
         self.maxsize = maxsize
         self._values: OrderedDict[Hashable, object] = OrderedDict()
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(concurrency) if concurrency > 0 else None
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], object]):
-        """The cached value of ``key``, or ``compute()`` stored under it."""
+        """The cached value of ``key``, or ``compute()`` stored under it (waiting for a free slot first)."""
         with self._lock:
             if key in self._values:
                 self._values.move_to_end(key)
                 return self._values[key]
-        value = compute()
+        if self._slots is None:
+            value = compute()
+        else:
+            with self._slots:
+                value = compute()
         with self._lock:
             self._values[key] = value
             self._values.move_to_end(key)

@@ -11,6 +11,7 @@ from :func:`app.compute.analyse`, cached per (model, image, element, selections)
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -60,8 +61,12 @@ def allocator_tuned() -> bool:
 
 @st.cache_resource
 def analyses() -> LRUCache:
-    """Analyses by (model id, image digest, element, selections): one process-wide LRU."""
-    return LRUCache(maxsize=8)
+    """Analyses by (model id, image digest, element, selections): one process-wide LRU.
+
+    ``$APP_CONCURRENT_ANALYSES`` (default 2) analyses run at once, whatever the number of sessions, which bounds
+    the server's memory (``python -m benchmarks.concurrent_sessions``).
+    """
+    return LRUCache(maxsize=8, concurrency=int(os.environ.get("APP_CONCURRENT_ANALYSES", "2")))
 
 
 def analysed(loaded: LoadedModel, image, element: int, selections: dict) -> tuple[Analysis, tuple]:

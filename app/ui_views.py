@@ -222,8 +222,12 @@ def arrow_layer_ui(analysis: Analysis, model_id: str) -> tuple[str, str] | None:
     left, right = st.columns([2, 3])
     key = left.selectbox("Arrow field of", keys, index=keys.index(default_arrow_key(analysis)),
                          format_func=_layer_label, key=f"arrow-layer-{model_id}")
-    mode = right.radio("Arrow length", list(ARROW_MODES), format_func=lambda m: m, horizontal=True,
-                       key="arrow_mode", help="; ".join(f"{m}: {text}" for m, text in ARROW_MODES.items()))
+    # Four orientations read well as four arrows per cell; eight (p4m) crowd it, so those start with one.
+    many = _layer(analysis, key).orientations > 4
+    mode = right.radio("Arrow length", list(ARROW_MODES), index=list(ARROW_MODES).index("dominant" if many else
+                                                                                         "selectivity"),
+                       horizontal=True, key=f"arrow_mode-{analysis.group}",
+                       help="; ".join(f"{m}: {text}" for m, text in ARROW_MODES.items()))
     return key, mode
 
 

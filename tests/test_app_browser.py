@@ -38,6 +38,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 VIEWPORT = dict(width=1400, height=1000)
+FIRST_SCREEN = dict(width=1440, height=900)  # what the first page must fit
 TIMEOUT_S = 180  # the trainings of the machines this runs on can slow the first analysis down a lot
 ARCH = "p4cnn"
 
@@ -74,7 +75,7 @@ def wait_healthy(url: str, server: subprocess.Popen, log: Path, timeout: float =
 
 
 @contextlib.contextmanager
-def app_page(folder: Path, tmp_path: Path):
+def app_page(folder: Path, tmp_path: Path, viewport: dict = VIEWPORT):
     """A Chromium page on ``streamlit run app/main.py`` serving the checkpoints in ``folder``; both stop after."""
     require(CHROMIUM.exists(), f"{CHROMIUM} not found (apt-get install chromium)")
     require(sync_playwright is not None, "the playwright package is missing (pip install -r requirements-dev.txt)")
@@ -91,7 +92,7 @@ def app_page(folder: Path, tmp_path: Path):
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
             try:
-                page = browser.new_page(viewport=VIEWPORT)
+                page = browser.new_page(viewport=viewport)
                 page.set_default_timeout(TIMEOUT_S * 1000)
                 page.goto(f"http://127.0.0.1:{port}/")
                 yield page
@@ -107,22 +108,27 @@ def app_page(folder: Path, tmp_path: Path):
 
 
 def wait_for_panels(page, minimum: int) -> None:
-    """Wait until the analysis is drawn (the last section's button), then until every chart is visible."""
-    page.get_by_text("one map per orientation", exact=False).first.wait_for()
-    page.get_by_text("Maps, proof and arrows (NPZ)").wait_for()
+    """Wait until the analysis is drawn (the export tab's button exists), then until every chart is visible."""
+    page.get_by_text("What the model sees").wait_for()
+    page.get_by_text("Maps, proof and arrows (NPZ)").wait_for(state="attached")  # in a tab: drawn, not shown
     charts = page.locator('[data-testid="stPlotlyChart"]')
     assert charts.count() >= minimum
-    for i in range(charts.count()):
-        charts.nth(i).locator(".main-svg").first.wait_for(state="visible")
+    charts.first.locator(".main-svg").first.wait_for(state="visible")
     assert page.locator('[data-testid="stException"]').count() == 0
     page.wait_for_timeout(500)  # let plotly finish its first paint
 
 
-def check_and_keep(screenshot: Path, name: str) -> None:
+def assert_viewer_toolbar(page) -> None:
+    """.streamlit/config.toml's toolbarMode = "viewer": no Deploy button, no developer menu entries."""
+    assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
+    assert page.get_by_text("Deploy", exact=True).count() == 0
+
+
+def check_and_keep(screenshot: Path, name: str, viewport: dict = VIEWPORT) -> None:
     """A non-blank PNG of the window's width; with SAVE_SCREENSHOT=1 also kept as ``out/NAME``."""
     with Image.open(screenshot) as shot:
         assert shot.format == "PNG"
-        assert shot.width == VIEWPORT["width"] and shot.height >= VIEWPORT["height"], shot.size
+        assert shot.width == viewport["width"] and shot.height >= viewport["height"], shot.size
         pixels = np.asarray(shot.convert("L"), dtype=np.float32)
     assert pixels.std() > 10, f"the screenshot looks blank (pixel std {pixels.std():.1f})"
     if os.environ.get("SAVE_SCREENSHOT") == "1":
@@ -144,6 +150,7 @@ def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
         page.get_by_text("Upload an image", exact=True).click()
         page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(upload))
         wait_for_panels(page, 3)  # the maps, the proof, the probabilities
+        assert_viewer_toolbar(page)
         assert "Scaled the whole image of the 120 x 120 upload to 28 x 28" in page.inner_text("body")
         page.screenshot(path=str(screenshot), full_page=True)
     check_and_keep(screenshot, "browser-screenshot.png")
@@ -153,16 +160,22 @@ def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
     shipped = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
     require(shipped.exists(), f"{shipped} not found")
     screenshot = tmp_path / "pathology-screenshot.png"
-    with app_page(REPO / "checkpoints", tmp_path) as page:
+    with app_page(REPO / "checkpoints", tmp_path, FIRST_SCREEN) as page:
         # No clicks: the app opens on the PCam model and the first gallery patch, a real tumour patch.
-        wait_for_panels(page, 5)  # the maps, nuclei, arrows, proof, probabilities (and the reliability diagram)
+        wait_for_panels(page, 5)  # the maps, arrows, proof, probabilities, nuclei (and the reliability diagram)
+        assert_viewer_toolbar(page)
         body = page.inner_text("body")
         assert "fa_p4m_densenet_pcam_subset" in body and "True label: tumor" in body
-        assert "rank correlation of attention with haematoxylin" in body
-        page.screenshot(path=str(screenshot), full_page=True)
+        # Above the fold of a 1440 x 900 window: the image, the prediction and the per-orientation maps.
+        maps = page.locator('[data-testid="stPlotlyChart"]').first.bounding_box()
+        assert maps["y"] + maps["height"] <= FIRST_SCREEN["height"], maps
+        assert page.get_by_text("What the model sees").bounding_box()["y"] < FIRST_SCREEN["height"]
+        page.screenshot(path=str(screenshot))
+        page.get_by_role("tab", name="Attention on nuclei").click()
+        page.get_by_text("rank correlation of attention with haematoxylin", exact=False).wait_for()
         # Streamlit scrolls inside its main block: bring the nuclei figure into the window for a second picture.
-        page.get_by_text("Attention on nuclei", exact=True).scroll_into_view_if_needed()
-        page.wait_for_timeout(300)
+        page.get_by_text("rank correlation of attention with haematoxylin", exact=False).scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
         page.screenshot(path=str(tmp_path / "pathology-nuclei-screenshot.png"))
-    check_and_keep(screenshot, "pathology-screenshot.png")
-    check_and_keep(tmp_path / "pathology-nuclei-screenshot.png", "pathology-nuclei-screenshot.png")
+    check_and_keep(screenshot, "pathology-screenshot.png", FIRST_SCREEN)
+    check_and_keep(tmp_path / "pathology-nuclei-screenshot.png", "pathology-nuclei-screenshot.png", FIRST_SCREEN)

@@ -1,4 +1,6 @@
-"""The analysis cache: keys that tell inputs apart, least-recently-used eviction."""
+"""The analysis cache: keys that tell inputs apart, least-recently-used eviction, bounded concurrency."""
+
+import threading
 
 import numpy as np
 
@@ -31,3 +33,29 @@ def test_lru_eviction_and_reuse():
     cache.get_or_compute("c", compute(3))  # evicts b
     assert cache.get_or_compute("b", compute(4)) == 4
     assert calls == [1, 2, 3, 4] and len(cache) == 2
+
+
+def test_no_more_than_concurrency_computations_run_at_once():
+    cache = LRUCache(maxsize=32, concurrency=2)
+    running, most, lock = 0, 0, threading.Lock()
+    release = threading.Event()
+
+    def compute():
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        release.wait(timeout=5)  # everyone piles up until the main thread lets them go
+        with lock:
+            running -= 1
+        return "done"
+
+    threads = [threading.Thread(target=cache.get_or_compute, args=(key, compute)) for key in range(8)]
+    for thread in threads:
+        thread.start()
+    threading.Event().wait(0.3)  # time for all eight to reach the cache
+    assert running == 2, "two computations in flight, six waiting for a slot"
+    release.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert most == 2 and len(cache) == 8
