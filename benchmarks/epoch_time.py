@@ -83,7 +83,7 @@ def breakdown(cfg, splits, normalise, steps: int) -> dict[str, float]:
         ticks.append(time.perf_counter())
         optimizer.step()
         ticks.append(time.perf_counter())
-        for name, begin, end in zip(parts, ticks, ticks[1:], strict=True):
+        for name, begin, end in zip(parts, ticks[:-1], ticks[1:], strict=True):
             parts[name] += end - begin
     return {name: value / steps for name, value in parts.items()}
 
