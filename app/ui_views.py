@@ -82,7 +82,9 @@ def display_ui(pathology: bool = False) -> Display:
                              help="Over the image: the more attention, the more colour; where it is low the "
                                   "image shows through. Image | map: the image, then the opaque maps.")
     modes = list(RANGE_MODES)
-    range_mode = st.sidebar.radio("Colour range", modes, format_func=RANGE_MODES.get, key="range_mode",
+    # One choice per kind of model, so that switching from an H&E model to a digit model starts from its default.
+    range_mode = st.sidebar.radio("Colour range", modes, format_func=RANGE_MODES.get,
+                                  key=f"range_mode-{'he' if pathology else 'other'}",
                                   index=modes.index("equalised" if pathology else "robust"),
                                   help="From the layer's own values, shared by every orientation and transform. "
                                        "Deviation: each orientation minus the mean over orientations, blue "
