@@ -69,14 +69,18 @@ from app.compute import Analysis, analyse  # noqa: E402
 from app.frames import InputFrame  # noqa: E402
 from app.gallery import list_gallery  # noqa: E402
 from app.images import fit_to_model, read_image  # noqa: E402
+from app.map_style import display_maps  # noqa: E402
 from app.pathology import is_pathology  # noqa: E402
 from app.plots import map_panels, probability_figure, proof_figure, reliability_figure  # noqa: E402
 from app.ui_views import (  # noqa: E402
+    Display,
     arrow_spacing,
     arrows_figure,
+    default_arrow_key,
     default_layer_key,
     orientation_titles,
     panel_marks,
+    proof_range,
     value_range,
 )
 
@@ -131,27 +135,34 @@ def page(model: models.Network, card: dict, data: bytes, clock: Callable[[], flo
     kind, name = default_layer_key(current).split("/", 1)
     layer = getattr(current, kind)[name]
     size = current.images.shape[-1]
-    zrange = value_range(layer, True)
+    # The page's defaults; the padding borders are measured once per model, not per image, and left at 0 here.
+    display = Display(range_mode="equalised" if is_pathology(card) else "robust")
+    zrange = value_range(layer, display, size)
     marks = panel_marks(card, size, None)
-    maps = map_panels(current.images[0], layer.upsampled(size)[0], orientation_titles(current, layer),
-                      colorscale="Viridis", opacity=0.6, zmin=zrange[0], zmax=zrange[1],
-                      colour_title="attention" if kind == "attention" else "|features|", marks=marks)
+    maps = map_panels(current.images[0], display_maps(layer, size, display.range_mode)[0],
+                      orientation_titles(current, layer), colorscale=display.shown_colorscale,
+                      opacity=display.opacity, zmin=zrange[0], zmax=zrange[1],
+                      colour_title="attention" if kind == "attention" else "|features|", marks=marks,
+                      style=display.style, signed=display.signed)
     times["maps"] = clock() - start
 
     start = clock()
     figures = [maps]
-    if layer.orientations > 1:  # the default arrow layer is the default layer when it has orientations
-        field = arrow_field(layer, size, spacing=arrow_spacing(size))
-        arrows = arrows_figure(field, current)
-        if arrows is not None:
-            figures.append(arrows)
+    arrow_key = default_arrow_key(current)
+    if arrow_key is not None:
+        arrow_kind, arrow_name = arrow_key.split("/", 1)
+        arrow_layer = getattr(current, arrow_kind)[arrow_name]
+        mode = "dominant" if arrow_layer.orientations > 4 else "selectivity"
+        figures.append(arrows_figure(arrow_field(arrow_layer, size, spacing=arrow_spacing(size), mode=mode),
+                                     current))
     times["arrows"] = clock() - start
 
     start = clock()
     t = 1
+    proof_zrange = proof_range(layer, display, size)
     figures.append(proof_figure(current.images[t], layer.upsampled(size, "maps")[t],
                                 layer.upsampled(size, "expected")[t], orientation_titles(current, layer),
-                                colorscale="Viridis", zmin=zrange[0], zmax=zrange[1], opacity=0.6))
+                                colorscale="Viridis", zmin=proof_zrange[0], zmax=proof_zrange[1], opacity=0.6))
     times["proof"] = clock() - start
 
     start = clock()

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 from test_app_compute import calibrated, card_for, random_image
 
-from app.arrows import arrow_field
+from app.arrows import MIN_LENGTH, arrow_field
 from app.compute import analyse
 from app.export import export_npz, read_npz
 from app.figures import render_arrow_field_png, render_map_png
@@ -39,9 +39,17 @@ def test_arrow_field_moves_with_the_image(request, fixture, layer, mode, border)
         cells = int(round(np.sqrt(len(field.positions))))
         grid = field.lengths.reshape(len(result.elements), field.orientation_ids.size, cells, cells)
         assert grid.max() == pytest.approx(1.0) and grid.min() >= 0
+        # The arrows move with the image as exactly as the maps do: their proof error, in units of the arrow
+        # scale (selectivity is a difference of responses, so its relative round-off is the maps' magnified);
+        # an arrow at the drawing threshold may be drawn on one side and not on the other.
+        maps = getattr(result, kind)[layer]
+        tolerance = 4 * float(maps.max_abs_error.max()) / field.scale + 1e-6
         for t, g in enumerate(result.elements):
             moved = model.group.act(torch.from_numpy(grid[0]), g, (0,)).numpy()
-            assert np.abs(grid[t] - moved).max() <= 1e-4, f"{kind} arrows of {layer} under {result.element_names[t]}"
+            at_threshold = (np.minimum(grid[t], moved) == 0) & (np.maximum(grid[t], moved) < MIN_LENGTH + tolerance)
+            error = np.where(at_threshold, 0.0, np.abs(grid[t] - moved)).max()
+            assert error <= tolerance, f"{kind} arrows of {layer} under {result.element_names[t]}: {error}"
+            assert tolerance < 1e-3
         # The grid of positions is centred: symmetric about the image centre.
         centre = (result.images.shape[-1] - 1) / 2
         assert np.allclose(np.sort(field.positions[:, 0]), np.sort(2 * centre - field.positions[:, 0]))
