@@ -1,6 +1,7 @@
 """Our shipped rot-MNIST checkpoints beside the paper's released ones, on the same real rotated MNIST test digits.
 
     python -m benchmarks.rot_mnist_vs_paper [--count 2000] [--data-dir data/rot_mnist]
+    python -m benchmarks.rot_mnist_vs_paper --count 50000 --ours p4cnn=../runs/rot_mnist-p4cnn-seed0/best.safetensors
 
 Both are measured in this one run on the first ``count`` digits of our test split
 (MNIST digits rotated by uniform random angles, as Larochelle et al. built
@@ -51,13 +52,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--data-dir", default="data/rot_mnist")
+    parser.add_argument("--ours", action="append", default=[], metavar="ARCH=PATH",
+                        help="measure this checkpoint as ours for ARCH instead of the shipped one (repeatable)")
     args = parser.parse_args()
+    candidates = dict(item.split("=", 1) for item in args.ours)
     torch.set_num_threads(2)
     split = first_n(load_dataset("rot_mnist", args.data_dir).test, args.count)
     print(f"test error (%) on the first {len(split)} digits of our rot-MNIST test split\n")
     print(f"{'model':<10} {'ours':>7} {'paper':>7}")
     for arch, paper_name in PAPER_RUNS.items():
-        ours = REPO / "checkpoints" / f"{arch}_rot_mnist.safetensors"
+        ours = Path(candidates.get(arch, REPO / "checkpoints" / f"{arch}_rot_mnist.safetensors"))
         row = [f"{arch:<10}"]
         if ours.is_file():
             model, card = load_checkpoint(ours)

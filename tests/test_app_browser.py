@@ -18,11 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -30,15 +26,14 @@ import pytest
 from PIL import Image
 from test_app_ui import write_dev_checkpoints
 
+from benchmarks.concurrent_sessions import CHROMIUM, CHROMIUM_ARGS, free_port, streamlit_server
+
 try:
     from playwright.sync_api import sync_playwright
 except ImportError:  # skipped (or failed under CI) with a message below
     sync_playwright = None
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 VIEWPORT = dict(width=1400, height=1000)
 FIRST_SCREEN = dict(width=1440, height=900)  # what the first page must fit
 TIMEOUT_S = 180  # the trainings of the machines this runs on can slow the first analysis down a lot
@@ -54,59 +49,24 @@ def require(condition: bool, message: str) -> None:
     pytest.skip(message)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(url: str, server: subprocess.Popen, log: Path, timeout: float = TIMEOUT_S) -> None:
-    """Poll Streamlit's health endpoint until it answers ``ok``; fail with the server's log otherwise."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"streamlit exited with {server.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200 and response.read().strip() == b"ok":
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"{url} did not answer within {timeout:.0f} s:\n{log.read_text()}")
-
-
 @contextlib.contextmanager
 def app_page(folder: Path, tmp_path: Path, viewport: dict = VIEWPORT):
     """A Chromium page on ``streamlit run app/main.py`` serving the checkpoints in ``folder``; both stop after."""
     require(CHROMIUM.exists(), f"{CHROMIUM} not found (apt-get install chromium)")
     require(sync_playwright is not None, "the playwright package is missing (pip install -r requirements-dev.txt)")
-    port = free_port()
-    log = tmp_path / "streamlit.log"
-    env = dict(os.environ, APP_CHECKPOINTS=str(folder), PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
-               "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-               "--server.fileWatcherType", "none"]
-    with open(log, "w") as out:
-        server = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", server, log)
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport=viewport)
-                page.set_default_timeout(TIMEOUT_S * 1000)
-                page.goto(f"http://127.0.0.1:{port}/")
-                yield page
-            finally:
-                browser.close()
-    finally:
-        server.terminate()
+    deadline = time.monotonic() + TIMEOUT_S
+    with contextlib.ExitStack() as stack:
         try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            _, url = stack.enter_context(streamlit_server(folder, tmp_path / "streamlit.log", free_port(), deadline))
+        except (RuntimeError, TimeoutError) as err:
+            pytest.fail(str(err))
+        playwright = stack.enter_context(sync_playwright())
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        stack.callback(browser.close)
+        page = browser.new_page(viewport=viewport)
+        page.set_default_timeout(TIMEOUT_S * 1000)
+        page.goto(url)
+        yield page
 
 
 def wait_for_panels(page, minimum: int) -> None:
