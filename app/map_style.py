@@ -43,18 +43,21 @@ QUANTILES = 201  # points of the equalising table: quantiles every half percent
 SHADE_FLOOR = 0.35  # the darkest pixel of the image still shows its map colour at 35 % brightness
 
 
-def display_maps(layer: LayerMaps, size: int, mode: str, border: int = 0) -> np.ndarray:
-    """``(T, H, S, S)``: the layer's maps upsampled to the image, as the range ``mode`` shows them.
+def display_maps(layer: LayerMaps, size: int, mode: str, border: int = 0, transform: int | None = None) -> np.ndarray:
+    """``(T, H, S, S)`` (or ``(H, S, S)`` of one ``transform``): the layer's maps upsampled to the image, as the
+    range ``mode`` shows them.
 
-    ``"equalised"`` maps are quantiles of the values inside ``border``, over every transform and orientation
-    (a quantile table of the whole layer, so the maps of g.x stay the moved maps of x).
+    ``"equalised"`` maps are quantiles of the values inside ``border`` of the untransformed image's maps (every
+    orientation), one table for every transform: the maps of g.x are those of x moved, so they share it.
     """
     maps = layer.upsampled(size)
+    if transform is not None:
+        maps = maps[transform]
     if mode == "deviation":
-        return maps - maps.mean(axis=1, keepdims=True)
+        return maps - maps.mean(axis=-3, keepdims=True)
     if mode == "equalised":
         levels = np.linspace(0.0, 1.0, QUANTILES)
-        table = np.quantile(inside(maps, border).astype(np.float64), levels)
+        table = np.quantile(inside(layer.upsampled(size)[0], border).astype(np.float64), levels)
         return np.interp(maps, table, levels).astype(np.float32)
     return maps
 

@@ -155,14 +155,16 @@ def orientation_titles(analysis: Analysis, layer: LayerMaps) -> list[str]:
 
 def value_range(layer: LayerMaps, display: Display, size: int, border: int = 0) -> tuple[float, float]:
     """The colour range of a layer's maps as ``display`` shows them, shared by every panel and transform."""
-    return colour_range(display_maps(layer, size, display.range_mode, border), display.range_mode, border,
-                        attention=layer.kind == "attention")
+    if display.range_mode == "equalised":
+        return 0.0, 1.0  # quantiles
+    return colour_range(display_maps(layer, size, display.range_mode, border, transform=0), display.range_mode,
+                        border, attention=layer.kind == "attention")
 
 
 def proof_range(layer: LayerMaps, display: Display, size: int, border: int = 0) -> tuple[float, float]:
     """The proof's range: it shows the maps themselves, so deviations fall back to the robust range."""
     mode = "full" if display.range_mode == "full" else "robust"
-    return colour_range(layer.upsampled(size), mode, border, attention=layer.kind == "attention")
+    return colour_range(layer.upsampled(size)[0], mode, border, attention=layer.kind == "attention")
 
 
 def panel_marks(card: dict, size: int, microns_per_pixel: float | None) -> PanelMarks | None:
@@ -178,7 +180,7 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
               marks: PanelMarks | None, border: int = 0, width_px: int = 0) -> None:
     """One panel per orientation of the current image's maps, over or beside the image, one colour scale."""
     size = analysis.images.shape[-1]
-    maps = display_maps(layer, size, display.range_mode, border)[0]  # (H, S, S), the current image (transform 0)
+    maps = display_maps(layer, size, display.range_mode, border, transform=0)  # (H, S, S), the current image
     title = "attention" if layer.kind == "attention" else "|features|"
     title = {"deviation": f"{title} - mean", "equalised": f"{title}: quantile"}.get(display.range_mode, title)
     fig = map_panels(analysis.images[0], maps, orientation_titles(analysis, layer),
@@ -191,7 +193,7 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
     if layer.kind == "attention":
         caption += (" Attention shown is the effective alpha-plus = 1 - alpha_c * alpha_s, in [0, 1]: what the "
                     "network multiplies by.")
-    low, high = colour_range(layer.upsampled(size), "robust", border)
+    low, high = colour_range(layer.upsampled(size)[0], "robust", border)
     # Enough decimals to tell the ends of a narrow range apart.
     places = max(3, int(np.ceil(-np.log10(max(high - low, 1e-12)))) + 1)
     caption += (f" Colours: {RANGE_MODES[display.range_mode]}; the values' 2nd-98th percentiles are "
@@ -346,7 +348,7 @@ def maps_png(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tup
              border: int = 0) -> bytes:
     size = analysis.images.shape[-1]
     cmap = DIVERGING if display.signed else MPL_COLOUR_MAPS.get(display.colorscale, "viridis")
-    return render_map_row_png(display_maps(layer, size, display.range_mode, border)[0], analysis.images[0],
+    return render_map_row_png(display_maps(layer, size, display.range_mode, border, transform=0), analysis.images[0],
                               orientation_titles(analysis, layer), cmap=cmap, vmin=zrange[0], vmax=zrange[1],
                               opacity=display.opacity)
 

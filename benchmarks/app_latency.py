@@ -139,7 +139,7 @@ def page(model: models.Network, card: dict, data: bytes, clock: Callable[[], flo
     display = Display(range_mode="equalised" if is_pathology(card) else "robust")
     zrange = value_range(layer, display, size)
     marks = panel_marks(card, size, None)
-    maps = map_panels(current.images[0], display_maps(layer, size, display.range_mode)[0],
+    maps = map_panels(current.images[0], display_maps(layer, size, display.range_mode, transform=0),
                       orientation_titles(current, layer), colorscale=display.shown_colorscale,
                       opacity=display.opacity, zmin=zrange[0], zmax=zrange[1],
                       colour_title="attention" if kind == "attention" else "|features|", marks=marks,
