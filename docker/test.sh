@@ -8,7 +8,7 @@
 #   3. `docker build --network host -t aagc-app .` (timed);
 #   4. run the image with --network host on a free port, wait for /_stcore/health to answer
 #      "ok" and for Docker's own HEALTHCHECK to report "healthy";
-#   5. screenshot the running app with headless Chromium into out/docker-screenshot.png.
+#   5. screenshot the running app with headless Chromium into out/docker-screenshot.png (no Deploy button).
 # The container and the wheel server are removed on exit, whatever happens; any failure
 # exits non-zero. Tunables (environment): IMAGE, APP_PORT, WHEELS_PORT, HEALTH_TIMEOUT,
 # SHOT_TRIES, SHOT_WAIT_FOR.
@@ -165,5 +165,7 @@ for try in $(seq "${SHOT_TRIES:-10}"); do
 done
 [ -n "$shot_ok" ] || fail "no fully drawn page after ${SHOT_TRIES:-10} tries (last DOM: $dom)"
 say "screenshot: $screenshot ($(( $(stat -c %s "$screenshot") / 1000 )) kB, try $try)"
+# Viewers get no Deploy button (client.toolbarMode = "viewer", in .streamlit/config.toml and the image's env).
+grep -q 'stAppDeployButton' "$dom" && fail "the page shows Streamlit's Deploy button (see $dom)"
 
 say "OK: build $build_s s, image $size_mb MB, health ok, HEALTHCHECK $health"
