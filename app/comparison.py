@@ -276,7 +276,7 @@ def format_deviation(value: float) -> str:
 
 
 def show_comparison(plain: LoadedModel, equivariant: LoadedModel, image: np.ndarray, element: int, *,
-                    colorscale: str = "Viridis", opacity: float = 0.6) -> Comparison:
+                    colorscale: str = "Viridis", opacity: float = 0.6, result: Comparison | None = None) -> Comparison:
     """Streamlit: both models' maps of x, of g.x and of x moved by g over the images, and their deviations.
 
     Args:
@@ -285,11 +285,13 @@ def show_comparison(plain: LoadedModel, equivariant: LoadedModel, image: np.ndar
         image: float ``(C, S, S)`` in [0, 1], fitted to both models.
         element: g, 0..7 (p4m numbering).
         colorscale, opacity: of the maps.
+        result: ``compare(...)`` of these models, image and element, when the caller has it (cached).
 
     Returns:
         The :class:`Comparison` drawn.
     """
-    result = compare(plain.model, plain.card, equivariant.model, equivariant.card, image, element)
+    if result is None:
+        result = compare(plain.model, plain.card, equivariant.model, equivariant.card, image, element)
     g = result.element_name
     if element == 0:
         st.info("g is the identity: every map trivially agrees with itself. Rotate or mirror the image to compare.")

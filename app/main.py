@@ -23,9 +23,9 @@ import streamlit as st  # noqa: E402
 
 from app.allocator import retain_freed_memory  # noqa: E402
 from app.angles import angle_deviation  # noqa: E402
-from app.cache import LRUCache, analysis_key  # noqa: E402
+from app.cache import LRUCache, analysis_key, image_digest  # noqa: E402
 from app.checkpoints import CheckpointError, list_checkpoints  # noqa: E402
-from app.comparison import comparison_pair, show_comparison  # noqa: E402
+from app.comparison import compare, comparison_pair, show_comparison  # noqa: E402
 from app.compute import Analysis, analyse, display_group  # noqa: E402
 from app.padding import constant_images, padding_borders  # noqa: E402
 from app.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
@@ -61,7 +61,8 @@ def allocator_tuned() -> bool:
 
 @st.cache_resource
 def analyses() -> LRUCache:
-    """Analyses by (model id, image digest, element, selections): one process-wide LRU.
+    """Analyses by (model id, image digest, element, selections), and plain-versus-equivariant comparisons by
+    (both model ids, image digest, element): one process-wide LRU.
 
     ``$APP_CONCURRENT_ANALYSES`` (default 2) analyses run at once, whatever the number of sessions, which bounds
     the server's memory (``python -m benchmarks.concurrent_sessions``).
@@ -220,7 +221,10 @@ def show_plain_versus_equivariant(pair, current: Analysis, display) -> None:
         return
     element = st.radio("Transform g", list(COMPARE_WITH), format_func=COMPARE_WITH.get, horizontal=True,
                        key="compare_element")
-    show_comparison(plain, equivariant, image, element, colorscale=display.colorscale)
+    key = (plain.model_id, equivariant.model_id, image_digest(image), element)
+    result = analyses().get_or_compute(key, lambda: compare(plain.model, plain.card, equivariant.model,
+                                                            equivariant.card, image, element))
+    show_comparison(plain, equivariant, image, element, colorscale=display.colorscale, result=result)
 
 
 def show_about(card: dict) -> None:

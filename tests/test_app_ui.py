@@ -276,3 +276,15 @@ def test_exports(dev_folder):
     assert arrows_png(field, result, 1).startswith(b"\x89PNG")
     arrays, metadata = read_npz(export_npz(result, None, field, "attention/c2", {"model": "a_p4cnn_dev"}))
     assert arrays["attention/c2/maps"].shape == layer.maps.shape and metadata["extra"]["model"] == "a_p4cnn_dev"
+
+
+@pytest.mark.skipif(not (REPO / "checkpoints" / "z2cnn_rot_mnist.safetensors").exists(), reason="z2cnn not shipped")
+def test_plain_versus_equivariant_tab_on_a_digit(monkeypatch):
+    at = select_model(ok(app(monkeypatch, REPO / "checkpoints")), "a_p4cnn")
+    at = ok(at.radio(key="compare_element").set_value(1).run())
+    deviations = {m.label: float(m.value) for m in at.metric if m.label.startswith("Deviation")}
+    assert deviations["Deviation, a_p4cnn_rot_mnist"] < 1e-5
+    assert deviations["Deviation, z2cnn_rot_mnist"] > 0.1
+    # On an H&E model the digit models cannot see the patch: the tab says so instead.
+    at = select_model(at, "fa_p4m_densenet")
+    assert any("which take 28 x 28 grey images" in i.value for i in at.info)
