@@ -108,6 +108,9 @@ def main() -> None:
     card, model = loaded.card, loaded.model
     st.markdown(f"#### Equivariant attention explorer &nbsp; <small>{model_summary(loaded)}</small>",
                 unsafe_allow_html=True)
+    st.caption("Each panel shows where the chosen layer attends for one orientation of its filters. Rotate or "
+               "mirror the image in the sidebar: the panels turn with it and trade places, exactly (the proof tab "
+               "measures it).")
     if is_proxy(card):
         st.warning(proxy_statement(card), icon="⚠️")
     chosen = image_ui(card)
