@@ -53,6 +53,7 @@ def test_runs_the_missing_skips_the_done_and_resumes_the_cut_short(tiny_sweep, m
     card = json.loads(cards[0].read_text())
     assert card["training"]["config"]["seed"] == 0 and card["training"]["provisional"] is False
     assert card["training"]["command"].startswith("python -m training train rot_mnist --model p4cnn --seed 0")
+    assert "--out /" not in card["training"]["command"]  # the run folder relative to the working directory
     assert "| p4cnn | 24,610 | 0 | 1 |" in seed_table(runs.parent / "results")
 
     # Done runs are skipped: nothing is started.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -126,8 +127,9 @@ def sweep_status(sweep: Sweep, runs_dir: Path, models=None, seeds=None) -> list[
 
 
 def train_command(sweep: Sweep, status: RunStatus, threads: int) -> list[str]:
+    # The folder relative to here, so that cards (which record the command) name no absolute path of this machine.
     command = [sys.executable, "-m", "training", "train", sweep.preset, "--model", status.model,
-               "--seed", str(status.seed), "--out", str(status.folder)]
+               "--seed", str(status.seed), "--out", os.path.relpath(status.folder)]
     for name, value in sweep.overrides.items():
         command += [f"--{name.replace('_', '-')}", str(value)]
     if threads:
