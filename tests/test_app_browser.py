@@ -74,7 +74,11 @@ def wait_for_panels(page, minimum: int) -> None:
     page.get_by_text("What the model sees").wait_for()
     page.get_by_text("Maps, proof and arrows (NPZ)").wait_for(state="attached")  # in a tab: drawn, not shown
     charts = page.locator('[data-testid="stPlotlyChart"]')
-    assert charts.count() >= minimum
+    # The browser mounts each chart a moment after the script sent it: poll rather than count once.
+    deadline = time.monotonic() + 60
+    while charts.count() < minimum and time.monotonic() < deadline:
+        page.wait_for_timeout(250)
+    assert charts.count() >= minimum, f"{charts.count()} charts drawn, {minimum} expected"
     charts.first.locator(".main-svg").first.wait_for(state="visible")
     assert page.locator('[data-testid="stException"]').count() == 0
     page.wait_for_timeout(500)  # let plotly finish its first paint
