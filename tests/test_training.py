@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -193,6 +194,44 @@ def test_selection_score_is_lower_for_the_better_model():
     better, worse = {"error": 0.1, "nll": 0.3, "auc": 0.95}, {"error": 0.2, "nll": 0.5, "auc": 0.90}
     for metric in ("error", "nll", "auc"):
         assert selection_score(better, metric) < selection_score(worse, metric), metric
+    assert selection_score(worse, "last", epoch=5) < selection_score(better, "last", epoch=4)
+
+
+def test_cosine_schedule_and_a_final_model_on_training_and_validation_digits(amat_dir, tmp_path, capsys):
+    import math
+
+    out = tmp_path / "final"
+    assert cli_main(train_args(amat_dir, out, "--epochs", "3", "--threads", "1", "--cosine", "--train-on-valid",
+                               "--select-on", "last")) == 0
+    rows = json.loads((out / "log.json").read_text())
+    # Half a cosine from 1e-3 to 0 over the 3 epochs: the lr each epoch started with.
+    assert [row["lr"] for row in rows] == pytest.approx([1e-3 * (1 + math.cos(math.pi * e / 3)) / 2 for e in range(3)])
+    card = json.loads((out / "best.json").read_text())
+    training = card["training"]
+    assert training["best_epoch"] == training["epochs_completed"] == 3  # the last epoch, whatever validation says
+    assert training["config"]["train_on_valid"] and training["config"]["cosine"]
+    assert any("not held out" in note for note in card["notes"])
+    # Every training and validation digit once an epoch (amat fixture: 48 + 12 digits, batch 8).
+    assert training["steps"] == 3 * math.ceil(60 / 8)
+    # A cosine run's length is part of its schedule: it cannot be extended.
+    assert cli_main(train_args(amat_dir, out, "--epochs", "4", "--threads", "1", "--cosine", "--train-on-valid",
+                               "--select-on", "last", "--resume")) == 1
+    assert "cosine schedule over 3 epochs" in capsys.readouterr().err
+    # Training on the validation digits and selecting on them would be a leak: refused.
+    assert cli_main(train_args(amat_dir, tmp_path / "leak", "--train-on-valid")) == 2
+    assert "use select_on='last'" in capsys.readouterr().err
+    assert cli_main(train_args(amat_dir, tmp_path / "both", "--cosine", "--milestones", "2")) == 2
+    assert "set only one schedule" in capsys.readouterr().err
+
+
+def test_concat_split_reads_both_splits_in_the_order_asked():
+    from training.data import ArraySplit, ConcatSplit
+
+    first = ArraySplit(np.arange(3, dtype=np.float32).reshape(3, 1, 1, 1), np.arange(3))
+    second = ArraySplit(np.arange(3, 5, dtype=np.float32).reshape(2, 1, 1, 1), np.arange(3, 5))
+    both = ConcatSplit(first, second)
+    images, labels = both.get_batch(np.array([4, 0, 3, 1]))
+    assert len(both) == 5 and labels.tolist() == [4, 0, 3, 1] and images.ravel().tolist() == [4, 0, 3, 1]
 
 
 def test_init_from_starts_at_the_checkpoint_and_refuses_another_architecture(amat_dir, tmp_path, capsys):

@@ -23,13 +23,19 @@ class TrainConfig:
         milestones, lr_gamma: multiply the lr by ``lr_gamma`` at these epochs (counted from 0).
         plateau_patience, plateau_factor: when ``plateau_patience`` > 0, multiply the lr by
             ``plateau_factor`` after that many epochs without a better validation error.
+        cosine: the lr follows half a cosine from ``lr`` down to 0 over ``epochs`` (then ``epochs`` is part of the
+            schedule, so such a run cannot be extended on resume).
         augment: ``none``, ``flip_crop`` (CIFAR10+: horizontal flip, 4-pixel padded crop), ``group_stain``
             (H&E: random p4m element and stain jitter, ``data/augment.py``) or ``group_stain_strong`` (the same
             with each stain scaled by up to 20 % and shifted by up to 0.05).
         sampling: ``uniform`` (each epoch a permutation of the training split) or ``weighted`` (draws with
             replacement by the split's ``sample_weights``, e.g. class balance).
         epoch_size: training examples per epoch (0: the split's size); short epochs validate more often.
-        select_on: the validation metric that selects the checkpoint: ``error``, ``nll`` or ``auc`` (binary).
+        select_on: the validation metric that selects the checkpoint: ``error``, ``nll`` or ``auc`` (binary), or
+            ``last``: the last epoch, whatever the validation says.
+        train_on_valid: train on the training and validation splits together, e.g. a final model whose epochs
+            were chosen on validation by an earlier run; the validation split is then not held out, so the
+            checkpoint must be the last epoch (``select_on="last"``).
         init_from: a checkpoint of the same architecture whose weights start the run (empty: random).
         ema: when > 0, the decay per step of an exponential moving average of the weights and BatchNorm
             statistics; the average, not the last weights, is validated, selected and saved.
@@ -53,12 +59,14 @@ class TrainConfig:
     momentum: float = 0.9
     milestones: tuple[int, ...] = ()
     lr_gamma: float = 0.1
+    cosine: bool = False
     plateau_patience: int = 0
     plateau_factor: float = 0.5
     augment: str = "none"
     sampling: str = "uniform"
     epoch_size: int = 0
     select_on: str = "error"
+    train_on_valid: bool = False
     init_from: str = ""
     ema: float = 0.0
     dropout: float | None = None
@@ -73,7 +81,7 @@ class TrainConfig:
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', not {self.optimizer!r}")
         for name, allowed in (("augment", ("none", "flip_crop", "group_stain", "group_stain_strong")),
-                              ("sampling", ("uniform", "weighted")), ("select_on", ("error", "nll", "auc"))):
+                              ("sampling", ("uniform", "weighted")), ("select_on", ("error", "nll", "auc", "last"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {getattr(self, name)!r}")
         if not 0 <= self.ema < 1:
@@ -85,6 +93,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.cosine and (self.milestones or self.plateau_patience):
+            raise ValueError("cosine replaces milestones and plateau_patience; set only one schedule")
+        if self.train_on_valid and self.select_on != "last":
+            raise ValueError("train_on_valid trains on the validation split, which then cannot select: "
+                             "use select_on='last'")
 
 
 def config_from_dict(values: dict) -> TrainConfig:

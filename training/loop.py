@@ -28,7 +28,7 @@ from models.checkpoint import load_state as load_weights
 from . import provenance
 from .config import TrainConfig, config_from_dict
 from .curves import plot_curves
-from .data import Split, Splits, load_dataset
+from .data import ConcatSplit, Split, Splits, load_dataset
 from .distributed import Context, setup, shard, teardown
 from .evaluation import Normaliser, evaluate, measure_equivariance, predict
 from .metrics import classification_metrics, confidence_intervals
@@ -59,6 +59,8 @@ def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer
 
 
 def build_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer):
+    if cfg.cosine:
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
     if cfg.plateau_patience > 0:
         return torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="min", factor=cfg.plateau_factor, patience=cfg.plateau_patience
@@ -144,8 +146,10 @@ def epoch_order(split: Split, cfg: TrainConfig, rng: np.random.Generator) -> np.
     return np.concatenate([rng.permutation(len(split)) for _ in range(math.ceil(size / len(split)))])[:size]
 
 
-def selection_score(metrics: dict, select_on: str) -> float:
-    """The validation score a run minimises to select its checkpoint (AUC is negated)."""
+def selection_score(metrics: dict, select_on: str, epoch: int = 0) -> float:
+    """The validation score a run minimises to select its checkpoint (AUC is negated; ``last``: later is better)."""
+    if select_on == "last":
+        return -float(epoch)
     return -metrics["auc"] if select_on == "auc" else metrics[select_on]
 
 
@@ -182,7 +186,9 @@ def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, comman
             "torch": torch.__version__,
             **extra,
         },
-        "notes": [spec.notes] if spec.notes else [],
+        "notes": ([spec.notes] if spec.notes else []) + (
+            ["trained on the training and validation splits together: its validation metrics are not held out"]
+            if cfg.train_on_valid else []),
     }
 
 
@@ -245,6 +251,7 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
             scheduler.load_state_dict(state["scheduler"])
     trained = nn.parallel.DistributedDataParallel(model) if ctx.distributed else model
     calibration = splits.spec.num_classes == 2
+    training = ConcatSplit(splits.train, splits.valid) if cfg.train_on_valid else splits.train
     history: list[dict] = state["history"]
     eval_args = dict(batch_size=cfg.eval_batch_size, max_batches=cfg.max_eval_batches)
     # The commit as the run starts: the code that trained it, whatever is edited while it runs.
@@ -259,9 +266,9 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
         tick = time.time()
         lr = optimizer.param_groups[0]["lr"]
         budget = cfg.max_steps - state["steps"] if cfg.max_steps else 0
-        row = train_one_epoch(trained, optimizer, splits.train, normalise, cfg, ctx, epoch, budget, averaged)
+        row = train_one_epoch(trained, optimizer, training, normalise, cfg, ctx, epoch, budget, averaged)
         valid = evaluate(selected, splits.valid, normalise, ctx, calibration=calibration, **eval_args)
-        score = selection_score(valid, cfg.select_on)
+        score = selection_score(valid, cfg.select_on, epoch + 1)
         state["steps"] += row.pop("steps")
         epoch += 1
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -325,6 +332,8 @@ def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
     state = load_state(run_dir)
     saved = config_from_dict(state["config"])
     # Only the length may change on resume (to extend or cut short a run); anything else would be another run.
+    if saved.cosine and saved.epochs != cfg.epochs:
+        raise ValueError(f"{run_dir} follows a cosine schedule over {saved.epochs} epochs; its length cannot change")
     if dataclasses.replace(saved, epochs=cfg.epochs) != cfg:
         diff = {f.name: (getattr(saved, f.name), getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
                 if getattr(saved, f.name) != getattr(cfg, f.name)}

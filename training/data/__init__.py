@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from .base import ArraySplit, DataError, DatasetSpec, Split, Splits
+from .base import ArraySplit, ConcatSplit, DataError, DatasetSpec, Split, Splits
 
-__all__ = ["load_dataset", "list_datasets", "DataError", "DatasetSpec", "Split", "ArraySplit", "Splits"]
+__all__ = ["load_dataset", "list_datasets", "DataError", "DatasetSpec", "Split", "ArraySplit", "ConcatSplit", "Splits"]
 
 # name -> (module, function); every function is ``fn(root, **options) -> Splits``.
 _READERS = {

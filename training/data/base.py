@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["DataError", "DatasetSpec", "Split", "ArraySplit", "Splits"]
+__all__ = ["DataError", "DatasetSpec", "Split", "ArraySplit", "ConcatSplit", "Splits"]
 
 
 class DataError(ValueError):
@@ -71,6 +71,28 @@ class ArraySplit:
         images = self.images[indices]
         images = images.astype(np.float32) / 255.0 if images.dtype == np.uint8 else images.astype(np.float32)
         return images, self.labels[indices]
+
+
+class ConcatSplit:
+    """Two splits as one (e.g. training and validation digits for a final model): index ``i`` reads the first
+    split below its length and the second above it."""
+
+    def __init__(self, first: Split, second: Split):
+        self.first, self.second = first, second
+
+    def __len__(self) -> int:
+        return len(self.first) + len(self.second)
+
+    def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        indices = np.asarray(indices)
+        in_first = indices < len(self.first)
+        parts = [split.get_batch(chosen) for split, chosen in
+                 ((self.first, indices[in_first]), (self.second, indices[~in_first] - len(self.first)))
+                 if len(chosen)]
+        images, labels = (np.concatenate([part[k] for part in parts]) for k in (0, 1))
+        # Back into the order asked for: the first split's examples came first.
+        order = np.argsort(np.concatenate([np.flatnonzero(in_first), np.flatnonzero(~in_first)]), kind="stable")
+        return images[order], labels[order]
 
 
 @dataclass(frozen=True)
