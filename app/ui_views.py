@@ -193,7 +193,8 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
     if layer.kind == "attention":
         caption += (" Attention shown is the effective alpha-plus = 1 - alpha_c * alpha_s, in [0, 1]: what the "
                     "network multiplies by.")
-    low, high = colour_range(layer.upsampled(size)[0], "robust", border)
+    # The values' own percentiles: the colour range already, when that is the range shown.
+    low, high = zrange if display.range_mode == "robust" else colour_range(layer.upsampled(size)[0], "robust", border)
     # Enough decimals to tell the ends of a narrow range apart.
     places = max(3, int(np.ceil(-np.log10(max(high - low, 1e-12)))) + 1)
     caption += (f" Colours: {RANGE_MODES[display.range_mode]}; the values' 2nd-98th percentiles are "
