@@ -31,6 +31,7 @@ from app.padding import constant_images, padding_borders  # noqa: E402
 from app.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
 from app.plots import image_rgb  # noqa: E402
 from app.reductions import MEANS  # noqa: E402
+from app.region_view import region_page  # noqa: E402
 from app.transforms import apply_element, rotate_by_angle  # noqa: E402
 from app.ui_inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
 from app.ui_views import (  # noqa: E402
@@ -108,11 +109,19 @@ def main() -> None:
     card, model = loaded.card, loaded.model
     st.markdown(f"#### Equivariant attention explorer &nbsp; <small>{model_summary(loaded)}</small>",
                 unsafe_allow_html=True)
+    view = (st.sidebar.radio("View", ["Patch", "Region"], horizontal=True, key="view",
+                             help="Region: a whole H&E region evaluated cell by cell, as PCam patches are.")
+            if is_pathology(card) else "Patch")
+    if is_proxy(card):
+        st.warning(proxy_statement(card), icon="⚠️")
+    if view == "Region":
+        st.caption("Every 32 x 32 cell of the region judged in its 96 x 96 context, as PCam labels a patch; glass is "
+                   "not evaluated. Click a cell to open it in the patch explorer.")
+        region_page(loaded)
+        return
     st.caption("Each panel shows where the chosen layer attends for one orientation of its filters. Rotate or "
                "mirror the image in the sidebar: the panels turn with it and trade places, exactly (the proof tab "
                "measures it).")
-    if is_proxy(card):
-        st.warning(proxy_statement(card), icon="⚠️")
     chosen = image_ui(card)
     if chosen is None:
         display_ui()

@@ -25,12 +25,14 @@ from models.reference_import import PAPER_NAMES
 from .cache import LRUCache, image_digest
 from .checkpoints import CheckpointEntry, CheckpointError, list_checkpoints, load_uploaded_checkpoint
 from .gallery import list_gallery
-from .images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image
+from .images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image, to_channels
 from .pathology import is_pathology, is_proxy
 
 __all__ = ["LoadedModel", "ChosenImage", "default_checkpoint", "model_ui", "image_ui", "transform_ui",
            "checkpoint_folder", "load_entry", "NO_CHECKPOINT_HELP"]
 
+REGION_CELL_KEY = "region_cell"  # a cell the region view hands over (app.region_view.RegionCell)
+REGION_CELL_SOURCE = "Cell from the region"
 IMAGE_TYPES = ["png", "jpg", "jpeg", "tif", "tiff", "bmp", "webp"]
 NO_CHECKPOINT_HELP = """**No model checkpoint found** in `{folder}/`.
 
@@ -153,9 +155,20 @@ def image_ui(card: dict) -> ChosenImage | None:
     spec = card["input"]
     size, channels = int(spec["size"]), int(spec["channels"])
     st.sidebar.header("Image")
-    source = st.sidebar.radio("Source", ["Gallery", "Upload an image"], horizontal=True, key="image_source")
+    cell = st.session_state.get(REGION_CELL_KEY)
+    sources = ["Gallery", "Upload an image"] + ([REGION_CELL_SOURCE] if cell is not None else [])
+    if st.session_state.get("image_source") not in sources:
+        st.session_state.pop("image_source", None)
+    source = st.sidebar.radio("Source", sources, horizontal=True, key="image_source")
+    if source == REGION_CELL_SOURCE:
+        st.sidebar.caption(f"{cell.name}: its 96 x 96 context at {cell.microns_per_pixel} um/px, as the region view "
+                           "evaluated it.")
+        info = FitInfo("crop", cell.pixels.shape[1:], (0, 0, size, size), size, (3, channels),
+                       f"{cell.name}, the cell's 96 x 96 context from the region view.")
+        return ChosenImage(to_channels(cell.pixels, channels), info, cell.name, cell.microns_per_pixel,
+                           cell.true_label)
     if source == "Gallery":
-        items = list_gallery()
+        items = [i for i in list_gallery() if i.kind != "region"]  # regions are not model-sized patches
         preferred = "he" if is_pathology(card) or channels == 3 else "digit"
         items = [i for i in items if i.kind == preferred] + [i for i in items if i.kind != preferred]
         by_name = {i.name: i for i in items}

