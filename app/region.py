@@ -251,7 +251,7 @@ def default_method(model: Network) -> str:
 def evaluate_region(
     model: Network, card: dict, image: np.ndarray, microns_per_pixel: float | None, *,
     method: str = "crops", tile_cells: int = 15, batch: int = 16, progress: Progress | None = None,
-    include: np.ndarray | None = None,
+    cells: np.ndarray | None = None,
 ) -> RegionResult:
     """Tumour probability per cell and the first attention layer's map over a region.
 
@@ -265,7 +265,8 @@ def evaluate_region(
         tile_cells: longest tile side, in cells (``"tiles"``).
         batch: contexts per forward pass (``"crops"``).
         progress: called with (done, total) after each forward pass.
-        include: ``(rows, cols)`` bool, cells to evaluate even without tissue (e.g. labelled cells of a mosaic).
+        cells: ``(rows, cols)`` bool, the cells to evaluate instead of those with tissue (e.g. the labelled cells of
+            a mosaic of patches).
 
     Raises:
         RegionError: a region, scale or model region mode cannot use, or a region without tissue.
@@ -278,10 +279,10 @@ def evaluate_region(
     grid = make_grid(*scaled.shape[1:], context=int(card["input"]["size"]))
     tissue = cell_tissue(scaled, grid)
     evaluated = tissue >= TISSUE_SHARE
-    if include is not None:
-        if include.shape != evaluated.shape:
-            raise ValueError(f"include has shape {include.shape}, the grid {evaluated.shape}")
-        evaluated = evaluated | include
+    if cells is not None:
+        if cells.shape != evaluated.shape:
+            raise ValueError(f"cells has shape {cells.shape}, the grid {evaluated.shape}")
+        evaluated = cells.astype(bool)
     if not evaluated.any():
         raise RegionError(f"No tissue found: no 32 x 32 cell of the region is {TISSUE_SHARE:.0%} stained (optical "
                           f"density above {TISSUE_OD}). Is it a blank or a non-H&E image?")

@@ -23,7 +23,8 @@ from .region import RegionResult
 
 __all__ = ["region_figure", "clicked_cell", "attention_range", "PROBABILITY_SCALE"]
 
-PROBABILITY_SCALE = "Magma"
+PROBABILITY_SCALE = "Inferno"
+OPACITY = 0.9
 TRUTH_COLOURS = {1: "#00e5ff", 0: "#ffffff"}  # cyan: tumour, white: normal; both read on magma and on H&E
 SELECTED_COLOUR = "#ffd400"
 
@@ -42,6 +43,28 @@ def _png_uri(rgb: np.ndarray) -> str:
     buffer = io.BytesIO()
     Image.fromarray(rgb).save(buffer, format="PNG", optimize=False, compress_level=3)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _block_means(values: np.ndarray, factor: int, shape: tuple[int, int]) -> np.ndarray:
+    """``(h, w)``: the mean of the finite values of each ``factor`` x ``factor`` block (NaN where none)."""
+    h, w = shape
+    blocks = values[:h * factor, :w * factor].reshape(h, factor, w, factor)
+    finite = np.isfinite(blocks)
+    counts = finite.sum(axis=(1, 3))
+    sums = np.where(finite, blocks, 0).sum(axis=(1, 3), dtype=np.float64)
+    return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def _cell_values(result: RegionResult, factor: int, shape: tuple[int, int]) -> np.ndarray:
+    """``(h, w)``: the positive-class probability of the cell under each displayed pixel's centre (NaN: none)."""
+    grid = result.grid
+    top, left = grid.cell_origin(0, 0)
+    i = np.floor(((np.arange(shape[0]) + 0.5) * factor - top) / grid.cell).astype(int)
+    j = np.floor(((np.arange(shape[1]) + 0.5) * factor - left) / grid.cell).astype(int)
+    rows, cols = (i >= 0) & (i < grid.rows), (j >= 0) & (j < grid.cols)
+    values = np.full(shape, np.nan)
+    values[np.ix_(rows, cols)] = result.positive[np.ix_(i[rows], j[cols])]
+    return values
 
 
 def attention_range(result: RegionResult) -> tuple[float, float]:
@@ -72,29 +95,21 @@ def region_figure(result: RegionResult, show: str = "probability", labels: np.nd
     rgb, factor = _downsampled(result, max_px)
     height, width = result.image.shape[1:]
     grid = result.grid
-    figure = go.Figure()
-    background = rgb
     if show == "attention" and result.attention is not None:
-        low, high = attention_range(result)
-        h, w = rgb.shape[:2]
-        blocks = result.attention[:h * factor, :w * factor].reshape(h, factor, w, factor)
-        with np.errstate(invalid="ignore"):
-            shown = np.nanmean(np.where(np.isfinite(blocks), blocks, np.nan), axis=(1, 3)) if factor > 1 else blocks[:, 0, :, 0]
-        background = overlay(rgb, np.where(np.isfinite(shown), shown, low), low, high, "viridis", 0.85)
-    figure.add_trace(go.Image(source=_png_uri(background), x0=0, y0=0, dx=factor, dy=factor, hoverinfo="skip"))
-    top, left = grid.cell_origin(0, 0)
-    if show == "probability":
-        figure.add_trace(go.Heatmap(
-            z=result.positive, x0=left + grid.cell / 2, dx=grid.cell, y0=top + grid.cell / 2, dy=grid.cell,
-            zmin=0, zmax=1, colorscale=colorscale, opacity=0.6, hoverinfo="skip",
-            colorbar=dict(title=dict(text=f"P({result.class_names[-1]})", side="right"), thickness=12, len=0.9)))
+        values, (low, high), cmap = _block_means(result.attention, factor, rgb.shape[:2]), attention_range(result), \
+            "viridis"
+        title = f"attention ({result.attention_layer})"
     else:
-        low, high = attention_range(result)
-        # An invisible one-cell heatmap carries the colour bar of the attention drawn into the background.
-        figure.add_trace(go.Heatmap(z=[[low, high]], x=[0, 1], y=[0], zmin=low, zmax=high, colorscale="Viridis",
-                                    opacity=0, hoverinfo="skip", colorbar=dict(
-                                        title=dict(text=f"attention ({result.attention_layer})", side="right"),
-                                        thickness=12, len=0.9)))
+        values, (low, high), cmap = _cell_values(result, factor, rgb.shape[:2]), (0.0, 1.0), colorscale.lower()
+        title = f"P({result.class_names[-1]})"
+    # Opacity grows with the value: tissue shows through where the value is low, high values glow.
+    background = overlay(rgb, np.where(np.isfinite(values), values, low), low, high, cmap, OPACITY)
+    figure = go.Figure()
+    figure.add_trace(go.Image(source=_png_uri(background), x0=0, y0=0, dx=factor, dy=factor, hoverinfo="skip"))
+    # An invisible two-value heatmap carries the colour bar of the values drawn into the image.
+    figure.add_trace(go.Heatmap(z=[[low, high]], x=[0, 1], y=[0], zmin=low, zmax=high, colorscale=cmap.capitalize(),
+                                opacity=0, hoverinfo="skip", colorbar=dict(title=dict(text=title, side="right"),
+                                                                           thickness=12, len=0.8)))
     scale = width_px / width  # screen pixels per region pixel
     cells = np.argwhere(result.evaluated)
     x, y = _cell_centres(result, cells)

@@ -133,11 +133,12 @@ def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str) -> 
     def progress(done: int, total: int) -> None:
         bar.progress(done / total, text=f"Evaluating {region.name}: {done} of {total} forward passes")
 
-    include = None if region.labels is None else region.labels >= 0
+    # A mosaic's seams are contexts of four unrelated patches: only the patch centres, whose truth is known.
+    cells = None if region.labels is None else region.labels >= 0
     try:
         return region_results().get_or_compute(key, lambda: evaluate_region(
             loaded.model, loaded.card, region.pixels, region.microns_per_pixel, method=method, progress=progress,
-            include=include))
+            cells=cells))
     except RegionError as err:
         st.error(str(err))
         return None
@@ -167,13 +168,12 @@ def region_page(loaded: LoadedModel) -> None:
     selected = _selected_cell(result)
     left, right = st.columns(2)
     with left:
-        st.markdown(f"**P({result.class_names[-1]}) per 32 x 32 cell** (glass not evaluated)")
+        st.markdown(f"**P({result.class_names[-1]})** per 32 x 32 cell")
         st.plotly_chart(region_figure(result, "probability", region.labels, selected, width_px=FIGURE_WIDTH_PX),
                         on_select="rerun", selection_mode="points", key=HEATMAP_KEY, config={"displaylogo": False})
     with right:
         if result.attention is not None:
-            st.markdown(f"**Attention of the first attentive layer ({result.attention_layer})**, each cell from its "
-                        "own computation")
+            st.markdown(f"**Attention** of the first attentive layer, {result.attention_layer}")
             st.plotly_chart(region_figure(result, "attention", None, selected, width_px=FIGURE_WIDTH_PX),
                             key="region_attention", config={"displaylogo": False})
         else:
@@ -205,8 +205,9 @@ def summary(result: RegionResult, region: ChosenRegion) -> None:
                f"{(shown > 0.5).mean():.0%} of them above p = 0.5. Source: {region.source}")
     if region.labels is not None:
         score = score_cells(result.positive, region.labels)
-        st.success(f"Scored against the true labels of the patch centres: {score.summary()}. Cyan outlines: "
-                   "true tumour; white: true normal. Cells on the seams between patches have no label.")
+        st.success(f"Scored against the true labels: {score.summary()}. Each patch's central cell, the part its "
+                   "PCam label refers to, is evaluated in exactly that patch; cyan outlines: true tumour, white: "
+                   "true normal.")
 
 
 def cell_ui(result: RegionResult, region: ChosenRegion) -> None:

@@ -93,7 +93,7 @@ def test_crops_are_the_model_applied_to_each_patch(shipped, patches):
     """The mosaic's patch-centre cells, in crops, give exactly the network's probability on each patch alone."""
     model, card = shipped
     region = mosaic_of(patches, 3, 4)
-    result = evaluate_region(model, card, region, 0.972, method="crops", include=np.ones((7, 10), dtype=bool))
+    result = evaluate_region(model, card, region, 0.972, method="crops", cells=np.ones((7, 10), dtype=bool))
     frame = InputFrame.from_card(card, model.group)
     with torch.inference_mode():
         alone = torch.softmax(model(frame.to_network(torch.from_numpy(np.stack(patches)))).double(), dim=1).numpy()
