@@ -373,7 +373,8 @@ class _Runner:
     def run_tile(self, rows: tuple[int, int], cols: tuple[int, int]) -> None:
         (i, n_rows), (j, n_cols) = rows, cols
         top, left = self.grid.context_origin(i, j)
-        height, width = (n_rows - 1) * self.grid.cell + self.grid.context, (n_cols - 1) * self.grid.cell + self.grid.context
+        cell, context = self.grid.cell, self.grid.context
+        height, width = (n_rows - 1) * cell + context, (n_cols - 1) * cell + context
         cells, attention = self._forward(self.image[None, :, top:top + height, left:left + width])
         self._store(cells[0], None if attention is None else attention[0].numpy(), i, j)
 

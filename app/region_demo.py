@@ -84,7 +84,8 @@ def _subset_patches(card: dict, folder: Path) -> list[tuple[str, np.ndarray, int
     with open(labels_csv, newline="") as f:
         labels = {row["filename"]: int(row["label"]) for row in csv.DictReader(f)}
     try:
-        return [(name, read_image((folder / "labelled" / "images" / name).read_bytes()), labels[name]) for name in names]
+        images = folder / "labelled" / "images"
+        return [(name, read_image((images / name).read_bytes()), labels[name]) for name in names]
     except (OSError, KeyError, ImageError):
         return None
 

@@ -20,12 +20,12 @@ from PIL import Image
 from .map_style import PERCENTILES, overlay
 from .plots import image_rgb
 from .region import RegionResult
+from .region_figures import ATTENTION_CMAP, PROBABILITY_CMAP
 
-__all__ = ["region_figure", "clicked_cell", "attention_range", "PROBABILITY_SCALE"]
+__all__ = ["region_figure", "clicked_cell", "attention_range"]
 
-PROBABILITY_SCALE = "Inferno"
 OPACITY = 0.9
-TRUTH_COLOURS = {1: "#00e5ff", 0: "#ffffff"}  # cyan: tumour, white: normal; both read on magma and on H&E
+TRUTH_COLOURS = {1: "#00e5ff", 0: "#ffffff"}  # cyan: tumour, white: normal; both read on the maps and H&E
 SELECTED_COLOUR = "#ffd400"
 
 
@@ -82,14 +82,14 @@ def _cell_centres(result: RegionResult, cells: np.ndarray) -> tuple[np.ndarray, 
 
 
 def region_figure(result: RegionResult, show: str = "probability", labels: np.ndarray | None = None,
-                  selected: tuple[int, int] | None = None, max_px: int = 900, width_px: int = 640,
-                  colorscale: str = PROBABILITY_SCALE) -> go.Figure:
+                  selected: tuple[int, int] | None = None, max_px: int = 900, width_px: int = 640) -> go.Figure:
     """The region with its heatmap (``show="probability"``) or stitched attention (``"attention"``).
 
     Args:
         result: an evaluated region.
         labels: ``(rows, cols)`` true labels (1, 0; -1 none): outlined, cyan for tumour, white for normal.
-        selected: a cell to outline in yellow.
+        selected: a cell to outline in yellow (its 96 x 96 context).
+        max_px: longest side of the background image sent to the browser.
         width_px: the figure's width on the page (sets marker sizes and the height).
     """
     rgb, factor = _downsampled(result, max_px)
@@ -97,10 +97,10 @@ def region_figure(result: RegionResult, show: str = "probability", labels: np.nd
     grid = result.grid
     if show == "attention" and result.attention is not None:
         values, (low, high), cmap = _block_means(result.attention, factor, rgb.shape[:2]), attention_range(result), \
-            "viridis"
+            ATTENTION_CMAP
         title = f"attention ({result.attention_layer})"
     else:
-        values, (low, high), cmap = _cell_values(result, factor, rgb.shape[:2]), (0.0, 1.0), colorscale.lower()
+        values, (low, high), cmap = _cell_values(result, factor, rgb.shape[:2]), (0.0, 1.0), PROBABILITY_CMAP
         title = f"P({result.class_names[-1]})"
     # Opacity grows with the value: tissue shows through where the value is low, high values glow.
     background = overlay(rgb, np.where(np.isfinite(values), values, low), low, high, cmap, OPACITY)

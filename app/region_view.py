@@ -10,18 +10,23 @@ everything the patch view has. Results are cached per (model, region, scale, met
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
 import numpy as np
 import streamlit as st
 
+from models import Group
+
 from .cache import LRUCache, image_digest
+from .compute import display_group
 from .gallery import list_regions
 from .images import FORMATS, MAX_UPLOAD_BYTES, ImageError, read_image
-from .region import MAX_SIDE, METHODS, MPP_RANGE, RegionError, RegionResult, default_method, evaluate_region
+from .region import MAX_SIDE, METHODS, RegionError, RegionResult, default_method, evaluate_region
 from .region_demo import pcam_test_mosaic, score_cells
 from .region_plots import clicked_cell, region_figure
+from .transforms import apply_element, element_name
 from .ui_inputs import IMAGE_TYPES, REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel
 
 __all__ = ["ChosenRegion", "RegionCell", "region_page", "REGION_CELL_KEY"]
@@ -153,18 +158,57 @@ def _open_cell(cell: RegionCell) -> None:
     st.session_state["image_source"] = REGION_CELL_SOURCE
 
 
+def transform_ui(group: Group) -> int:
+    """Sidebar: a quarter turn and, for p4m, a mirror of the whole region (grid and tiles map onto themselves)."""
+    st.sidebar.header("Transform")
+    quarter = st.sidebar.radio("Rotate the region by", [0, 90, 180, 270], format_func=lambda d: f"{d}°",
+                               horizontal=True, key="region_rotate")
+    mirror = group.order == 8 and st.sidebar.toggle("Mirror (flip the rows after rotating)", key="region_mirror")
+    return quarter // 90 + 4 * mirror
+
+
+def moved_region(region: ChosenRegion, element: int) -> ChosenRegion:
+    """The region moved by a group element, its cells' truth with it."""
+    if element == 0:
+        return region
+    labels = None if region.labels is None else apply_element(region.labels[None], element)[0]
+    return dataclasses.replace(region, pixels=apply_element(region.pixels, element), labels=labels,
+                               name=f"{region.name} ({element_name(element)})")
+
+
+def show_proof(moved: RegionResult, original: RegionResult, element: int) -> None:
+    """The heatmap of the moved region against the original's heatmap moved: equal up to round-off."""
+    expected = apply_element(original.positive[None], element)[0]
+    same_cells = np.array_equal(np.isfinite(moved.positive), np.isfinite(expected))
+    error = float(np.nanmax(np.abs(moved.positive - expected))) if same_cells else float("inf")
+    text = (f"Proof of equivariance: the heatmap of the region moved by {element_name(element)} against the "
+            f"original's heatmap moved the same way: max |difference| = {error:.1e} over "
+            f"{int(np.isfinite(expected).sum())} cells")
+    if moved.attention is not None and original.attention is not None:
+        attention = float(np.nanmax(np.abs(moved.attention - apply_element(original.attention[None], element)[0])))
+        text += f"; attention {attention:.1e}"
+    (st.caption if error < 1e-4 else st.warning)(text + ("." if same_cells else "; the evaluated cells differ."))
+
+
 def region_page(loaded: LoadedModel) -> None:
     """The whole region view."""
     region = region_input_ui(loaded)
     method = method_ui(loaded)
+    element = transform_ui(display_group(loaded.model))
     if region is None:
         return
     if region.note:
         st.warning(region.note, icon="⚠️")
-    result = evaluated_region(loaded, region, method)
+    shown = moved_region(region, element)
+    result = evaluated_region(loaded, shown, method)
     if result is None:
         return
-    summary(result, region)
+    summary(result, shown)
+    if element:
+        original = evaluated_region(loaded, region, method)
+        if original is not None:
+            show_proof(result, original, element)
+    region = shown
     selected = _selected_cell(result)
     left, right = st.columns(2)
     with left:
