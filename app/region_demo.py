@@ -67,8 +67,8 @@ class CellScore:
     accuracy: float
 
     def summary(self) -> str:
-        return (f"AUC {self.auc:.3f} over {self.scored} labelled cells ({self.tumour} tumour, {self.normal} normal); "
-                f"accuracy at p = 0.5: {self.accuracy:.1%}")
+        return (f"AUC {self.auc:.3f} over {self.scored} labelled cells ({self.tumour} tumour, {self.normal} normal), "
+                f"accuracy {self.accuracy:.1%} at p = 0.5")
 
 
 def subset_folder() -> Path:

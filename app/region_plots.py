@@ -135,9 +135,10 @@ def region_figure(result: RegionResult, show: str = "probability", labels: np.nd
                                                 line=dict(width=2.5, color=SELECTED_COLOUR), color=SELECTED_COLOUR)))
     figure.update_xaxes(range=[0, width], visible=False, constrain="domain")
     figure.update_yaxes(range=[height, 0], visible=False, scaleanchor="x", constrain="domain")
+    # A dark legend, so that the white outline of "true normal" shows in it.
+    legend = dict(orientation="h", y=-0.02, x=0, bgcolor="#555555", font=dict(color="white"))
     figure.update_layout(width=width_px, height=int(width_px * height / width) + 40, margin=dict(l=0, r=0, t=10, b=30),
-                         legend=dict(orientation="h", y=-0.02, x=0), dragmode="pan", clickmode="event+select",
-                         plot_bgcolor="white")
+                         legend=legend, dragmode="pan", clickmode="event+select", plot_bgcolor="white")
     return figure
 
 

@@ -36,7 +36,7 @@ METHOD_LABELS = {
     "crops": "Exact: every cell in its own 96 x 96 context",
     "tiles": "Fast: shared trunk over tiles",
 }
-FIGURE_WIDTH_PX = 600
+FIGURE_WIDTH_PX = 470  # two figures side by side at 1440 px with the sidebar open
 HEATMAP_KEY, PICK_KEY = "region_heatmap", "region_cell_pick"
 
 
@@ -214,14 +214,16 @@ def region_page(loaded: LoadedModel) -> None:
     with left:
         st.markdown(f"**P({result.class_names[-1]})** per 32 x 32 cell")
         st.plotly_chart(region_figure(result, "probability", region.labels, selected, width_px=FIGURE_WIDTH_PX),
-                        on_select="rerun", selection_mode="points", key=HEATMAP_KEY, config={"displaylogo": False})
+                        on_select="rerun", selection_mode="points", key=HEATMAP_KEY, width="content",
+                        config={"displaylogo": False})
     with right:
         if result.attention is not None:
             st.markdown(f"**Attention** of the first attentive layer, {result.attention_layer}")
             st.plotly_chart(region_figure(result, "attention", None, selected, width_px=FIGURE_WIDTH_PX),
-                            key="region_attention", config={"displaylogo": False})
+                            key="region_attention", width="content", config={"displaylogo": False})
         else:
             st.info("This model has no attention layer: only the heatmap is shown.")
+    st.caption(f"Source: {region.source}")
     cell_ui(result, region)
 
 
@@ -243,15 +245,16 @@ def summary(result: RegionResult, region: ChosenRegion) -> None:
     total = result.grid.rows * result.grid.cols
     shown = result.positive[result.evaluated]
     height, width = result.image.shape[1:]
-    st.caption(f"{region.name}: {height} x {width} pixels at the model's {result.model_microns_per_pixel} um/px "
-               f"(given at {result.microns_per_pixel} um/px). {int(result.evaluated.sum())} of {total} cells "
-               f"evaluated ({METHOD_LABELS[result.method].split(':')[0].lower()}, {result.seconds:.1f} s); "
-               f"{(shown > 0.5).mean():.0%} of them above p = 0.5. Source: {region.source}")
+    scale = f"{result.model_microns_per_pixel} um/px"
+    if result.microns_per_pixel != result.model_microns_per_pixel:
+        scale += f", resampled from {result.microns_per_pixel} um/px"
+    st.caption(f"{region.name}: {height} x {width} px at {scale}. {int(result.evaluated.sum())} of {total} cells "
+               f"evaluated in {result.seconds:.1f} s ({METHOD_LABELS[result.method].split(':')[0].lower()}); "
+               f"{(shown > 0.5).mean():.0%} of them above p = 0.5.")
     if region.labels is not None:
         score = score_cells(result.positive, region.labels)
-        st.success(f"Scored against the true labels: {score.summary()}. Each patch's central cell, the part its "
-                   "PCam label refers to, is evaluated in exactly that patch; cyan outlines: true tumour, white: "
-                   "true normal.")
+        st.success(f"Against the true labels of the patch centres: {score.summary()}. Cyan outline: true tumour; "
+                   "white: true normal.")
 
 
 def cell_ui(result: RegionResult, region: ChosenRegion) -> None:
