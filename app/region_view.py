@@ -130,9 +130,14 @@ def method_ui(loaded: LoadedModel) -> str:
     return method
 
 
-def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str) -> RegionResult | None:
+def region_key(loaded: LoadedModel, region: ChosenRegion, method: str) -> tuple:
+    return "region", loaded.model_id, image_digest(region.pixels), region.microns_per_pixel, method
+
+
+def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str, key: tuple | None = None
+                     ) -> RegionResult | None:
     """The region's result, from the cache or computed with a progress bar; None (with the error shown) on bad input."""
-    key = ("region", loaded.model_id, image_digest(region.pixels), region.microns_per_pixel, method)
+    key = key or region_key(loaded, region, method)
     bar = st.progress(0.0, text=f"Evaluating {region.name} cell by cell ...")
 
     def progress(done: int, total: int) -> None:
@@ -200,7 +205,11 @@ def region_page(loaded: LoadedModel) -> None:
     if region.note:
         st.warning(region.note, icon="⚠️")
     shown = moved_region(region, element)
-    result = evaluated_region(loaded, shown, method)
+    key = region_key(loaded, shown, method)
+    if st.session_state.get("region_shown") != key:  # another region: its cells are not the last one's
+        st.session_state["region_shown"] = key
+        st.session_state.pop(PICK_KEY, None)
+    result = evaluated_region(loaded, shown, method, key)
     if result is None:
         return
     summary(result, shown)
@@ -229,10 +238,11 @@ def region_page(loaded: LoadedModel) -> None:
 
 def _selected_cell(result: RegionResult) -> tuple[int, int] | None:
     """The cell to outline and offer: a new click on the heatmap wins over the picker's last value."""
+    # The chart keeps its last selection over reruns (until its figure changes): a click counts once.
     clicked = clicked_cell(st.session_state.get(HEATMAP_KEY), result)
     if clicked is not None and clicked != st.session_state.get("region_last_click"):
-        st.session_state["region_last_click"] = clicked
         st.session_state[PICK_KEY] = clicked  # before the picker is drawn, so it shows the clicked cell
+    st.session_state["region_last_click"] = clicked
     picked = st.session_state.get(PICK_KEY)
     if picked is None or not (0 <= picked[0] < result.grid.rows and 0 <= picked[1] < result.grid.cols) \
             or not result.evaluated[tuple(picked)]:

@@ -137,3 +137,11 @@ def test_turning_the_region_turns_the_heatmap_and_proves_it(region_app):
     error = float(proof.split("max |difference| = ")[1].split(" ")[0])
     assert error < 1e-5 and "over 12 cells" in proof
     assert "AUC 0.861 over 12 labelled cells" in at.success[0].value, "the truth moves with the region"
+
+
+def test_a_picked_cell_is_forgotten_when_the_region_changes(region_app):
+    at = region_app.selectbox(key="region_cell_pick").set_value((3, 0)).run()
+    assert at.selectbox(key="region_cell_pick").value == (3, 0)
+    at = at.sidebar.radio(key="region_rotate").set_value(180).run()
+    picker = at.selectbox(key="region_cell_pick")
+    assert not at.exception and picker.index == 0 and picker.value != (3, 0), "the old region's cell must not stay"
