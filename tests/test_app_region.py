@@ -4,6 +4,7 @@ the model's own function, tiles are exact without attention, the mosaic is score
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from app.region import (
     tile_spans,
     to_model_scale,
 )
-from app.region_demo import pcam_test_mosaic, roc_auc, score_cells
+from app.region_demo import pcam_test_mosaic, roc_auc, score_cells, subset_folder
 from app.transforms import apply_element
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,3 +208,19 @@ def test_roc_auc_counts_pairs_and_ties():
     assert math.isnan(roc_auc(np.array([0.5]), np.array([1])))
     score = score_cells(np.array([[0.9, np.nan], [0.2, 0.6]]), np.array([[1, 1], [0, -1]]))
     assert (score.scored, score.tumour, score.normal, score.auc, score.accuracy) == (2, 1, 1, 1.0, 1.0)
+
+
+def test_the_mosaic_of_the_real_test_split_scores_what_the_card_says(shipped):
+    """Crops judge each patch centre in exactly its patch: the mosaic's AUC is the card's test AUC, to the digit."""
+    model, card = shipped
+    if not (subset_folder() / "labelled" / "labels.csv").is_file():
+        message = f"the PCam subset is not at {subset_folder()}"
+        if os.environ.get("REQUIRE_REFERENCE") == "1":
+            pytest.fail(message + "; REQUIRE_REFERENCE=1 makes this an error")
+        pytest.skip(message)
+    mosaic = pcam_test_mosaic(card)
+    assert mosaic.labelled.sum() == len(card["dataset"]["test_files"]) == 79
+    result = evaluate_region(model, card, mosaic.image, mosaic.microns_per_pixel, cells=mosaic.labelled)
+    score = score_cells(result.positive, mosaic.labels)
+    assert score.auc == pytest.approx(card["metrics"]["test_auc"], abs=1e-12)
+    assert 1 - score.accuracy == pytest.approx(card["metrics"]["test_error"], abs=1e-12)
