@@ -183,8 +183,8 @@ def _scaled_side(n: int, scale: float) -> int:
 def to_model_scale(image: np.ndarray, microns_per_pixel: float, model_microns_per_pixel: float) -> np.ndarray:
     """``(3, H, W)`` in [0, 1] -> the same region at the model's scale, float32, sides even.
 
-    Antialiased bilinear resampling (``torch.nn.functional.interpolate``), whose weights are symmetric, so that
-    resampling commutes with quarter turns and mirrors up to round-off. An image already at the model's scale
+    Antialiased bilinear resampling (``torch.nn.functional.interpolate``, in float64), whose weights are symmetric,
+    so that resampling commutes with quarter turns and mirrors up to round-off. An image already at the model's scale
     with even sides is returned as it is; an odd side is stretched by one pixel.
     """
     scale = microns_per_pixel / model_microns_per_pixel
@@ -193,9 +193,11 @@ def to_model_scale(image: np.ndarray, microns_per_pixel: float, model_microns_pe
     pixels = np.ascontiguousarray(image, dtype=np.float32)
     if size == (rows, cols):
         return pixels
-    resized = F.interpolate(torch.from_numpy(pixels)[None], size=size, mode="bilinear", align_corners=False,
+    # In float64: the sums of a turned image run in another order, and float32 round-off (5e-6 here) would reach
+    # the probabilities as 1e-5; float64's is far below what float32 keeps.
+    resized = F.interpolate(torch.from_numpy(pixels).double()[None], size=size, mode="bilinear", align_corners=False,
                             antialias=True)[0]
-    return resized.clamp_(0, 1).numpy()
+    return resized.clamp_(0, 1).float().numpy()
 
 
 def make_grid(rows: int, cols: int, cell: int = CENTRE, context: int = 96) -> RegionGrid:
