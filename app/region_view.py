@@ -23,11 +23,12 @@ from .cache import LRUCache, image_digest
 from .compute import display_group
 from .gallery import list_regions
 from .images import FORMATS, MAX_UPLOAD_BYTES, ImageError, read_image
+from .pathology import model_microns_per_pixel
 from .region import MAX_SIDE, METHODS, RegionError, RegionResult, default_method, evaluate_region
 from .region_demo import pcam_test_mosaic, score_cells
 from .region_plots import clicked_cell, region_figure
 from .transforms import apply_element, element_name
-from .ui_inputs import IMAGE_TYPES, REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel
+from .ui_inputs import IMAGE_TYPES, REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, decoded_images
 
 __all__ = ["ChosenRegion", "RegionCell", "region_page", "REGION_CELL_KEY"]
 
@@ -42,14 +43,32 @@ HEATMAP_KEY, PICK_KEY = "region_heatmap", "region_cell_pick"
 
 @dataclass(frozen=True)
 class ChosenRegion:
-    """A region to evaluate: ``(3, H, W)`` pixels in [0, 1], its scale and, for the mosaic, its cells' truth."""
+    """A region to evaluate: ``(3, H, W)`` pixels in [0, 1], its scale and, for the mosaic, its cells' truth.
+
+    ``element`` is the group element the user applied: ``labels`` and ``name`` are already moved by it, the
+    pixels only when they are needed (:meth:`shown_pixels`), which is once per region as results are cached.
+    ``digest`` identifies the unmoved pixels (of the file's bytes, cheaper than of the decoded pixels).
+    """
 
     pixels: np.ndarray
     name: str
     microns_per_pixel: float | None
     source: str
+    digest: str
     labels: np.ndarray | None = None
     note: str = ""
+    element: int = 0
+
+    def moved(self, element: int) -> ChosenRegion:
+        """The region moved by a group element, its cells' truth with it."""
+        if element == 0:
+            return self
+        labels = None if self.labels is None else apply_element(self.labels[None], element)[0]
+        return dataclasses.replace(self, labels=labels, element=element,
+                                   name=f"{self.name} ({element_name(element)})")
+
+    def shown_pixels(self) -> np.ndarray:
+        return apply_element(self.pixels, self.element) if self.element else self.pixels
 
 
 @dataclass(frozen=True)
@@ -79,18 +98,19 @@ def region_input_ui(loaded: LoadedModel) -> ChosenRegion | None:
     source = st.sidebar.radio("Region", [MOSAIC, CMU, UPLOAD], key="region_source")
     if source == MOSAIC:
         mosaic = _mosaic(loaded.model_id, loaded.card)
-        return ChosenRegion(mosaic.image, "PCam test mosaic", mosaic.microns_per_pixel, mosaic.source, mosaic.labels)
+        return ChosenRegion(mosaic.image, "PCam test mosaic", mosaic.microns_per_pixel, mosaic.source,
+                            image_digest(mosaic.image), mosaic.labels)
     if source == CMU:
         item = next(iter(list_regions()), None)
         if item is None:
             st.error("The CMU-1 region is missing from app/gallery (run `python -m app.gallery.make_gallery "
                      "--cmu-wheel ...`).")
             return None
-        pixels = _read(item.path.read_bytes(), item.name)
+        read = _read(item.path.read_bytes(), item.name)
         note = ("CMU-1 is not lymph-node tissue like PCam's (Camelyon16) patches: the model was never trained on "
                 "such tissue, and its output here is not a diagnosis. It shows the machinery on a real slide region.")
-        return None if pixels is None else ChosenRegion(pixels, item.name, item.microns_per_pixel,
-                                                         f"{item.source}. {item.credit}.", note=note)
+        return None if read is None else ChosenRegion(read[0], item.name, item.microns_per_pixel,
+                                                       f"{item.source}. {item.credit}.", read[1], note=note)
     upload = st.sidebar.file_uploader(f"Region image ({', '.join(FORMATS)}, up to {MAX_SIDE} x {MAX_SIDE})",
                                       type=IMAGE_TYPES, key="region_upload",
                                       max_upload_size=MAX_UPLOAD_BYTES // 2**20)
@@ -100,19 +120,22 @@ def region_input_ui(loaded: LoadedModel) -> ChosenRegion | None:
     if upload is None:
         st.info("Upload an H&E region in the sidebar and give its micrometres per pixel.")
         return None
-    pixels = _read(upload.getvalue(), upload.name)
-    if pixels is None:
+    read = _read(upload.getvalue(), upload.name)
+    if read is None:
         return None
     if mpp is None:
         st.warning(f"Give {upload.name}'s micrometres per pixel in the sidebar: the model reads tissue at "
-                   f"{loaded.card['input'].get('microns_per_pixel', 0.972)} um/px, and the region is resampled to it.")
+                   f"{model_microns_per_pixel(loaded.card)} um/px, and the region is resampled to it.")
         return None
-    return ChosenRegion(pixels, upload.name, float(mpp), "your upload")
+    return ChosenRegion(read[0], upload.name, float(mpp), "your upload", read[1])
 
 
-def _read(data: bytes, name: str) -> np.ndarray | None:
+def _read(data: bytes, name: str) -> tuple[np.ndarray, str] | None:
+    """The decoded region (cached by the bytes' SHA-256, which also names it) or None with the error shown."""
+    digest = image_digest(data)
     try:
-        return read_image(data, max_pixels=MAX_SIDE * MAX_SIDE)
+        return decoded_images().get_or_compute(("region", digest), lambda: read_image(
+            data, max_pixels=MAX_SIDE * MAX_SIDE)), digest
     except ImageError as err:
         st.error(f"Cannot use {name}: {err}")
         return None
@@ -132,7 +155,7 @@ def method_ui(loaded: LoadedModel) -> str:
 
 
 def region_key(loaded: LoadedModel, region: ChosenRegion, method: str) -> tuple:
-    return "region", loaded.model_id, image_digest(region.pixels), region.microns_per_pixel, method
+    return "region", loaded.model_id, region.digest, region.element, region.microns_per_pixel, method
 
 
 def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str, key: tuple | None = None
@@ -148,8 +171,8 @@ def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str, key
     cells = None if region.labels is None else region.labels >= 0
     try:
         return region_results().get_or_compute(key, lambda: evaluate_region(
-            loaded.model, loaded.card, region.pixels, region.microns_per_pixel, method=method, progress=progress,
-            cells=cells))
+            loaded.model, loaded.card, region.shown_pixels(), region.microns_per_pixel, method=method,
+            progress=progress, cells=cells))
     except RegionError as err:
         st.error(str(err))
         return None
@@ -171,15 +194,6 @@ def transform_ui(group: Group) -> int:
                                horizontal=True, key="region_rotate")
     mirror = group.order == 8 and st.sidebar.toggle("Mirror (flip the rows after rotating)", key="region_mirror")
     return quarter // 90 + 4 * mirror
-
-
-def moved_region(region: ChosenRegion, element: int) -> ChosenRegion:
-    """The region moved by a group element, its cells' truth with it."""
-    if element == 0:
-        return region
-    labels = None if region.labels is None else apply_element(region.labels[None], element)[0]
-    return dataclasses.replace(region, pixels=apply_element(region.pixels, element), labels=labels,
-                               name=f"{region.name} ({element_name(element)})")
 
 
 def show_proof(moved: RegionResult, original: RegionResult, element: int) -> None:
@@ -205,7 +219,7 @@ def region_page(loaded: LoadedModel) -> None:
         return
     if region.note:
         st.warning(region.note, icon="⚠️")
-    shown = moved_region(region, element)
+    shown = region.moved(element)
     key = region_key(loaded, shown, method)
     if st.session_state.get("region_shown") != key:  # another region: its cells are not the last one's
         st.session_state["region_shown"] = key
@@ -223,18 +237,25 @@ def region_page(loaded: LoadedModel) -> None:
     left, right = st.columns(2)
     with left:
         st.markdown(f"**P({result.class_names[-1]})** per 32 x 32 cell")
-        st.plotly_chart(region_figure(result, "probability", region.labels, selected, width_px=FIGURE_WIDTH_PX),
+        st.plotly_chart(_figure(key, "probability", selected, result, region.labels),
                         on_select="rerun", selection_mode="points", key=HEATMAP_KEY, width="content",
                         config={"displaylogo": False})
     with right:
         if result.attention is not None:
             st.markdown(f"**Attention** of the first attentive layer, {result.attention_layer}")
-            st.plotly_chart(region_figure(result, "attention", None, selected, width_px=FIGURE_WIDTH_PX),
+            st.plotly_chart(_figure(key, "attention", selected, result, None),
                             key="region_attention", width="content", config={"displaylogo": False})
         else:
             st.info("This model has no attention layer: only the heatmap is shown.")
     st.caption(f"Source: {region.source}")
     cell_ui(result, region)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _figure(key: tuple, show: str, selected: tuple[int, int] | None, _result: RegionResult,
+            _labels: np.ndarray | None):
+    """:func:`region_figure` of a cached result (a few tenths of a second each): reruns, e.g. clicks, reuse it."""
+    return region_figure(_result, show, _labels, selected, width_px=FIGURE_WIDTH_PX)
 
 
 def _selected_cell(result: RegionResult) -> tuple[int, int] | None:
