@@ -146,7 +146,7 @@ def method_ui(loaded: LoadedModel) -> str:
     default = default_method(loaded.model)
     methods = [m for m in METHODS if m == "crops" or loaded.model.output_stride]
     method = st.sidebar.radio("Method", methods, index=methods.index(default), format_func=METHOD_LABELS.get,
-                              key="region_method")
+                              key=f"region_method-{loaded.name}")  # each model starts on its own default
     if method == "tiles" and default != "tiles":
         st.sidebar.caption("About 5x faster on a tissue-filled region, but not this model's function: its attention "
                            "pools over the whole tile instead of one 96 x 96 context (docs/region.md gives the "

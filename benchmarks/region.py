@@ -14,10 +14,10 @@ cells under the tissue threshold; the table says how many): close to the worst c
   over a whole tile; ``"crops"`` (every cell's 96 x 96 context alone) is. The agreement columns say by how much
   the tumour probabilities differ over the evaluated cells: max and median |p_tiles - p_crops|, the share of
   cells differing by more than 0.05 and 0.1, and the share whose most probable class is the same.
-* an UNTRAINED ``p4m_densenet`` (no attention; random weights, seeded, with its BatchNorm statistics taken from
-  32 contexts of the region so that its probabilities are not all 0 or 1): there tiles and crops are one
-  function, and max |dp| shows round-off only. Its probabilities mean nothing; it is here for speed and
-  agreement only.
+* the same p4m DenseNet without attention, the shipped ``p4m_densenet_pcam_subset``:
+  there tiles and crops are one function, and max |dp| shows round-off only. Where that checkpoint is missing
+  an UNTRAINED ``p4m_densenet`` stands in (random weights, seeded, with its BatchNorm statistics taken from 32
+  contexts of the region so that its probabilities are not all 0 or 1), for speed and agreement only.
 
 Each model and method runs in its own fresh process (this file with a hidden ``--worker`` flag), so that its
 peak memory is its own: the process's peak RSS (``getrusage``) and its RSS just after loading the model and
@@ -68,8 +68,9 @@ from benchmarks.train_step import describe_failure, max_rss_mib  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 GALLERY = REPO / "app" / "gallery"
 DEFAULT_CHECKPOINT = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
+PLAIN_CHECKPOINT = REPO / "checkpoints" / "p4m_densenet_pcam_subset.safetensors"
 UNTRAINED_ARCH = "p4m_densenet"
-WHICH = ("checkpoint", "untrained")  # the two networks, in the table's order
+WHICH = ("checkpoint", "plain")  # the two networks, in the table's order
 METHODS = ("tiles", "crops")
 REGION_SEED = 0
 MODEL_SEED = 0
@@ -133,17 +134,21 @@ def calibrate_batchnorm(model: nn.Module, card: dict, region: np.ndarray, contex
     return model.eval()
 
 
-def load_network(which: str, checkpoint: str | Path, region: np.ndarray) -> tuple[models.Network, dict, str]:
-    """``(model in eval mode, card, label)`` for ``"checkpoint"`` or ``"untrained"``.
+def load_network(which: str, checkpoint: str | Path, region: np.ndarray,
+                 plain: str | Path | None = PLAIN_CHECKPOINT) -> tuple[models.Network, dict, str]:
+    """``(model in eval mode, card, label)`` for ``"checkpoint"`` or ``"plain"`` (the network without attention).
 
-    The untrained p4m DenseNet takes the checkpoint's card with its ``arch`` changed: the input convention,
-    dataset (hence scale) and class names are what region mode reads from it.
+    Without a ``plain`` checkpoint, an untrained p4m DenseNet takes the checkpoint's card with its ``arch``
+    changed: the input convention, dataset (hence scale) and class names are what region mode reads from it.
     """
+    if which not in WHICH:
+        raise ValueError(f"which must be one of {WHICH}, got {which!r}")
+    if which == "plain" and plain is not None and Path(plain).is_file():
+        model, card = models.load_checkpoint(plain)
+        return model.eval(), card, f"{Path(plain).stem} (no attention)"
     model, card = models.load_checkpoint(checkpoint)
     if which == "checkpoint":
         return model.eval(), card, Path(checkpoint).stem
-    if which != "untrained":
-        raise ValueError(f"which must be one of {WHICH}, got {which!r}")
     torch.manual_seed(MODEL_SEED)
     untrained = models.build_model(UNTRAINED_ARCH)
     card = {**card, "arch": UNTRAINED_ARCH}
@@ -343,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{some['scaled_shape'][1]} px, {some['grid'][0]} x {some['grid'][1]} cells of 32 x 32 px; "
               f"mean tissue share per cell {some['tissue_mean']:.2f}")
     print_tables(runs, comparisons)
-    print(f"dp: tumour probability, tiles minus crops, over the cells both evaluated. {UNTRAINED_ARCH} (untrained): "
-          "random weights, BatchNorm statistics from the region; for speed and agreement only.")
+    print("dp: tumour probability, tiles minus crops, over the cells both evaluated. An untrained network (where "
+          "named so) has random weights, BatchNorm statistics from the region; it is there for speed and agreement.")
     mosaic = mosaic_scores(args.checkpoint, args.threads, args.tile_cells)
     if args.json:
         out = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),

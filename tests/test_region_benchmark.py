@@ -1,7 +1,7 @@
 """The region benchmark's functions in this process, on a small region (one thread, no timing asserted).
 
-Without attention, ``"tiles"`` and ``"crops"`` are one function: the untrained p4m DenseNet must agree to
-round-off. For the shipped attentive model they differ; its numbers need only be there and finite. Cells are
+Without attention, ``"tiles"`` and ``"crops"`` are one function: the shipped p4m DenseNet without attention must
+agree to round-off. For the shipped attentive model they differ; its numbers need only be there and finite. Cells are
 counted over the whole grid, the evaluated ones among them.
 """
 
@@ -52,8 +52,8 @@ def test_cells_are_counted_over_the_grid(measured):
     assert len(grids) == 1
 
 
-def test_untrained_densenet_tiles_equal_crops(measured):
-    tiles, crops = measured[("untrained", "tiles")][1], measured[("untrained", "crops")][1]
+def test_plain_densenet_tiles_equal_crops(measured):
+    tiles, crops = measured[("plain", "tiles")][1], measured[("plain", "crops")][1]
     found = bench.agreement(tiles, crops)
     assert found["same_cells"] and found["cells"] > 0
     assert found["max_abs_dp"] < 1e-5
@@ -82,7 +82,7 @@ def test_attentive_model_numbers_are_present_and_finite(measured, capsys):
     assert found["median_abs_dp"] <= found["max_abs_dp"]
     bench.print_tables(runs, list(comparisons.values()))
     printed = capsys.readouterr().out
-    assert "fa_p4m_densenet_pcam_subset" in printed and "p4m_densenet (untrained)" in printed
+    assert "fa_p4m_densenet_pcam_subset" in printed and "p4m_densenet_pcam_subset (no attention)" in printed
 
 
 def test_command_line_runs_every_worker_and_writes_json(tmp_path, capsys):
@@ -94,6 +94,12 @@ def test_command_line_runs_every_worker_and_writes_json(tmp_path, capsys):
     assert [(r["which"], r["method"]) for r in written["runs"]] == [
         (which, method) for which in bench.WHICH for method in bench.METHODS]
     assert all("error" not in r and r["cells"] == r["grid"][0] * r["grid"][1] for r in written["runs"])
-    untrained = next(c for c in written["comparisons"] if c["which"] == "untrained")
-    assert untrained["agreement"]["max_abs_dp"] < 1e-5
-    assert "| p4m_densenet (untrained) | tiles (15 cells) |" in capsys.readouterr().out
+    plain = next(c for c in written["comparisons"] if c["which"] == "plain")
+    assert plain["agreement"]["max_abs_dp"] < 1e-5
+    assert "| p4m_densenet_pcam_subset (no attention) | tiles (15 cells) |" in capsys.readouterr().out
+
+
+def test_without_the_plain_checkpoint_an_untrained_network_stands_in():
+    region = bench.build_region(160)
+    model, card, label = bench.load_network("plain", bench.DEFAULT_CHECKPOINT, region, plain=None)
+    assert label == "p4m_densenet (untrained)" and card["arch"] == "p4m_densenet" and not model.training
