@@ -248,7 +248,7 @@ def region_page(loaded: LoadedModel) -> None:
         else:
             st.info("This model has no attention layer: only the heatmap is shown.")
     st.caption(f"Source: {region.source}")
-    cell_ui(result, region)
+    cell_ui(result, region, selected)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -289,12 +289,11 @@ def summary(result: RegionResult, region: ChosenRegion) -> None:
                    "white: true normal.")
 
 
-def cell_ui(result: RegionResult, region: ChosenRegion) -> None:
+def cell_ui(result: RegionResult, region: ChosenRegion, selected: tuple[int, int] | None) -> None:
     """Pick a cell (click on the heatmap, or one of the most probable) and open it in the patch explorer."""
     cells = np.argwhere(result.evaluated)
     order = np.argsort(-result.positive[result.evaluated], kind="stable")[:20]
     options = [tuple(int(v) for v in cells[k]) for k in order]
-    selected = _selected_cell(result)
     if selected is not None and selected not in options:
         options.insert(0, selected)
     elif selected is None:
@@ -304,6 +303,7 @@ def cell_ui(result: RegionResult, region: ChosenRegion) -> None:
         truth = "" if region.labels is None or region.labels[cell] < 0 else \
             f", truth {result.class_names[int(region.labels[cell])]}"
         return f"cell ({cell[0]}, {cell[1]}): P = {result.positive[cell]:.3f}{truth}"
+
     chosen = st.selectbox("Cell to open (click one on the heatmap, or pick one of the most probable)", options,
                           format_func=label, key=PICK_KEY)
     if chosen is None:
