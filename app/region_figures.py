@@ -21,6 +21,7 @@ from PIL import Image
 
 from .figures import _png
 from .images import to_channels
+from .map_style import PERCENTILES
 from .pathology import scale_bar_microns
 from .region import RegionResult
 
@@ -41,7 +42,7 @@ def attention_range(attention: np.ndarray) -> tuple[float, float]:
     finite = attention[np.isfinite(attention)]
     if not finite.size:
         return 0.0, 1.0
-    low, high = (float(v) for v in np.percentile(finite, [2, 98]))
+    low, high = (float(v) for v in np.percentile(finite, PERCENTILES))
     if not high > low:
         high = low + max(abs(low) * 1e-3, 1e-6)
     return low, high

@@ -17,12 +17,12 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-from .map_style import PERCENTILES, overlay
+from .map_style import overlay
 from .plots import image_rgb
 from .region import RegionResult
-from .region_figures import ATTENTION_CMAP, PROBABILITY_CMAP
+from .region_figures import ATTENTION_CMAP, PROBABILITY_CMAP, attention_range
 
-__all__ = ["region_figure", "clicked_cell", "attention_range"]
+__all__ = ["region_figure", "clicked_cell"]
 
 OPACITY = 0.9
 TRUTH_COLOURS = {1: "#00e5ff", 0: "#ffffff"}  # cyan: tumour, white: normal; both read on the maps and H&E
@@ -67,13 +67,6 @@ def _cell_values(result: RegionResult, factor: int, shape: tuple[int, int]) -> n
     return values
 
 
-def attention_range(result: RegionResult) -> tuple[float, float]:
-    """The 2nd-98th percentile of the stitched attention's finite values (as the patch view's robust range)."""
-    values = result.attention[np.isfinite(result.attention)]
-    low, high = np.percentile(values, PERCENTILES) if len(values) else (0.0, 1.0)
-    return float(low), float(max(high, low + 1e-6))
-
-
 def _cell_centres(result: RegionResult, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pixel ``(x, y)`` of the centres of ``cells`` ``(N, 2)`` (row, col)."""
     grid = result.grid
@@ -96,8 +89,8 @@ def region_figure(result: RegionResult, show: str = "probability", labels: np.nd
     height, width = result.image.shape[1:]
     grid = result.grid
     if show == "attention" and result.attention is not None:
-        values, (low, high), cmap = _block_means(result.attention, factor, rgb.shape[:2]), attention_range(result), \
-            ATTENTION_CMAP
+        values, cmap = _block_means(result.attention, factor, rgb.shape[:2]), ATTENTION_CMAP
+        low, high = attention_range(result.attention)
         title = f"attention ({result.attention_layer})"
     else:
         values, (low, high), cmap = _cell_values(result, factor, rgb.shape[:2]), (0.0, 1.0), PROBABILITY_CMAP

@@ -24,7 +24,7 @@ from models.reference_import import PAPER_NAMES
 
 from .cache import LRUCache, image_digest
 from .checkpoints import CheckpointEntry, CheckpointError, list_checkpoints, load_uploaded_checkpoint
-from .gallery import list_gallery
+from .gallery import list_patches
 from .images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image, to_channels
 from .pathology import is_pathology, is_proxy
 
@@ -168,7 +168,7 @@ def image_ui(card: dict) -> ChosenImage | None:
         return ChosenImage(to_channels(cell.pixels, channels), info, cell.name, cell.microns_per_pixel,
                            cell.true_label)
     if source == "Gallery":
-        items = [i for i in list_gallery() if i.kind != "region"]  # regions are not model-sized patches
+        items = list_patches()  # regions are not model-sized patches
         preferred = "he" if is_pathology(card) or channels == 3 else "digit"
         items = [i for i in items if i.kind == preferred] + [i for i in items if i.kind != preferred]
         by_name = {i.name: i for i in items}
