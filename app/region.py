@@ -359,7 +359,7 @@ class _Runner:
                 attention = reduce_attention(user).mean(dim=1)  # (B, X, Y): mean over orientations
         return cells.double(), attention
 
-    def _store(self, cells: torch.Tensor, attention: torch.Tensor | None, i: int, j: int) -> None:
+    def _store(self, cells: torch.Tensor, attention: np.ndarray | None, i: int, j: int) -> None:
         """One context's or tile's results, its first cell being (i, j)."""
         rows, cols, classes = cells.shape
         if self.logits is None:
