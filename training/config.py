@@ -26,8 +26,9 @@ class TrainConfig:
         cosine: the lr follows half a cosine from ``lr`` down to 0 over ``epochs`` (then ``epochs`` is part of the
             schedule, so such a run cannot be extended on resume).
         augment: ``none``, ``flip_crop`` (CIFAR10+: horizontal flip, 4-pixel padded crop), ``group_stain``
-            (H&E: random p4m element and stain jitter, ``data/augment.py``) or ``group_stain_strong`` (the same
-            with each stain scaled by up to 20 % and shifted by up to 0.05).
+            (H&E: random p4m element and stain jitter, ``data/augment.py``), ``group_stain_strong`` (the same
+            with each stain scaled by up to 20 % and shifted by up to 0.05) or ``rotate`` (rot-MNIST: each digit turned
+            by a uniform angle, ``random_rotation``).
         sampling: ``uniform`` (each epoch a permutation of the training split) or ``weighted`` (draws with
             replacement by the split's ``sample_weights``, e.g. class balance).
         epoch_size: training examples per epoch (0: the split's size); short epochs validate more often.
@@ -80,7 +81,7 @@ class TrainConfig:
     def __post_init__(self):
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', not {self.optimizer!r}")
-        for name, allowed in (("augment", ("none", "flip_crop", "group_stain", "group_stain_strong")),
+        for name, allowed in (("augment", ("none", "flip_crop", "group_stain", "group_stain_strong", "rotate")),
                               ("sampling", ("uniform", "weighted")), ("select_on", ("error", "nll", "auc", "last"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {getattr(self, name)!r}")

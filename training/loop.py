@@ -113,6 +113,10 @@ def train_one_epoch(
             from .data.augment import STRONG_STAIN, group_and_stain  # H&E only
 
             images = group_and_stain(images, augment_rng, **(STRONG_STAIN if cfg.augment.endswith("strong") else {}))
+        elif cfg.augment == "rotate":
+            from .data.augment import random_rotation  # rot-MNIST
+
+            images = random_rotation(images, augment_rng)
         labels = torch.from_numpy(labels).to(ctx.device)
         logits = model(normalise(images))
         loss = F.cross_entropy(logits, labels)

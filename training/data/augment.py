@@ -3,6 +3,10 @@
 ``flip_and_crop`` is the "CIFAR10+" augmentation of the paper's CIFAR-10 experiments (as in
 the ResNet paper): a random horizontal flip and a random 32x32 crop of the image padded by 4
 zero pixels. It is done for the whole batch with two gathers instead of a loop per image.
+
+``random_rotation`` turns each rot-MNIST digit by a fresh uniform angle: the dataset's digits are already
+turned by uniform angles, so this draws new examples from the same distribution (up to one more bilinear
+interpolation), not from a different one.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["flip_and_crop", "group_and_stain", "STRONG_STAIN"]
+__all__ = ["flip_and_crop", "group_and_stain", "random_rotation", "STRONG_STAIN"]
 
 # Stronger stain jitter, between the "HED-light" and "HED-strong" ranges of Tellez et al. (2019): slides differ
 # more in how much stain they took up than in their baseline.
@@ -83,3 +87,21 @@ def group_and_stain(images: torch.Tensor, generator: torch.Generator, scale: flo
     moved = [torch.rot90(torch.flip(x, (-1,)) if m else x, k, (-2, -1))
              for x, m, k in zip(rgb, mirror, turns, strict=True)]
     return torch.stack(moved)
+
+
+def random_rotation(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Turn each image about its centre by its own angle, uniform in [0, 360) degrees (bilinear, zero fill).
+
+    Args:
+        images: ``(B, C, H, W)`` floating point.
+        generator: the source of the angles, drawn on its device (so a seed gives the same batch on CPU and GPU).
+
+    Returns:
+        ``(B, C, H, W)``, same dtype and device: ``rotate_images(images, angles)`` of ``training/data/rot_mnist.py``.
+    """
+    from .rot_mnist import rotate_images
+
+    if images.ndim != 4:
+        raise ValueError(f"images must be (B, C, H, W), got shape {tuple(images.shape)}")
+    angles = 360 * torch.rand(images.shape[0], generator=generator, device=generator.device, dtype=torch.float64)
+    return rotate_images(images, angles.to(images.device))
