@@ -1,5 +1,6 @@
 """flip_and_crop: each output is its input flipped (or not) and shifted, reproducibly per generator;
-group_and_stain: a stain change by colour deconvolution, then an element of p4m."""
+group_and_stain: a stain change by colour deconvolution, then an element of p4m;
+random_rotation: each digit turned by its own uniform angle."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training.data.augment import flip_and_crop, group_and_stain
+from training.data.augment import flip_and_crop, group_and_stain, random_rotation
+from training.data.rot_mnist import rotate_images
 
 
 def reference(image: torch.Tensor, flip: bool, dy: int, dx: int, padding: int) -> torch.Tensor:
@@ -94,3 +96,36 @@ def test_group_and_stain_rejects_non_rgb_or_non_square():
         group_and_stain(torch.rand(2, 1, 8, 8), torch.Generator())
     with pytest.raises(ValueError, match=r"square RGB"):
         group_and_stain(torch.rand(2, 3, 8, 10), torch.Generator())
+
+
+def test_random_rotation_turns_each_image_by_its_documented_angle():
+    images = torch.rand(32, 1, 28, 28)
+    angles = 360 * torch.rand(32, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    out = random_rotation(images, torch.Generator().manual_seed(5))
+    assert out.shape == images.shape and out.dtype == images.dtype
+    assert torch.equal(out, rotate_images(images, angles))
+    assert angles.min() >= 0 and angles.max() < 360 and angles.std() > 60  # spread over the circle
+
+
+def test_random_rotation_keeps_a_centred_disc_and_moves_an_off_centre_stroke():
+    y, x = torch.meshgrid(torch.arange(28.0) - 13.5, torch.arange(28.0) - 13.5, indexing="ij")
+    disc = ((x ** 2 + y ** 2) < 8 ** 2).float().expand(16, 1, 28, 28)
+    stroke = torch.zeros(16, 1, 28, 28)
+    stroke[..., 12:16, 18:26] = 1  # right of the centre
+    generator = torch.Generator().manual_seed(0)
+    turned_disc, turned_stroke = random_rotation(disc, generator), random_rotation(stroke, generator)
+    # a disc looks the same at every angle, up to its anti-aliased rim
+    assert (turned_disc - disc).abs().mean() < 0.02
+    # the stroke's mass stays (it lies inside the circle the corners leave), its place changes from image to image
+    assert torch.allclose(turned_stroke.sum((1, 2, 3)), stroke.sum((1, 2, 3)), rtol=0.02)
+    assert turned_stroke.std(0).max() > 0.3
+
+
+def test_random_rotation_is_reproducible_and_rejects_unbatched_input():
+    images = torch.rand(8, 1, 28, 28)
+    assert torch.equal(random_rotation(images, torch.Generator().manual_seed(1)),
+                       random_rotation(images, torch.Generator().manual_seed(1)))
+    assert not torch.equal(random_rotation(images, torch.Generator().manual_seed(1)),
+                           random_rotation(images, torch.Generator().manual_seed(2)))
+    with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
+        random_rotation(torch.rand(1, 28, 28), torch.Generator())

@@ -36,6 +36,26 @@ def test_table1_runs_the_shipped_models_over_every_seed_first():
     assert SWEEPS["table1"].config("z2cnn").epochs == 300 and SWEEPS["table1"].config("a_p4cnn").epochs == 100
 
 
+def test_shipped_sweep_is_the_paper_recipe_with_rotations_and_a_cosine():
+    shipped, paper = SWEEPS["shipped"], SWEEPS["table1"]
+    assert set(shipped.models) == {"z2cnn", "p4cnn", "fa_p4cnn", "a_p4cnn"} and shipped.seeds == (0,)
+    for model in shipped.models:
+        changed = {k for k, v in shipped.config(model).__dict__.items() if v != getattr(paper.config(model), k)}
+        assert changed == {"augment", "cosine"}, model
+    assert shipped.results != paper.results  # its cards never mix with the paper-recipe seeds
+
+
+def test_train_command_passes_booleans_as_bare_flags(tmp_path):
+    status = sweep_module.RunStatus("p4cnn", 0, tmp_path / "run", 0, 100, False)
+    command = sweep_module.train_command(SWEEPS["shipped"], status, threads=1)
+    assert command[command.index("--augment") + 1] == "rotate"
+    assert "--cosine" in command and command[command.index("--cosine") + 1].startswith("--")
+    assert "--resume" not in command  # nothing started yet
+    off = Sweep(preset="rot_mnist", models=("p4cnn",), seeds=(0,), results="r", overrides={"cosine": False})
+    with pytest.raises(ValueError, match="cosine=False cannot be passed"):
+        sweep_module.train_command(off, status, threads=0)
+
+
 def test_status_of_an_empty_runs_folder_lists_every_run_as_missing(tiny_sweep, capsys):
     sweep, runs = tiny_sweep
     assert cli_main(["sweep", "tiny", "--runs-dir", str(runs), "--status"]) == 0
