@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_data_rot_mnist import write_amat
@@ -36,18 +37,23 @@ def test_table1_runs_the_shipped_models_over_every_seed_first():
     assert SWEEPS["table1"].config("z2cnn").epochs == 300 and SWEEPS["table1"].config("a_p4cnn").epochs == 100
 
 
-def test_shipped_sweep_is_the_paper_recipe_with_rotations_and_a_cosine():
-    shipped, paper = SWEEPS["shipped"], SWEEPS["table1"]
-    assert set(shipped.models) == {"z2cnn", "p4cnn", "fa_p4cnn", "a_p4cnn"} and shipped.seeds == (0,)
-    for model in shipped.models:
-        changed = {k for k, v in shipped.config(model).__dict__.items() if v != getattr(paper.config(model), k)}
-        assert changed == {"augment", "cosine"}, model
-    assert shipped.results != paper.results  # its cards never mix with the paper-recipe seeds
+def test_rotate_cosine_sweeps_are_the_paper_recipe_with_rotations_and_a_cosine():
+    paper = SWEEPS["table1"]
+    folders = {sweep_module.run_folder(Path("runs"), paper, "p4cnn", 0)}
+    for name, extra in (("rotate_cosine", set()), ("rotate_cosine_12k", {"train_on_valid", "select_on"})):
+        sweep = SWEEPS[name]
+        assert set(sweep.models) == {"z2cnn", "p4cnn", "fa_p4cnn", "a_p4cnn"} and sweep.seeds == (0,)
+        for model in sweep.models:
+            changed = {k for k, v in sweep.config(model).__dict__.items() if v != getattr(paper.config(model), k)}
+            assert changed == {"augment", "cosine"} | extra, (name, model)
+        assert sweep.results != paper.results  # their cards never mix with the paper-recipe seeds
+        folders.add(sweep_module.run_folder(Path("runs"), sweep, "p4cnn", 0))
+    assert len(folders) == 3  # one runs folder can hold them all without one resuming another's run
 
 
 def test_train_command_passes_booleans_as_bare_flags(tmp_path):
     status = sweep_module.RunStatus("p4cnn", 0, tmp_path / "run", 0, 100, False)
-    command = sweep_module.train_command(SWEEPS["shipped"], status, threads=1)
+    command = sweep_module.train_command(SWEEPS["rotate_cosine"], status, threads=1)
     assert command[command.index("--augment") + 1] == "rotate"
     assert "--cosine" in command and command[command.index("--cosine") + 1].startswith("--")
     assert "--resume" not in command  # nothing started yet
