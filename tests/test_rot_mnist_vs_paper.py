@@ -1,0 +1,40 @@
+"""Each shipped rot-MNIST checkpoint makes no more errors than the paper's released checkpoint of the same model.
+
+Both are measured here, on the same real rotated MNIST test digits (the first ``DIGITS`` of our 50,000-digit test
+split; ``python -m benchmarks.rot_mnist_vs_paper --count 50000`` measures all of them), each fed as it was trained.
+The paper's checkpoints are read from ``../shared/reference/checkpoints``: without it these tests skip, or fail
+under ``REQUIRE_REFERENCE=1``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import reference_path
+from test_shipped_checkpoints import REPO, data_dir
+
+from benchmarks.rot_mnist_vs_paper import PAPER_RUNS, first_n
+from benchmarks.rot_mnist_vs_paper import test_error as error_on  # renamed: pytest would collect test_*
+from models import import_reference_checkpoint, load_checkpoint
+from training.data import load_dataset
+
+DIGITS = 10_000
+# Shipped checkpoints that do not meet the bar yet (issue 16): strict, so that one that starts to meet it fails
+# here until it is taken off this list.
+NOT_YET = {"p4cnn", "fa_p4cnn", "a_p4cnn"}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    _, card = load_checkpoint(REPO / "checkpoints" / "p4cnn_rot_mnist.safetensors")
+    return first_n(load_dataset("rot_mnist", data_dir(card)).test, DIGITS)
+
+
+@pytest.mark.parametrize("arch", [pytest.param(arch, marks=pytest.mark.xfail(
+    arch in NOT_YET, strict=True, reason="trained with the paper's recipe, not yet as accurate as its release"))
+    for arch in sorted(PAPER_RUNS)])
+def test_shipped_checkpoint_is_at_least_as_accurate_as_the_papers(arch, digits):
+    released = reference_path(f"checkpoints/model_{PAPER_RUNS[arch]}_optim_adam_lr_0.001_wd_0.0001_seed_0/model.pth")
+    paper = import_reference_checkpoint(released, arch)
+    ours, card = load_checkpoint(REPO / "checkpoints" / f"{arch}_rot_mnist.safetensors")
+    ours_error, paper_error = error_on(ours, card, digits), error_on(paper, paper.card, digits)
+    assert ours_error <= paper_error, f"{arch}: {100 * ours_error:.2f} % against the paper's {100 * paper_error:.2f} %"
