@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,7 +19,8 @@ from test_data_rot_mnist import write_amat
 
 from training.cli import main as cli_main
 from training.evaluation import evaluate_checkpoint
-from training.report import results_table
+from training.presets import recipe
+from training.report import recipe_changes, results_table
 
 REPO = Path(__file__).resolve().parent.parent
 # Tiny, fast runs: p4cnn on 60 amat digits, batch 8.
@@ -75,7 +77,16 @@ def test_a_run_writes_a_complete_card_and_evaluate_reproduces_it(amat_dir, tmp_p
     assert again["error"] == card["metrics"]["test_error"]
     assert again["nll"] == pytest.approx(card["metrics"]["test_nll"], rel=1e-6)
     row = results_table(out).splitlines()[-1]
-    assert row.startswith("| `best` | rot_mnist (20 test) | 2 (100) | ") and "| 2.05 |" in row
+    assert row.startswith("| `best` | rot_mnist (20 test) | 2 (100) | batch_size=8 | ") and "| 2.05 |" in row
+
+
+def test_report_names_what_a_card_changed_in_its_recipe():
+    config = dataclasses.asdict(recipe("rot_mnist", "z2cnn"))
+    assert recipe_changes({"preset": "rot_mnist", "config": config}) == "-"
+    config.update(augment="rotate", cosine=True, train_on_valid=True, select_on="last", epochs=12, seed=3,
+                  data_dir="elsewhere", milestones=[], lr=1e-3)
+    assert recipe_changes({"preset": "rot_mnist", "config": config}) == (
+        "cosine, augment=rotate, select_on=last, train_on_valid")  # not epochs (own column), seed or data_dir
 
 
 def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):

@@ -7,11 +7,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
 
-__all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table"]
+from .presets import recipe
+
+__all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table", "recipe_changes"]
 
 # Test error (%) as published: the paper's Table 1 for rot-MNIST (Z2CNN: Cohen & Welling 2016, Table 1).
 PAPER_TEST_ERROR = {
@@ -54,12 +57,34 @@ def _scientific(value) -> str:
     return "-" if value is None else f"{value:.0e}"
 
 
+# Config fields that say what was trained on where, or how it was measured, not how it was trained (the epochs
+# have their own column).
+_NOT_RECIPE = {"model", "dataset", "data_dir", "seed", "epochs", "fetch", "eval_batch_size", "equivariance_images",
+               "max_steps", "max_eval_batches"}
+
+
+def _listed(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def recipe_changes(training: dict) -> str:
+    """A card's departures from its preset's recipe, e.g. ``cosine, augment=rotate`` (``-`` when it has none)."""
+    preset = dataclasses.asdict(recipe(training["preset"], training["config"]["model"]))
+    changes = []
+    for name, value in training["config"].items():
+        if name in _NOT_RECIPE or name not in preset:
+            continue
+        if _listed(value) != _listed(preset[name]):  # a card's JSON holds tuples as lists
+            changes.append(name if value is True else f"{name}={value}")
+    return ", ".join(changes) or "-"
+
+
 def results_table(folder: str | Path) -> str:
     """A markdown table with one row per card (``*.json`` beside a ``.safetensors``) in ``folder``."""
     rows = [
-        "| checkpoint | dataset | epochs (recipe) | test error % | paper % | test NLL | AUC | ECE "
-        "| logit equivariance error fp32 / fp64 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| checkpoint | dataset | epochs (recipe) | changes to the recipe | test error % | paper % | test NLL | AUC "
+        "| ECE | logit equivariance error fp32 / fp64 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for card_file in sorted(Path(folder).glob("*.json")):
         if not card_file.with_suffix(".safetensors").is_file():
@@ -72,7 +97,7 @@ def results_table(folder: str | Path) -> str:
         ece = metrics.get("test_ece")
         rows.append(
             f"| `{card_file.stem}` | {dataset} ({metrics['test_count']:,} test) "
-            f"| {training['epochs_completed']} ({training['recipe_epochs']}) "
+            f"| {training['epochs_completed']} ({training['recipe_epochs']}) | {recipe_changes(training)} "
             f"| {_percent(metrics['test_error'])} | {'-' if paper is None else f'{paper:.2f}'} "
             f"| {metrics['test_nll']:.3f} | {'-' if auc is None else f'{auc:.3f}'} "
             f"| {'-' if ece is None else f'{ece:.3f}'} "
