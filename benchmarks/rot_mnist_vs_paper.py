@@ -25,8 +25,13 @@ from training.evaluation import Normaliser, predict
 from training.metrics import error_rate
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = Path(os.environ.get("REFERENCE_DIR", REPO.parent / "shared" / "reference")) / "checkpoints"
+REFERENCE = Path(os.environ.get("REFERENCE_DIR", REPO.parent / "shared" / "reference"))
 PAPER_RUNS = {"z2cnn": "z2cnn", "p4cnn": "p4cnn", "fa_p4cnn": "f_att_p4cnn", "a_p4cnn": "att_p4cnn"}
+
+
+def released_checkpoint(arch: str) -> str:
+    """The paper's released checkpoint of ``arch``, relative to the reference folder."""
+    return f"checkpoints/model_{PAPER_RUNS[arch]}_optim_adam_lr_0.001_wd_0.0001_seed_0/model.pth"
 
 
 def first_n(split, count):
@@ -60,7 +65,7 @@ def main() -> None:
     split = first_n(load_dataset("rot_mnist", args.data_dir).test, args.count)
     print(f"test error (%) on the first {len(split)} digits of our rot-MNIST test split\n")
     print(f"{'model':<10} {'ours':>7} {'paper':>7}")
-    for arch, paper_name in PAPER_RUNS.items():
+    for arch in PAPER_RUNS:
         ours = Path(candidates.get(arch, REPO / "checkpoints" / f"{arch}_rot_mnist.safetensors"))
         row = [f"{arch:<10}"]
         if ours.is_file():
@@ -68,7 +73,7 @@ def main() -> None:
             row.append(f"{100 * test_error(model, card, split):7.2f}")
         else:
             row.append(f"{'-':>7}")
-        run = REFERENCE / f"model_{paper_name}_optim_adam_lr_0.001_wd_0.0001_seed_0" / "model.pth"
+        run = REFERENCE / released_checkpoint(arch)
         if run.is_file():
             paper = import_reference_checkpoint(run, arch)
             row.append(f"{100 * test_error(paper, paper.card, split):7.2f}")

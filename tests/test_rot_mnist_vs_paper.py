@@ -12,7 +12,7 @@ import pytest
 from conftest import reference_path
 from test_shipped_checkpoints import REPO, data_dir
 
-from benchmarks.rot_mnist_vs_paper import PAPER_RUNS, first_n
+from benchmarks.rot_mnist_vs_paper import PAPER_RUNS, first_n, released_checkpoint
 from benchmarks.rot_mnist_vs_paper import test_error as error_on  # renamed: pytest would collect test_*
 from models import import_reference_checkpoint, load_checkpoint
 from training.data import load_dataset
@@ -35,8 +35,7 @@ def digits():
 @pytest.mark.parametrize("arch", [pytest.param(arch, marks=pytest.mark.xfail(
     arch in NOT_YET, strict=True, reason=NOT_YET.get(arch, ""))) for arch in sorted(PAPER_RUNS)])
 def test_shipped_checkpoint_is_at_least_as_accurate_as_the_papers(arch, digits):
-    released = reference_path(f"checkpoints/model_{PAPER_RUNS[arch]}_optim_adam_lr_0.001_wd_0.0001_seed_0/model.pth")
-    paper = import_reference_checkpoint(released, arch)
+    paper = import_reference_checkpoint(reference_path(released_checkpoint(arch)), arch)
     ours, card = load_checkpoint(REPO / "checkpoints" / f"{arch}_rot_mnist.safetensors")
     ours_error, paper_error = error_on(ours, card, digits), error_on(paper, paper.card, digits)
     assert ours_error <= paper_error, f"{arch}: {100 * ours_error:.2f} % against the paper's {100 * paper_error:.2f} %"

@@ -12,6 +12,7 @@ import json
 import statistics
 from pathlib import Path
 
+from .config import config_from_dict
 from .presets import recipe
 
 __all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table", "recipe_changes"]
@@ -63,19 +64,15 @@ _NOT_RECIPE = {"model", "dataset", "data_dir", "seed", "epochs", "fetch", "eval_
                "max_steps", "max_eval_batches"}
 
 
-def _listed(value):
-    return list(value) if isinstance(value, tuple) else value
-
-
 def recipe_changes(training: dict) -> str:
     """A card's departures from its preset's recipe, e.g. ``cosine, augment=rotate`` (``-`` when it has none)."""
-    preset = dataclasses.asdict(recipe(training["preset"], training["config"]["model"]))
+    config = config_from_dict(training["config"])
+    preset = recipe(training["preset"], config.model)
     changes = []
-    for name, value in training["config"].items():
-        if name in _NOT_RECIPE or name not in preset:
-            continue
-        if _listed(value) != _listed(preset[name]):  # a card's JSON holds tuples as lists
-            changes.append(name if value is True else f"{name}={value}")
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.name not in _NOT_RECIPE and value != getattr(preset, field.name):
+            changes.append(field.name if value is True else f"{field.name}={value}")
     return ", ".join(changes) or "-"
 
 
