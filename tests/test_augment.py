@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training.data.augment import flip_and_crop, group_and_stain, random_rotation
+from training.data.augment import flip_and_crop, group_and_stain, random_rotation, redraw_rotation
 from training.data.rot_mnist import rotate_images
 
 
@@ -129,3 +129,14 @@ def test_random_rotation_is_reproducible_and_rejects_unbatched_input():
                            random_rotation(images, torch.Generator().manual_seed(2)))
     with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
         random_rotation(torch.rand(1, 28, 28), torch.Generator())
+
+
+def test_redraw_rotation_turns_the_upright_digit_once_and_rounds_to_8_bits_like_the_dataset():
+    upright = torch.randint(0, 256, (16, 1, 28, 28)).float() / 255
+    angles = 360 * torch.rand(16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    out = redraw_rotation(upright, torch.Generator().manual_seed(3))
+    assert out.shape == upright.shape and out.dtype == upright.dtype
+    assert torch.equal(out * 255, (out * 255).round()) and out.min() >= 0 and out.max() <= 1
+    expected = rotate_images(upright * 255, angles).round().clamp(0, 255) / 255
+    assert torch.equal(out, expected)
+    assert torch.equal(out, redraw_rotation(upright, torch.Generator().manual_seed(3)))

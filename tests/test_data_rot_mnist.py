@@ -282,3 +282,38 @@ def test_tarball_extraction_writes_only_the_four_idx_files(tmp_path):
         tar.addfile(info, io.BytesIO(b""))
     with pytest.raises(DataError, match="lacks"):
         extract_idx_tarball(partial, tmp_path / "other")
+
+
+def test_upright_digits_turned_by_their_stored_angles_are_the_splits_digits(tmp_path):
+    from training.data import ConcatSplit
+
+    arrays = write_idx(tmp_path)
+    splits = load_rot_mnist(tmp_path, split_sizes=SIZES)
+    cache = np.load(tmp_path / "rot_mnist_built_seed0_30-10-20.npz")
+    both = ConcatSplit(splits.train, splits.valid)  # as a final model trains, indices across the two splits
+    indices = np.array([35, 2, 30, 29, 39, 0])
+    upright = both.get_upright(indices)
+    assert upright.shape == (6, 1, 28, 28) and upright.dtype == np.float32
+    digits = np.concatenate([arrays[IDX_FILES[0]], arrays[IDX_FILES[2]]])
+    sources = np.concatenate([cache["train_source_index"], cache["valid_source_index"]])[indices]
+    np.testing.assert_array_equal(upright[:, 0] * 255, digits[sources])
+    angles = np.concatenate([cache["train_angles"], cache["valid_angles"]])[indices]
+    turned = rotate_images(torch.from_numpy(upright.astype(np.float64) * 255), torch.from_numpy(angles)).round()
+    stored = both.get_batch(indices)[0] * 255
+    assert np.abs(turned.numpy() - stored).max() <= 1 and (turned.numpy() == stored.round()).mean() > 0.999
+
+
+def test_no_upright_digits_from_amat_files_a_cache_alone_or_other_idx_files(tmp_path):
+    (tmp_path / "amat").mkdir()
+    write_amat(tmp_path / "amat")
+    with pytest.raises(DataError, match=r"no upright images.*augment='redraw'"):
+        load_rot_mnist(tmp_path / "amat", valid_size=5).train.get_upright(np.arange(2))
+    write_idx(tmp_path / "idx")
+    load_rot_mnist(tmp_path / "idx", split_sizes=SIZES)
+    write_idx(tmp_path / "idx", seed=1)  # other digits and labels under the same names: the cache stays
+    with pytest.raises(DataError, match=r"not the ones this rot-MNIST cache was built from"):
+        load_rot_mnist(tmp_path / "idx", split_sizes=SIZES).train.get_upright(np.arange(2))
+    for name in IDX_FILES:
+        (tmp_path / "idx" / name).unlink()
+    with pytest.raises(DataError, match=r"no upright images"):
+        load_rot_mnist(tmp_path / "idx", split_sizes=SIZES).valid.get_upright(np.arange(2))

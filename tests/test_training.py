@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_data_rot_mnist import write_amat
+from test_data_rot_mnist import write_amat, write_idx
 
 from training.cli import main as cli_main
 from training.evaluation import evaluate_checkpoint
@@ -297,3 +297,27 @@ def test_ema_saves_the_moving_average_not_the_last_weights(amat_dir, tmp_path):
     assert any(not torch.equal(saved[name], second[name]) for name in saved)
     with pytest.raises(ValueError, match=r"ema must be in \[0, 1\)"):
         dataclasses.replace(PRESETS["rot_mnist"], ema=1.0)
+
+
+def test_redraw_trains_on_fresh_rotations_of_the_upright_digits_and_needs_them(amat_dir, tmp_path, monkeypatch,
+                                                                               capsys):
+    from training import loop
+    from training.data.rot_mnist import load_rot_mnist
+
+    idx_dir = tmp_path / "idx"
+    write_idx(idx_dir, n_train=60, n_test=20)
+    small = load_rot_mnist(idx_dir, split_sizes=(40, 10, 20))  # the real sizes need all 70,000 digits
+    monkeypatch.setattr(loop, "load_dataset", lambda *args, **kwargs: small)
+    args = ("--max-steps", "3", "--threads", "1", "--augment", "redraw", "--train-on-valid", "--select-on", "last")
+    runs = [tmp_path / name for name in ("a", "b")]
+    for run in runs:
+        assert cli_main(train_args(idx_dir, run, *args)) == 0
+    card = json.loads((runs[0] / "best.json").read_text())
+    assert card["training"]["config"]["augment"] == "redraw"
+    first, second = final_weights(runs[0]), final_weights(runs[1])
+    assert all(torch.equal(first[name], second[name]) for name in first)  # the angles come from the seed
+
+    monkeypatch.undo()
+    assert cli_main(train_args(amat_dir, tmp_path / "amat", "--max-steps", "3", "--augment", "redraw")) != 0
+    assert "no upright images" in capsys.readouterr().err
+    assert not (tmp_path / "amat" / "state.pt").exists()  # refused before the first step

@@ -28,7 +28,7 @@ from models.checkpoint import load_state as load_weights
 from . import provenance
 from .config import TrainConfig, config_from_dict
 from .curves import plot_curves
-from .data import ConcatSplit, Split, Splits, load_dataset
+from .data import ConcatSplit, DataError, Split, Splits, load_dataset
 from .distributed import Context, setup, shard, teardown
 from .evaluation import Normaliser, evaluate, measure_equivariance, predict
 from .metrics import classification_metrics, confidence_intervals
@@ -117,6 +117,10 @@ def train_one_epoch(
             from .data.augment import random_rotation  # rot-MNIST
 
             images = random_rotation(images, augment_rng)
+        elif cfg.augment == "redraw":
+            from .data.augment import redraw_rotation  # rot-MNIST rebuilt from MNIST
+
+            images = redraw_rotation(torch.from_numpy(split.get_upright(indices)), augment_rng)
         labels = torch.from_numpy(labels).to(ctx.device)
         logits = model(normalise(images))
         loss = F.cross_entropy(logits, labels)
@@ -256,6 +260,11 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
     trained = nn.parallel.DistributedDataParallel(model) if ctx.distributed else model
     calibration = splits.spec.num_classes == 2
     training = ConcatSplit(splits.train, splits.valid) if cfg.train_on_valid else splits.train
+    if cfg.augment == "redraw":  # fail before the first step: no upright digits, or IDX files that do not match
+        if not hasattr(training, "get_upright"):
+            raise DataError(f"augment='redraw' needs the upright digits of rot-MNIST rebuilt from MNIST; "
+                            f"{cfg.dataset} has none")
+        training.get_upright(np.arange(1))
     history: list[dict] = state["history"]
     eval_args = dict(batch_size=cfg.eval_batch_size, max_batches=cfg.max_eval_batches)
     # The commit as the run starts: the code that trained it, whatever is edited while it runs.

@@ -53,24 +53,40 @@ class Split(Protocol):
         ...
 
 
-class ArraySplit:
-    """A split held in memory: images ``(N, C, H, W)`` uint8 (0..255) or float (0..1), labels ``(N,)``."""
+def _as_float(images: np.ndarray) -> np.ndarray:
+    return images.astype(np.float32) / 255.0 if images.dtype == np.uint8 else images.astype(np.float32)
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray):
+
+class ArraySplit:
+    """A split held in memory: images ``(N, C, H, W)`` uint8 (0..255) or float (0..1), labels ``(N,)``.
+
+    ``upright``, where a reader has it, holds each image as it was before the reader rotated it (rot-MNIST
+    rebuilt from MNIST), indexable like ``images``: ``augment="redraw"`` draws fresh rotations of it.
+    """
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, upright=None):
         if images.ndim != 4:
             raise ValueError(f"images must be (N, C, H, W), got shape {images.shape}")
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        if upright is not None and len(upright) != len(labels):
+            raise ValueError(f"{len(upright)} upright images but {len(labels)} labels")
         self.images = images
         self.labels = np.asarray(labels, dtype=np.int64)
+        self.upright = upright
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        images = self.images[indices]
-        images = images.astype(np.float32) / 255.0 if images.dtype == np.uint8 else images.astype(np.float32)
-        return images, self.labels[indices]
+        return _as_float(self.images[indices]), self.labels[indices]
+
+    def get_upright(self, indices: np.ndarray) -> np.ndarray:
+        """The images before their rotation, float32 ``(B, C, H, W)`` in [0, 1], for these indices."""
+        if self.upright is None:
+            raise DataError("this split holds no upright images (only rot-MNIST rebuilt from the MNIST IDX files "
+                            "does): augment='redraw' cannot draw fresh rotations of it")
+        return _as_float(self.upright[indices])
 
 
 class ConcatSplit:
@@ -84,15 +100,21 @@ class ConcatSplit:
         return len(self.first) + len(self.second)
 
     def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._gather(lambda split, chosen: split.get_batch(chosen), indices)
+
+    def get_upright(self, indices: np.ndarray) -> np.ndarray:
+        return self._gather(lambda split, chosen: (split.get_upright(chosen),), indices)[0]
+
+    def _gather(self, fetch, indices: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``fetch(split, indices)``'s arrays from both splits, in the order of ``indices``."""
         indices = np.asarray(indices)
         in_first = indices < len(self.first)
-        parts = [split.get_batch(chosen) for split, chosen in
+        parts = [fetch(split, chosen) for split, chosen in
                  ((self.first, indices[in_first]), (self.second, indices[~in_first] - len(self.first)))
                  if len(chosen)]
-        images, labels = (np.concatenate([part[k] for part in parts]) for k in (0, 1))
         # Back into the order asked for: the first split's examples came first.
         order = np.argsort(np.concatenate([np.flatnonzero(in_first), np.flatnonzero(~in_first)]), kind="stable")
-        return images[order], labels[order]
+        return tuple(np.concatenate([part[k] for part in parts])[order] for k in range(len(parts[0])))
 
 
 @dataclass(frozen=True)

@@ -255,16 +255,14 @@ def _load_idx(root: Path, seed: int, fetch: bool, split_sizes: tuple[int, int, i
     source = (f"MNIST IDX files (60,000 + 10,000 digits) redrawn into {', '.join(f'{n:,}' for n in split_sizes)} "
               f"train/valid/test digits, each rotated by a uniform random angle in [0, 360) degrees (bilinear, "
               f"zero fill), seed {seed}, as Larochelle et al. built rot-MNIST")
-    splits = {n: ArraySplit(arrays[f"{n}_images"][:, None], arrays[f"{n}_labels"]) for n in names}
+    # The cache alone (IDX files gone) still serves the rotated digits, but not the upright ones.
+    splits = {n: ArraySplit(arrays[f"{n}_images"][:, None], arrays[f"{n}_labels"], upright=None if files is None else
+                            UprightDigits(files, arrays[f"{n}_source_index"], arrays[f"{n}_labels"])) for n in names}
     return Splits(spec=_spec(source), **splits)
 
 
-def _build(files: list[Path], seed: int, split_sizes: tuple[int, int, int], chunk: int = 4096) -> dict:
-    """Draw disjoint splits from all 70,000 digits and rotate each by its own random angle.
-
-    Returns arrays ``{split}_images`` uint8 ``(N, 28, 28)``, ``{split}_labels``, ``{split}_angles``
-    (degrees, float64) and ``{split}_source_index`` (index into train then t10k digits).
-    """
+def _read_mnist(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+    """All 70,000 MNIST digits, uint8 ``(N, 28, 28)``, and their labels: the training file's, then t10k's."""
     images, labels = [], []
     for image_path, label_path in ((files[0], files[1]), (files[2], files[3])):
         x, y = read_idx(image_path, 3), read_idx(label_path, 1)
@@ -276,7 +274,40 @@ def _build(files: list[Path], seed: int, split_sizes: tuple[int, int, int], chun
             raise DataError(f"IDX file {label_path} holds label {int(y.max())}, expected 0..9")
         images.append(x)
         labels.append(y)
-    images, labels = np.concatenate(images), np.concatenate(labels)
+    return np.concatenate(images), np.concatenate(labels)
+
+
+class UprightDigits:
+    """The MNIST digits a rebuilt split was rotated from, in the split's order, ``(N, 1, 28, 28)`` uint8.
+
+    Indexed like the split's images; the IDX files are read on first use only (training with
+    ``augment="redraw"``), not whenever the dataset loads.
+    """
+
+    def __init__(self, files: list[Path], source_index: np.ndarray, labels: np.ndarray):
+        self.files, self.source_index, self.labels = files, source_index, labels
+        self._digits = None
+
+    def __len__(self) -> int:
+        return len(self.source_index)
+
+    def __getitem__(self, indices) -> np.ndarray:
+        if self._digits is None:
+            images, labels = _read_mnist(self.files)
+            if self.source_index.max(initial=-1) >= len(labels) or (labels[self.source_index] != self.labels).any():
+                raise DataError(f"the MNIST IDX files {self.files[0]} and {self.files[2]} are not the ones this "
+                                f"rot-MNIST cache was built from: its digits' labels do not match theirs")
+            self._digits = images[self.source_index][:, None]
+        return self._digits[indices]
+
+
+def _build(files: list[Path], seed: int, split_sizes: tuple[int, int, int], chunk: int = 4096) -> dict:
+    """Draw disjoint splits from all 70,000 digits and rotate each by its own random angle.
+
+    Returns arrays ``{split}_images`` uint8 ``(N, 28, 28)``, ``{split}_labels``, ``{split}_angles``
+    (degrees, float64) and ``{split}_source_index`` (index into train then t10k digits).
+    """
+    images, labels = _read_mnist(files)
     total = sum(split_sizes)
     if min(split_sizes) < 0 or total > len(labels):
         raise DataError(f"split sizes {split_sizes} need {total} digits, the IDX files {files[0]} and {files[2]} "
