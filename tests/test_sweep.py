@@ -37,18 +37,21 @@ def test_table1_runs_the_shipped_models_over_every_seed_first():
     assert SWEEPS["table1"].config("z2cnn").epochs == 300 and SWEEPS["table1"].config("a_p4cnn").epochs == 100
 
 
-def test_rotate_cosine_sweeps_are_the_paper_recipe_with_rotations_and_a_cosine():
+def test_shipped_recipe_sweeps_are_the_paper_recipe_with_rotations_and_a_cosine():
     paper = SWEEPS["table1"]
     folders = {sweep_module.run_folder(Path("runs"), paper, "p4cnn", 0)}
-    for name, extra in (("rotate_cosine", set()), ("rotate_cosine_12k", {"train_on_valid", "select_on"})):
+    final = {"train_on_valid", "select_on"}
+    for name, extra in (("rotate_cosine", set()), ("rotate_cosine_12k", final), ("redraw_cosine", set()),
+                        ("redraw_cosine_12k", final)):
         sweep = SWEEPS[name]
-        assert set(sweep.models) == {"z2cnn", "p4cnn", "fa_p4cnn", "a_p4cnn"} and sweep.seeds == (0,)
+        assert set(sweep.models) <= {"z2cnn", "p4cnn", "fa_p4cnn", "a_p4cnn"} and sweep.seeds == (0,)
         for model in sweep.models:
             changed = {k for k, v in sweep.config(model).__dict__.items() if v != getattr(paper.config(model), k)}
             assert changed == {"augment", "cosine"} | extra, (name, model)
         assert sweep.results != paper.results  # their cards never mix with the paper-recipe seeds
         folders.add(sweep_module.run_folder(Path("runs"), sweep, "p4cnn", 0))
-    assert len(folders) == 3  # one runs folder can hold them all without one resuming another's run
+    assert len(folders) == 5  # one runs folder can hold them all without one resuming another's run
+    assert {SWEEPS[name].config("p4cnn").augment for name in ("redraw_cosine", "redraw_cosine_12k")} == {"redraw"}
 
 
 def test_train_command_passes_booleans_as_bare_flags(tmp_path):
