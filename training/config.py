@@ -82,8 +82,9 @@ class TrainConfig:
     def __post_init__(self):
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', not {self.optimizer!r}")
-        for name, allowed in (("augment", ("none", "flip_crop", "group_stain", "group_stain_strong", "rotate", "redraw")),
-                              ("sampling", ("uniform", "weighted")), ("select_on", ("error", "nll", "auc", "last"))):
+        augments = ("none", "flip_crop", "group_stain", "group_stain_strong", "rotate", "redraw")
+        for name, allowed in (("augment", augments), ("sampling", ("uniform", "weighted")),
+                              ("select_on", ("error", "nll", "auc", "last"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {getattr(self, name)!r}")
         if not 0 <= self.ema < 1:
