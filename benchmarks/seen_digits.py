@@ -23,21 +23,13 @@ if __package__ in (None, ""):
 import numpy as np
 import torch
 
+from benchmarks.rot_mnist_vs_paper import test_error
 from models import load_checkpoint
-from training.data import ConcatSplit, load_dataset
+from training.data import ArraySplit, ConcatSplit, load_dataset
 from training.data.augment import redraw_rotation
-from training.evaluation import Normaliser
-from training.metrics import error_rate
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = ("z2cnn", "p4cnn", "fa_p4cnn", "a_p4cnn")
-
-
-def error_on(model, card, images: torch.Tensor, labels: np.ndarray, batch: int = 500) -> float:
-    normalise = Normaliser.for_card(card, torch.device("cpu"))
-    with torch.no_grad():
-        probs = torch.cat([model(normalise(images[i:i + batch])).softmax(1) for i in range(0, len(images), batch)])
-    return error_rate(probs.numpy(), labels)
 
 
 def main() -> None:
@@ -55,7 +47,7 @@ def main() -> None:
         seen = ConcatSplit(splits.train, splits.valid) if both else splits.train
         everything = np.arange(len(seen))
         fresh = redraw_rotation(torch.from_numpy(seen.get_upright(everything)), torch.Generator().manual_seed(0))
-        error = error_on(model, card, fresh, seen.get_batch(everything)[1])
+        error = test_error(model, card, ArraySplit(fresh.numpy(), seen.get_batch(everything)[1]))
         print(f"{arch:<10} {len(seen):>11,} {100 * error:30.2f} {100 * card['metrics']['test_error']:27.2f}",
               flush=True)
 
