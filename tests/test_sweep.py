@@ -42,7 +42,8 @@ def test_shipped_recipe_sweeps_are_the_paper_recipe_with_rotations_and_a_cosine(
     folders = {sweep_module.run_folder(Path("runs"), paper, "p4cnn", 0)}
     final = {"train_on_valid", "select_on"}
     for name, extra in (("rotate_cosine", set()), ("rotate_cosine_12k", final), ("redraw_cosine", set()),
-                        ("redraw_cosine_12k", final)):
+                        ("redraw_cosine_12k", final), ("redraw_cosine_e200", {"epochs"}),
+                        ("redraw_cosine_e200_12k", final | {"epochs"})):
         sweep = SWEEPS[name]
         assert set(sweep.models) <= {"z2cnn", "p4cnn", "fa_p4cnn", "a_p4cnn"} and sweep.seeds == (0,)
         for model in sweep.models:
@@ -50,8 +51,10 @@ def test_shipped_recipe_sweeps_are_the_paper_recipe_with_rotations_and_a_cosine(
             assert changed == {"augment", "cosine"} | extra, (name, model)
         assert sweep.results != paper.results  # their cards never mix with the paper-recipe seeds
         folders.add(sweep_module.run_folder(Path("runs"), sweep, "p4cnn", 0))
-    assert len(folders) == 5  # one runs folder can hold them all without one resuming another's run
-    assert {SWEEPS[name].config("p4cnn").augment for name in ("redraw_cosine", "redraw_cosine_12k")} == {"redraw"}
+    assert len(folders) == 7  # one runs folder can hold them all without one resuming another's run
+    redraws = ("redraw_cosine", "redraw_cosine_12k", "redraw_cosine_e200", "redraw_cosine_e200_12k")
+    assert {SWEEPS[name].config("p4cnn").augment for name in redraws} == {"redraw"}
+    assert {SWEEPS[name].config(model).epochs for name in redraws[2:] for model in SWEEPS[name].models} == {200}
 
 
 def test_train_command_passes_booleans_as_bare_flags(tmp_path):

@@ -115,6 +115,26 @@ SWEEPS: dict[str, Sweep] = {
         overrides={"augment": "redraw", "cosine": True, "train_on_valid": True, "select_on": "last"},
         prefix="redraw_cosine_12k",
     ),
+    # redraw_cosine for 200 epochs instead of 100: every recipe above ends with training error about equal to
+    # validation error (dropout, weight decay and fresh angles keep the networks from fitting), so more epochs
+    # may still help. Judged against redraw_cosine on validation with p4cnn ...
+    "redraw_cosine_e200": Sweep(
+        preset="rot_mnist",
+        models=("p4cnn",),
+        seeds=(0,),
+        results="results/rot_mnist_redraw_cosine_e200",
+        overrides={"augment": "redraw", "cosine": True, "epochs": 200},
+        prefix="redraw_cosine_e200",
+    ),
+    # ... and the final models with it, as rotate_cosine_12k.
+    "redraw_cosine_e200_12k": Sweep(
+        preset="rot_mnist",
+        models=("fa_p4cnn", "a_p4cnn", "p4cnn"),
+        seeds=(0,),
+        results="results/rot_mnist_redraw_cosine_e200_12k",
+        overrides={"augment": "redraw", "cosine": True, "epochs": 200, "train_on_valid": True, "select_on": "last"},
+        prefix="redraw_cosine_e200_12k",
+    ),
 }
 
 
