@@ -243,6 +243,8 @@ def test_concat_split_reads_both_splits_in_the_order_asked():
     both = ConcatSplit(first, second)
     images, labels = both.get_batch(np.array([4, 0, 3, 1]))
     assert len(both) == 5 and labels.tolist() == [4, 0, 3, 1] and images.ravel().tolist() == [4, 0, 3, 1]
+    images, labels = both.get_batch(np.array([], dtype=np.int64))  # an empty batch keeps its shapes
+    assert images.shape == (0, 1, 1, 1) and labels.shape == (0,)
 
 
 def test_init_from_starts_at_the_checkpoint_and_refuses_another_architecture(amat_dir, tmp_path, capsys):

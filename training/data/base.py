@@ -111,7 +111,7 @@ class ConcatSplit:
         in_first = indices < len(self.first)
         parts = [fetch(split, chosen) for split, chosen in
                  ((self.first, indices[in_first]), (self.second, indices[~in_first] - len(self.first)))
-                 if len(chosen)]
+                 if len(chosen)] or [fetch(self.first, indices)]  # no indices: the first split's empty arrays
         # Back into the order asked for: the first split's examples came first.
         order = np.argsort(np.concatenate([np.flatnonzero(in_first), np.flatnonzero(~in_first)]), kind="stable")
         return tuple(np.concatenate([part[k] for part in parts])[order] for k in range(len(parts[0])))
