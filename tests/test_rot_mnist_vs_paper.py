@@ -21,7 +21,6 @@ DIGITS = 10_000
 # Shipped checkpoints that do not meet the bar yet (issue 16), and why: strict, so that one that starts to meet
 # it fails here until it is taken off this list.
 NOT_YET = {
-    "fa_p4cnn": "on par, not better: 1.77 % against 1.80 % on all 50,000 digits, 1.75 % against 1.73 % on these 10,000",
     "a_p4cnn": "on par, not better: 1.71 % against 1.74 % on all 50,000 digits, 1.79 % against 1.72 % on these 10,000",
 }
 
