@@ -62,6 +62,16 @@ class Sweep:
         return runs
 
 
+def _shipped_recipe(name: str, models: tuple[str, ...], **overrides) -> Sweep:
+    """A sweep behind the shipped rot-MNIST checkpoints: the paper's recipe with ``overrides``, seed 0, its cards
+    in ``results/rot_mnist_NAME`` and its run folders prefixed with NAME (so no two of them share a folder)."""
+    return Sweep(preset="rot_mnist", models=models, seeds=(0,), results=f"results/rot_mnist_{name}",
+                 overrides=overrides, prefix=name)
+
+
+# A final model's: trained on the training and validation digits together, keeping its last epoch.
+FINAL = {"train_on_valid": True, "select_on": "last"}
+
 SWEEPS: dict[str, Sweep] = {
     # The paper's Table 1 (rot-MNIST), with Z2CNN: the four models the app ships first, then the others.
     "table1": Sweep(
@@ -76,65 +86,29 @@ SWEEPS: dict[str, Sweep] = {
     # digit turned by a fresh uniform angle each time it is drawn (the dataset's own distribution) and the lr
     # annealed by half a cosine. Trained on the training split and selected on validation, so that validation can
     # judge the changes against table1's seed 0 (docs/training.md).
-    "rotate_cosine": Sweep(
-        preset="rot_mnist",
-        models=("a_p4cnn", "p4cnn", "fa_p4cnn", "z2cnn"),
-        seeds=(0,),
-        results="results/rot_mnist_rotate_cosine",
-        overrides={"augment": "rotate", "cosine": True},
-        prefix="rotate_cosine",
-    ),
+    "rotate_cosine": _shipped_recipe("rotate_cosine", ("a_p4cnn", "p4cnn", "fa_p4cnn", "z2cnn"),
+                                augment="rotate", cosine=True),
     # The same recipe trained on the training and validation digits together (12,000, as the paper's released
     # checkpoints were), keeping the last epoch: in rotate_cosine's runs the cosine's last epochs are within
     # validation noise of the best one, so nothing is left to select.
-    "rotate_cosine_12k": Sweep(
-        preset="rot_mnist",
-        models=("p4cnn", "fa_p4cnn", "a_p4cnn", "z2cnn"),
-        seeds=(0,),
-        results="results/rot_mnist_rotate_cosine_12k",
-        overrides={"augment": "rotate", "cosine": True, "train_on_valid": True, "select_on": "last"},
-        prefix="rotate_cosine_12k",
-    ),
+    "rotate_cosine_12k": _shipped_recipe("rotate_cosine_12k", ("p4cnn", "fa_p4cnn", "a_p4cnn", "z2cnn"),
+                                augment="rotate", cosine=True, **FINAL),
     # rotate_cosine with each digit drawn again from its upright MNIST digit instead of turning the rotated one
     # (augment "redraw": one interpolation, as sharp as the test digits), judged against rotate on validation
     # with p4cnn, the quickest model (docs/training.md) ...
-    "redraw_cosine": Sweep(
-        preset="rot_mnist",
-        models=("p4cnn",),
-        seeds=(0,),
-        results="results/rot_mnist_redraw_cosine",
-        overrides={"augment": "redraw", "cosine": True},
-        prefix="redraw_cosine",
-    ),
+    "redraw_cosine": _shipped_recipe("redraw_cosine", ("p4cnn",),
+                                augment="redraw", cosine=True),
     # ... and the final models with it, as rotate_cosine_12k.
-    "redraw_cosine_12k": Sweep(
-        preset="rot_mnist",
-        models=("fa_p4cnn", "a_p4cnn", "p4cnn", "z2cnn"),
-        seeds=(0,),
-        results="results/rot_mnist_redraw_cosine_12k",
-        overrides={"augment": "redraw", "cosine": True, "train_on_valid": True, "select_on": "last"},
-        prefix="redraw_cosine_12k",
-    ),
+    "redraw_cosine_12k": _shipped_recipe("redraw_cosine_12k", ("fa_p4cnn", "a_p4cnn", "p4cnn", "z2cnn"),
+                                augment="redraw", cosine=True, **FINAL),
     # redraw_cosine for 200 epochs instead of 100: every recipe above ends with training error about equal to
     # validation error (dropout, weight decay and fresh angles keep the networks from fitting), so more epochs
     # may still help. Judged against redraw_cosine on validation with p4cnn ...
-    "redraw_cosine_e200": Sweep(
-        preset="rot_mnist",
-        models=("p4cnn",),
-        seeds=(0,),
-        results="results/rot_mnist_redraw_cosine_e200",
-        overrides={"augment": "redraw", "cosine": True, "epochs": 200},
-        prefix="redraw_cosine_e200",
-    ),
+    "redraw_cosine_e200": _shipped_recipe("redraw_cosine_e200", ("p4cnn",),
+                                augment="redraw", cosine=True, epochs=200),
     # ... and the final models with it, as rotate_cosine_12k.
-    "redraw_cosine_e200_12k": Sweep(
-        preset="rot_mnist",
-        models=("fa_p4cnn", "a_p4cnn", "p4cnn"),
-        seeds=(0,),
-        results="results/rot_mnist_redraw_cosine_e200_12k",
-        overrides={"augment": "redraw", "cosine": True, "epochs": 200, "train_on_valid": True, "select_on": "last"},
-        prefix="redraw_cosine_e200_12k",
-    ),
+    "redraw_cosine_e200_12k": _shipped_recipe("redraw_cosine_e200_12k", ("fa_p4cnn", "a_p4cnn", "p4cnn"),
+                                augment="redraw", cosine=True, epochs=200, **FINAL),
 }
 
 
