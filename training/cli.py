@@ -9,6 +9,7 @@
     python -m training report results/pcam_subset --intervals             # with 95 % intervals
     python -m training sweep table1 --runs-dir ../runs                     # Table 1's runs: the missing ones
     python -m training report results/rot_mnist --seeds                    # mean +- std over seeds
+    python -m training report results/rot_mnist --claims                   # the paper's claims on our seeds
 
 Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
 """
@@ -27,6 +28,7 @@ import torch
 from models import CheckpointError, load_checkpoint
 
 from . import provenance
+from .claims import claims_table
 from .config import TrainConfig
 from .data import DataError
 from .evaluation import evaluate_checkpoint
@@ -80,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report.add_argument("--seeds", action="store_true",
                         help="one row per model: test error mean +- std over the seeds' cards, beside the paper")
+    report.add_argument("--claims", action="store_true",
+                        help="the paper's Table 1 claims, each tested on the seeds' cards (permutation test)")
 
     sweep = commands.add_parser("sweep", help="run a sweep's missing runs, resume cut-short ones, skip done ones")
     sweep.add_argument("name", choices=sorted(SWEEPS))
@@ -117,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {PRESET_NOTES[name]}\n    {values}")
         return 0
     if args.command == "report":
-        table = seed_table if args.seeds else interval_table if args.intervals else results_table
+        table = (claims_table if args.claims else seed_table if args.seeds else interval_table if args.intervals
+                 else results_table)
         print(table(args.folder))
         return 0
     if args.command == "sweep":

@@ -15,7 +15,8 @@ from pathlib import Path
 from .config import config_from_dict
 from .presets import recipe
 
-__all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table", "recipe_changes"]
+__all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table", "recipe_changes",
+           "cards_by_seed", "mean_std"]
 
 # Test error (%) as published: the paper's Table 1 for rot-MNIST (Z2CNN: Cohen & Welling 2016, Table 1).
 PAPER_TEST_ERROR = {
@@ -143,10 +144,19 @@ def interval_table(folder: str | Path) -> str:
     return "\n".join(rows)
 
 
-def _mean_std(values: list[float]) -> str:
+def mean_std(values: list[float]) -> str:
     """``mean +- std`` in percent; std is the sample standard deviation (n - 1), absent for one seed."""
     mean = 100 * statistics.fmean(values)
     return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} +- {100 * statistics.stdev(values):.3f}"
+
+
+def cards_by_seed(folder: str | Path) -> dict[str, dict[int, dict]]:
+    """arch -> seed -> card, over every ``*.json`` card in ``folder`` (a later file of the same seed wins)."""
+    by_arch: dict[str, dict[int, dict]] = {}
+    for card_file in sorted(Path(folder).glob("*.json")):
+        card = json.loads(card_file.read_text())
+        by_arch.setdefault(card["arch"], {})[card["training"]["config"]["seed"]] = card
+    return by_arch
 
 
 def seed_table(folder: str | Path) -> str:
@@ -154,10 +164,7 @@ def seed_table(folder: str | Path) -> str:
 
     Rows follow the paper's Table 1 order, then any other architecture by name; a card counts once per seed.
     """
-    by_arch: dict[str, dict[int, dict]] = {}
-    for card_file in sorted(Path(folder).glob("*.json")):
-        card = json.loads(card_file.read_text())
-        by_arch.setdefault(card["arch"], {})[card["training"]["config"]["seed"]] = card
+    by_arch = cards_by_seed(folder)
     order = [arch for arch in PAPER_TABLE1 if arch in by_arch] + sorted(set(by_arch) - set(PAPER_TABLE1))
     rows = [
         "| model | parameters | seeds | epochs | test error % (50k) | valid error % | paper's test error % |",
@@ -170,7 +177,7 @@ def seed_table(folder: str | Path) -> str:
         epochs = sorted({card["training"]["epochs_completed"] for card in cards})
         rows.append(
             f"| {arch} | {cards[0]['parameters']:,} | {', '.join(str(s) for s in sorted(by_arch[arch]))} "
-            f"| {'/'.join(map(str, epochs))} | {_mean_std([c['metrics']['test_error'] for c in cards])} "
-            f"| {_mean_std([c['metrics']['valid_error'] for c in cards])} | {paper_text} |"
+            f"| {'/'.join(map(str, epochs))} | {mean_std([c['metrics']['test_error'] for c in cards])} "
+            f"| {mean_std([c['metrics']['valid_error'] for c in cards])} | {paper_text} |"
         )
     return "\n".join(rows)

@@ -1,0 +1,64 @@
+"""The paper's Table 1 claims tested on seeds' cards: the exact permutation test and the table built from cards."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from training.claims import CLAIMS, claim_verdict, claims_table, permutation_p
+from training.cli import main as cli_main
+from training.report import seed_table
+
+
+def test_permutation_p_is_the_exact_fraction_of_splits():
+    # Every one of A's seeds below every one of B's: only the observed split of the 20 is that extreme.
+    assert permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(1 / 20)
+    assert permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == 1.0
+    # {1, 2, 4} against {3, 5, 6}: the splits whose A-sum is at most 7 are {1, 2, 3} and {1, 2, 4}.
+    assert permutation_p([1.0, 2.0, 4.0], [3.0, 5.0, 6.0]) == pytest.approx(2 / 20)
+    # Ties everywhere: every split is as extreme as the observed one.
+    assert permutation_p([0.02] * 3, [0.02] * 3) == 1.0
+    # Unequal sizes: C(5, 2) = 10 splits.
+    assert permutation_p([0.010, 0.011], [0.020, 0.021, 0.022]) == pytest.approx(1 / 10)
+
+
+def test_verdicts():
+    assert claim_verdict([0.017, 0.018, 0.0175], [0.020, 0.021, 0.0205]) == (pytest.approx(0.05), "holds")
+    assert claim_verdict([0.020, 0.021, 0.0205], [0.017, 0.018, 0.0175])[1] == "reversed"
+    # A-sum 0.0555 of 0.114; 7 of the 20 splits reach at most that: {17, 17.5} with 18, 20, 20.5 or 21, and
+    # {17, 18, 20}, {17, 18, 20.5}, {17.5, 18, 20} (in thousandths).
+    p, verdict = claim_verdict([0.017, 0.021, 0.0175], [0.020, 0.018, 0.0205])
+    assert p == pytest.approx(0.35) and verdict == "not resolved (ahead, within the seeds' spread)"
+    # Two seeds each: the rarest split has p = 1/6, so nothing can be decided at 0.05.
+    assert claim_verdict([0.01, 0.011], [0.02, 0.021]) == (None, "not yet: needs 3 seeds of each")
+    assert claim_verdict([], [0.02, 0.021, 0.022]) == (None, "not yet: needs 3 seeds of each")
+
+
+def _write_card(folder, arch, seed, error):
+    card = {"arch": arch, "training": {"config": {"seed": seed}}, "metrics": {"test_error": error}}
+    (folder / f"{arch}-seed{seed}.json").write_text(json.dumps(card))
+
+
+def test_claims_table_from_cards(tmp_path, capsys):
+    for seed, (ours, big) in enumerate([(0.0170, 0.0190), (0.0172, 0.0195), (0.0168, 0.0191)]):
+        _write_card(tmp_path, "a_p4cnn", seed, ours)
+        _write_card(tmp_path, "big19_p4cnn", seed, big)
+    _write_card(tmp_path, "fa_p4cnn", 0, 0.018)
+    table = claims_table(tmp_path)
+    lines = table.splitlines()
+    assert len(lines) == 2 + len(CLAIMS)
+    assert ("| full attention beats P4CNN of its size | a_p4cnn | big19_p4cnn | 1.700 +- 0.020 | 1.920 +- 0.026 "
+            "| 3 + 3 | 0.05 | holds |") in lines
+    assert ("| full attention beats every other attention | a_p4cnn | fa_p4cnn | 1.700 +- 0.020 | 1.800 | 3 + 1 "
+            "| - | not yet: needs 3 seeds of each |") in lines
+    assert "| ach_p4cnn | big15_p4cnn | no runs | no runs | 0 + 0 |" in table
+    assert cli_main(["report", str(tmp_path), "--claims"]) == 0
+    assert capsys.readouterr().out.strip() == table
+
+
+def test_readme_tables_are_the_ones_the_committed_cards_build():
+    # Anyone can rebuild the README's Table 1 and its claims from results/rot_mnist and get the same text.
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    cards = Path(__file__).parents[1] / "results" / "rot_mnist"
+    assert seed_table(cards) in readme
+    assert claims_table(cards) in readme
