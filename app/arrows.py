@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from .compute import LayerMaps
 from .images import to_channels
+from .padding import border_left_out
 from .reductions import upsample
 from .transforms import arrow_direction
 
@@ -123,7 +124,8 @@ def arrow_field(
         mode: what a length shows, a key of ``ARROW_MODES``.
         min_length: arrows shorter than this fraction of full size are left out.
         border: cells whose centre lies within this many pixels of an edge get no arrows and do not set the
-            scale (the padding border of :mod:`app.padding`).
+            scale (the padding border of :mod:`app.padding`; none are left out when too few cells would be left,
+            :func:`app.padding.border_left_out`).
 
     Raises:
         ValueError: maps without orientations (planar layers, attention on the image); an unknown mode.
@@ -144,6 +146,7 @@ def arrow_field(
     centres = offset + spacing * np.arange(cells) + (spacing - 1) / 2
     rows, cols = np.meshgrid(centres, centres, indexing="ij")
     positions = np.stack([rows.ravel(), cols.ravel()], axis=1)  # (P, 2)
+    border = border_left_out(border, image_size)
     if border > 0:
         # The grid and the border are symmetric under the group, so leaving cells out keeps the field equivariant.
         depth = np.minimum(positions, image_size - 1 - positions).min(axis=1)  # (P,) from the nearest edge

@@ -24,6 +24,7 @@ import functools
 import numpy as np
 
 from .compute import LayerMaps
+from .padding import border_left_out
 
 __all__ = ["RANGE_MODES", "MPL_COLOUR_MAPS", "display_maps", "colour_range", "overlay", "colour_lut", "DIVERGING",
            "inside"]
@@ -63,9 +64,11 @@ def display_maps(layer: LayerMaps, size: int, mode: str, border: int = 0, transf
 
 
 def inside(values: np.ndarray, border: int) -> np.ndarray:
-    """The pixels of ``(..., S, S)`` at least ``border`` from every edge (all of them when nothing is left)."""
+    """The pixels of ``(..., S, S)`` at least ``border`` from every edge (all of them when too little would be
+    left: :func:`app.padding.border_left_out`)."""
     size = values.shape[-1]
-    if border <= 0 or 2 * border >= size:
+    border = border_left_out(border, size)
+    if not border:
         return values
     return values[..., border:size - border, border:size - border]
 

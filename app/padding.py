@@ -14,11 +14,23 @@ import numpy as np
 
 from .compute import Analysis, LayerMaps
 
-__all__ = ["constant_images", "layer_border", "padding_borders", "RELATIVE_TOLERANCE"]
+__all__ = ["constant_images", "layer_border", "padding_borders", "border_left_out", "MIN_FREE_SIDE",
+           "RELATIVE_TOLERANCE"]
 
 # Interior positions of a constant image's map agree to float32 round-off (about 1e-7 relative); padding effects
 # are orders of magnitude larger.
 RELATIVE_TOLERANCE = 1e-4
+
+# The page leaves a layer's border out only while what it leaves is at least this fraction of the image's side.
+# alpha_F attends to a 28-pixel digit with a 7 x 7 filter dilated by 4, so its padding reaches 13 pixels in:
+# leaving that out would set the colours by the central 2 x 2 pixels and draw a single cell of arrows.
+MIN_FREE_SIDE = 1 / 3
+
+
+def border_left_out(border: int, size: int) -> int:
+    """The band the page leaves out of colour ranges and arrow fields (and outlines): ``border`` while at least
+    ``MIN_FREE_SIDE`` of the side stays free of it, else 0 (every position counts, and the captions say why)."""
+    return border if border > 0 and size - 2 * border >= MIN_FREE_SIDE * size else 0
 
 
 def constant_images(card: dict) -> list[np.ndarray]:

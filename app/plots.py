@@ -18,6 +18,7 @@ from .arrows import ArrowField, PanelMosaic, arrow_polygons
 from .figures import ORIENTATION_COLOURS
 from .images import to_channels
 from .map_style import DIVERGING, MPL_COLOUR_MAPS, overlay
+from .padding import border_left_out
 
 __all__ = ["COLOUR_MAPS", "image_rgb", "map_panels", "proof_figure", "arrow_panels", "probability_figure",
            "reliability_figure", "nuclei_figure", "PanelMarks"]
@@ -120,7 +121,8 @@ def map_panels(
         style: ``"overlay"``: each map blended over its image, opaque where high, clear where low;
             ``"side"``: each row starts with the image and the maps follow, opaque.
         signed: the values are deviations (opacity grows with their size either way).
-        border: the padding border in pixels, outlined (dotted) on every map when > 0.
+        border: the padding border in pixels, outlined (dotted) on every map when it is left out
+            (:func:`app.padding.border_left_out`).
         width_px: about the width the figure gets on the page, to keep its panels square.
     """
     if style not in ("overlay", "side"):
@@ -152,7 +154,7 @@ def map_panels(
             data.append(_heatmap(maps[p], slot, coloraxis="coloraxis", opacity=0.0, hovertemplate=hover))
         if marks is not None:
             marks.draw(layout, size, slot)
-        if 0 < border and 2 * border < size:
+        if border_left_out(border, size):
             layout["shapes"].append(dict(type="rect", x0=border - 0.5, x1=size - border - 0.5, y0=border - 0.5,
                                          y1=size - border - 0.5, line=dict(color="#d0d0d0", width=1, dash="dot"),
                                          xref=_axis("x", slot), yref=_axis("y", slot)))

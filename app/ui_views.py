@@ -24,6 +24,7 @@ from .export import export_npz
 from .figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
 from .map_style import DIVERGING, MPL_COLOUR_MAPS, RANGE_MODES, colour_range, display_maps
 from .nuclei import attention_on_nuclei
+from .padding import border_left_out
 from .pathology import (
     calibration_at,
     centre_region,
@@ -176,6 +177,14 @@ def panel_marks(card: dict, size: int, microns_per_pixel: float | None) -> Panel
     return PanelMarks(centre_region(size), bar / mpp, f"{bar:.0f} µm")
 
 
+def _padding_everywhere(border: int, size: int, consequence: str) -> str:
+    """The caption's sentence for a border too wide to leave out (:func:`app.padding.border_left_out`)."""
+    free = size - 2 * border
+    where = (f"up to {border} px from the edge, leaving only the central {free} x {free} px free of it, too few to "
+             "go by" if free > 0 else "at every position")
+    return f" The zero padding shapes this layer {where}, so {consequence}."
+
+
 def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
               marks: PanelMarks | None, border: int = 0, width_px: int = 0) -> None:
     """One panel per orientation of the current image's maps, over or beside the image, one colour scale."""
@@ -204,11 +213,11 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
                     + ("the colours show where it is relatively high and low, not large differences."
                        if display.range_mode == "equalised" else
                        "the equalised range shows best where it is relatively high and low."))
-    if 0 < border and 2 * border < size:
+    if border_left_out(border, size):
         caption += (f" Outside the dotted square ({border} px from the edge) the zero padding shapes this layer; "
                     "it is left out of the colour range and the arrows.")
-    elif 2 * border >= size:
-        caption += " Every position of this layer is within reach of the zero padding."
+    elif border:
+        caption += _padding_everywhere(border, size, "every position sets the colour range")
     st.caption(caption)
 
 
@@ -264,7 +273,8 @@ def show_arrows(analysis: Analysis, layer: LayerMaps, mode: str = "selectivity",
              "dominant": "one arrow per cell, for the strongest orientation, as long as its lead over the second",
              "response": "as long as its mean response there"}[mode]
     padding = (f" Cells within {border} px of the edge, where the zero padding shapes the layer, are left out."
-               if border else "")
+               if border_left_out(border, size) else
+               _padding_everywhere(border, size, "every cell is drawn and sets the scale") if border else "")
     st.caption(f"At each {field.spacing} px cell, arrows point where each orientation's filter points, "
                f"{shown}. One scale for every panel (full length: {field.scale:.3g}); arrows under "
                f"{100 * field.min_length:.0f} % of it are not drawn. Hollow arrows: mirrored orientations. Each "

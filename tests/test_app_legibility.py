@@ -8,7 +8,7 @@ from test_app_compute import calibrated, card_for
 from app.arrows import ARROW_MODES, MIN_LENGTH, arrow_field, cell_lengths
 from app.compute import LayerMaps, analyse
 from app.map_style import colour_range, display_maps, inside, overlay
-from app.padding import constant_images, layer_border, padding_borders
+from app.padding import border_left_out, constant_images, layer_border, padding_borders
 from app.plots import map_panels
 
 
@@ -174,3 +174,23 @@ def test_padding_border_is_measured_on_constant_images():
     ring = widest[:, b - 1:97 - b, b - 1:97 - b]
     assert np.ptp(ring, axis=(1, 2)).max() > 1e-4 * np.abs(widest).max()
     assert [float(image.mean()) for image in constant_images(card)][:3] == pytest.approx([0.0, 0.5, 1.0])
+
+
+def test_a_border_that_would_leave_too_little_is_not_left_out(stroke_analysis):
+    # fa_p4cnn's padding reaches 13 px into a 28-pixel digit: leaving that out would keep 2 x 2 pixels and one
+    # cell of arrows, so every position counts instead; 9 px leaves 10 (over a third of 28) and is left out.
+    assert border_left_out(13, 28) == 0 and border_left_out(14, 28) == 0 and border_left_out(0, 28) == 0
+    assert border_left_out(9, 28) == 9 and border_left_out(32, 96) == 32 and border_left_out(33, 96) == 0
+    values = np.arange(28.0 * 28).reshape(28, 28)
+    assert inside(values, 13) is values and inside(values, 9).shape == (10, 10)
+    layer = stroke_analysis.features["c2"]
+    everywhere = arrow_field(layer, 28, spacing=4)
+    np.testing.assert_array_equal(arrow_field(layer, 28, spacing=4, border=13).lengths, everywhere.lengths)
+    kept = arrow_field(layer, 28, spacing=4, border=9)
+    deep = np.minimum(kept.positions, 27 - kept.positions).min(axis=1) >= 9
+    assert deep.sum() == 9 and (kept.lengths[:, :, ~deep] == 0).all()  # 3 x 3 cells keep their arrows
+    image = np.zeros((1, 28, 28), dtype=np.float32)
+    maps = np.random.default_rng(4).random((4, 28, 28)).astype(np.float32)
+    outlined = [sum(shape.line.dash == "dot" for shape in map_panels(image, maps, list("abcd"), border=b).layout.shapes)
+                for b in (9, 13)]
+    assert outlined == [4, 0]
