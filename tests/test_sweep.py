@@ -10,6 +10,7 @@ from test_data_rot_mnist import write_amat
 
 from training import sweep as sweep_module
 from training.cli import main as cli_main
+from training.data.rot_mnist import AMAT_FILES
 from training.report import seed_table
 from training.sweep import SWEEPS, Sweep, run_sweep, sweep_status
 
@@ -105,14 +106,50 @@ def test_runs_the_missing_skips_the_done_and_resumes_the_cut_short(tiny_sweep, m
 
 def test_a_failing_run_stops_the_sweep_and_names_its_log(tiny_sweep, monkeypatch):
     sweep, runs = tiny_sweep
-    broken = Sweep(**{**sweep.__dict__, "overrides": {**sweep.overrides, "data_dir": runs / "nowhere"}})
+    corrupt = runs.parent / "corrupt"
+    corrupt.mkdir()
+    for name in AMAT_FILES:
+        (corrupt / name).write_text("not a matrix\n")
+    broken = Sweep(**{**sweep.__dict__, "overrides": {**sweep.overrides, "data_dir": corrupt}})
     monkeypatch.setitem(SWEEPS, "tiny", broken)
     lines = []
     assert run_sweep("tiny", runs, log=lambda *a, **k: lines.append(a[0])) == 4
     assert "z2cnn seed 0 failed (exit 1)" in lines[-1] and "train.out" in lines[-1]
-    assert "nowhere" in (runs / "rot_mnist-z2cnn-seed0" / "train.out").read_text()
+    assert AMAT_FILES[0] in (runs / "rot_mnist-z2cnn-seed0" / "train.out").read_text()
 
 
 def test_unknown_models_are_refused(capsys):
     assert cli_main(["sweep", "table1", "--models", "resnet9", "--status"]) == 2
     assert "resnet9 not in sweep table1" in capsys.readouterr().err
+
+
+def test_a_committed_card_of_the_recipe_counts_as_done_without_its_run_folder(tiny_sweep, monkeypatch, capsys):
+    # A later session on another machine has the cards an earlier one committed, but none of its run folders.
+    sweep, runs = tiny_sweep
+    assert run_sweep("tiny", runs, models=("z2cnn",), seeds=(0,), log=lambda *a, **k: None) == 0
+    fresh = runs.parent / "fresh_runs"
+    statuses = sweep_status(sweep, fresh, models=("z2cnn",))
+    assert [(s.seed, s.finished, s.card_only) for s in statuses] == [(0, True, True), (1, False, False)]
+    assert cli_main(["sweep", "tiny", "--runs-dir", str(fresh), "--models", "z2cnn", "--status"]) == 0
+    assert "seed 0: done (its card is in the results folder" in capsys.readouterr().out
+    monkeypatch.setattr(sweep_module.subprocess, "call", lambda *a, **k: pytest.fail("started a done run"))
+    assert run_sweep("tiny", fresh, models=("z2cnn",), seeds=(0,), log=lambda *a, **k: None) == 0
+    assert not fresh.exists()
+
+    # A card of another recipe (here one epoch where the sweep now asks for two), or a provisional one, is not
+    # this sweep's run: it runs again.
+    longer = Sweep(**{**sweep.__dict__, "overrides": {**sweep.overrides, "epochs": 2}})
+    assert not sweep_status(longer, fresh, models=("z2cnn",), seeds=(0,))[0].finished
+    card_path = sweep_module.result_card(sweep, "z2cnn", 0)
+    card = json.loads(card_path.read_text())
+    card["training"]["provisional"] = True
+    card_path.write_text(json.dumps(card))
+    assert not sweep_status(sweep, fresh, models=("z2cnn",), seeds=(0,))[0].finished
+
+
+def test_runs_fetch_their_data_where_the_reader_can(tmp_path):
+    status = sweep_module.RunStatus("p4cnn", 0, tmp_path / "run", 0, 100, False)
+    assert "--fetch" in sweep_module.train_command(SWEEPS["table1"], status, threads=1)
+    cifar = Sweep(preset="cifar10_allcnnc", models=("allcnnc",), seeds=(0,), results="r")
+    cifar_status = sweep_module.RunStatus("allcnnc", 0, tmp_path / "run", 0, 350, False)
+    assert "--fetch" not in sweep_module.train_command(cifar, cifar_status, threads=1)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from .config import config_from_dict
+from .data import can_fetch
 from .presets import recipe
 from .run_files import BEST, STATE
 
@@ -120,12 +122,15 @@ class RunStatus:
     epochs_done: int
     epochs: int
     finished: bool
+    card_only: bool = False  # done by a card in the results folder; the run folder is elsewhere or gone
 
     @property
     def started(self) -> bool:
         return self.epochs_done > 0 or (self.folder / STATE).exists()
 
     def describe(self) -> str:
+        if self.card_only:
+            return "done (its card is in the results folder; the run folder is not here)"
         if self.finished:
             return "done"
         return f"cut short at epoch {self.epochs_done}/{self.epochs}" if self.started else "missing"
@@ -135,15 +140,36 @@ def run_folder(runs_dir: Path, sweep: Sweep, model: str, seed: int) -> Path:
     return runs_dir / f"{sweep.prefix or sweep.preset}-{model}-seed{seed}"
 
 
+# Config fields that say where the data came from, not how the model was trained.
+_NOT_RECIPE = {"data_dir", "fetch"}
+
+
 def run_status(runs_dir: Path, sweep: Sweep, model: str, seed: int) -> RunStatus:
-    """Where one run stands, read from its folder's state (a folder without one has not started)."""
+    """Where one run stands, read from its folder's state (a folder without one has not started), or done by a
+    final card of this recipe already in the sweep's results folder (finished by an earlier session, perhaps on
+    a machine whose run folders are gone)."""
     folder = run_folder(runs_dir, sweep, model, seed)
     epochs = sweep.config(model).epochs
     done, finished = 0, False
     if (folder / STATE).exists():
         state = torch.load(folder / STATE, map_location="cpu", weights_only=True)
         done, finished = state["epoch"], bool(state.get("finished")) and state["epoch"] >= epochs
+    if not finished and _has_final_card(sweep, model, seed):
+        return RunStatus(model, seed, folder, epochs, epochs, True, card_only=True)
     return RunStatus(model, seed, folder, done, epochs, finished)
+
+
+def _has_final_card(sweep: Sweep, model: str, seed: int) -> bool:
+    """Whether the results folder holds a non-provisional card of this run, trained with this sweep's recipe."""
+    path = result_card(sweep, model, seed)
+    if not path.is_file():
+        return False
+    training = json.loads(path.read_text())["training"]
+    recorded = config_from_dict(training["config"])
+    expected = dataclasses.replace(sweep.config(model), seed=seed)
+    same_recipe = all(getattr(recorded, f.name) == getattr(expected, f.name)
+                      for f in dataclasses.fields(expected) if f.name not in _NOT_RECIPE)
+    return same_recipe and not training.get("provisional", True) and training["epochs_completed"] >= expected.epochs
 
 
 def result_card(sweep: Sweep, model: str, seed: int) -> Path:
@@ -170,6 +196,8 @@ def train_command(sweep: Sweep, status: RunStatus, threads: int) -> list[str]:
     # The folder relative to here, so that cards (which record the command) name no absolute path of this machine.
     command = [sys.executable, "-m", "training", "train", sweep.preset, "--model", status.model,
                "--seed", str(status.seed), "--out", os.path.relpath(status.folder)]
+    if can_fetch(sweep.config(status.model).dataset):
+        command.append("--fetch")  # a fresh machine gets its data; where the data is, it is read as it is
     for name, value in sweep.overrides.items():
         flag = f"--{name.replace('_', '-')}"
         if isinstance(value, bool):  # booleans are bare flags on the command line, which can only turn them on

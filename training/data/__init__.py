@@ -8,11 +8,13 @@ Each reader takes the folder the user names and returns :class:`Splits`; see
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 
 from .base import ArraySplit, ConcatSplit, DataError, DatasetSpec, Split, Splits
 
-__all__ = ["load_dataset", "list_datasets", "DataError", "DatasetSpec", "Split", "ArraySplit", "ConcatSplit", "Splits"]
+__all__ = ["load_dataset", "list_datasets", "can_fetch", "DataError", "DatasetSpec", "Split", "ArraySplit",
+           "ConcatSplit", "Splits"]
 
 # name -> (module, function); every function is ``fn(root, **options) -> Splits``.
 _READERS = {
@@ -29,6 +31,18 @@ def list_datasets() -> list[str]:
     return sorted(_READERS)
 
 
+def _reader(name: str):
+    if name not in _READERS:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(list_datasets())}")
+    module, function = _READERS[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)
+
+
+def can_fetch(name: str) -> bool:
+    """Whether dataset ``name``'s reader can download what is missing (``fetch=True``)."""
+    return "fetch" in inspect.signature(_reader(name)).parameters
+
+
 def load_dataset(name: str, root: str | Path, **options) -> Splits:
     """Read dataset ``name`` from folder ``root``.
 
@@ -36,8 +50,4 @@ def load_dataset(name: str, root: str | Path, **options) -> Splits:
         ValueError: unknown dataset name.
         DataError: missing or corrupt files, named in the message.
     """
-    if name not in _READERS:
-        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(list_datasets())}")
-    module, function = _READERS[name]
-    reader = getattr(importlib.import_module(f"{__name__}.{module}"), function)
-    return reader(Path(root), **options)
+    return _reader(name)(Path(root), **options)
