@@ -35,7 +35,9 @@ def test_verdicts():
 
 
 def _write_card(folder, arch, seed, error):
-    card = {"arch": arch, "training": {"config": {"seed": seed}}, "metrics": {"test_error": error}}
+    card = {"arch": arch, "parameters": 73130, "training": {"config": {"seed": seed}, "epochs_completed": 100},
+            "metrics": {"test_error": error, "valid_error": error}}
+    folder.mkdir(exist_ok=True)
     (folder / f"{arch}-seed{seed}.json").write_text(json.dumps(card))
 
 
@@ -62,3 +64,29 @@ def test_readme_tables_are_the_ones_the_committed_cards_build():
     cards = Path(__file__).parents[1] / "results" / "rot_mnist"
     assert seed_table(cards) in readme
     assert claims_table(cards) in readme
+
+
+def test_readme_refresh_rewrites_only_the_tables(tmp_path, capsys):
+    for seed, error in enumerate([0.0210, 0.0205, 0.0215]):
+        _write_card(tmp_path / "cards", "a_p4cnn", seed, error)
+    stale = seed_table(tmp_path / "cards").replace("2.100 +- 0.050", "9.999")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nBefore.\n\n{stale}\n\nBetween.\n\n{claims_table(tmp_path / 'no cards')}\nAfter.\n")
+    assert cli_main(["report", str(tmp_path / "cards"), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text == (f"# Title\n\nBefore.\n\n{seed_table(tmp_path / 'cards')}\n\nBetween.\n\n"
+                    f"{claims_table(tmp_path / 'cards')}\nAfter.\n")
+    assert "rewritten" in capsys.readouterr().out
+    assert cli_main(["report", str(tmp_path / "cards"), "--readme", str(readme)]) == 0
+    assert "already match" in capsys.readouterr().out
+    assert readme.read_text() == text
+
+
+def test_readme_refresh_refuses_a_readme_without_the_tables(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("# No tables here\n")
+    assert cli_main(["report", str(tmp_path), "--readme", str(readme)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: expected one table headed") and "| model | parameters" in error
+    assert error.rstrip().endswith("found 0")
+    assert readme.read_text() == "# No tables here\n"

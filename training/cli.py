@@ -10,6 +10,7 @@
     python -m training sweep table1 --runs-dir ../runs                     # Table 1's runs: the missing ones
     python -m training report results/rot_mnist --seeds                    # mean +- std over seeds
     python -m training report results/rot_mnist --claims                   # the paper's claims on our seeds
+    python -m training report results/rot_mnist --readme README.md         # both, rewritten into the README
 
 Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
 """
@@ -34,6 +35,7 @@ from .data import DataError
 from .evaluation import evaluate_checkpoint
 from .loop import RunExistsError, fit
 from .presets import PRESET_NOTES, PRESETS, recipe
+from .readme_tables import refresh_readme
 from .report import interval_table, results_table, seed_table
 from .sweep import SWEEPS, run_sweep
 
@@ -84,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one row per model: test error mean +- std over the seeds' cards, beside the paper")
     report.add_argument("--claims", action="store_true",
                         help="the paper's Table 1 claims, each tested on the seeds' cards (permutation test)")
+    report.add_argument("--readme", metavar="README",
+                        help="rewrite this markdown file's seeds and claims tables from the cards, in place")
 
     sweep = commands.add_parser("sweep", help="run a sweep's missing runs, resume cut-short ones, skip done ones")
     sweep.add_argument("name", choices=sorted(SWEEPS))
@@ -121,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {PRESET_NOTES[name]}\n    {values}")
         return 0
     if args.command == "report":
+        if args.readme:
+            try:
+                changed = refresh_readme(args.readme, args.folder)
+            except (OSError, ValueError) as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 2
+            print(f"{args.readme}: tables {'rewritten from' if changed else 'already match'} {args.folder}")
+            return 0
         table = (claims_table if args.claims else seed_table if args.seeds else interval_table if args.intervals
                  else results_table)
         print(table(args.folder))
