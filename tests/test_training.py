@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,6 +138,18 @@ def test_refuses_to_overwrite_or_resume_a_different_run(amat_dir, tmp_path, caps
     (out / "state.pt").write_bytes(b"not a zip file")
     assert cli_main(train_args(amat_dir, out, "--epochs", "1", "--max-steps", "1", "--resume")) == 1
     assert "state.pt is not a resumable run state" in capsys.readouterr().err
+
+
+def test_resumes_with_the_data_moved_or_fetched(amat_dir, tmp_path):
+    # Where the data comes from is not part of the run: a run started before sweeps passed --fetch, or whose
+    # data folder moved, resumes; the card records where the data came from last.
+    out, moved = tmp_path / "run", tmp_path / "moved"
+    shutil.copytree(amat_dir, moved)
+    assert cli_main(train_args(amat_dir, out, "--epochs", "1", "--threads", "1")) == 0
+    assert cli_main(train_args(moved, out, "--epochs", "2", "--threads", "1", "--fetch", "--resume")) == 0
+    card = json.loads((out / "best.json").read_text())
+    assert card["training"]["epochs_completed"] == 2
+    assert card["training"]["config"]["data_dir"] == str(moved) and card["training"]["config"]["fetch"] is True
 
 
 def test_missing_data_names_the_folder(tmp_path, capsys):

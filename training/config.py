@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-__all__ = ["TrainConfig", "config_from_dict"]
+__all__ = ["DATA_SOURCE_FIELDS", "TrainConfig", "config_differences", "config_from_dict"]
+
+# Fields that say where the data comes from, not which run this is: a run resumes, and a card counts as a sweep's,
+# with these changed (the data moved, or a fresh machine fetches it).
+DATA_SOURCE_FIELDS = frozenset({"data_dir", "fetch"})
 
 
 @dataclass(frozen=True)
@@ -113,3 +117,9 @@ def config_from_dict(values: dict) -> TrainConfig:
     if "milestones" in values:
         values["milestones"] = tuple(values["milestones"])
     return TrainConfig(**values)
+
+
+def config_differences(old: TrainConfig, new: TrainConfig, ignore=DATA_SOURCE_FIELDS) -> dict[str, tuple]:
+    """``{field: (old value, new value)}`` for every field that differs, except those in ``ignore``."""
+    return {f.name: (getattr(old, f.name), getattr(new, f.name)) for f in dataclasses.fields(TrainConfig)
+            if f.name not in ignore and getattr(old, f.name) != getattr(new, f.name)}

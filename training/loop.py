@@ -26,7 +26,7 @@ from models import build_model, load_checkpoint, save_checkpoint
 from models.checkpoint import load_state as load_weights
 
 from . import provenance
-from .config import TrainConfig, config_from_dict
+from .config import DATA_SOURCE_FIELDS, TrainConfig, config_differences, config_from_dict
 from .curves import plot_curves
 from .data import ConcatSplit, DataError, Split, Splits, load_dataset
 from .distributed import Context, setup, shard, teardown
@@ -344,12 +344,12 @@ def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
         return fresh
     state = load_state(run_dir)
     saved = config_from_dict(state["config"])
-    # Only the length may change on resume (to extend or cut short a run); anything else would be another run.
+    # Only the length (to extend or cut short a run) and where the data comes from may change on resume;
+    # anything else would be another run.
     if saved.cosine and saved.epochs != cfg.epochs:
         raise ValueError(f"{run_dir} follows a cosine schedule over {saved.epochs} epochs; its length cannot change")
-    if dataclasses.replace(saved, epochs=cfg.epochs) != cfg:
-        diff = {f.name: (getattr(saved, f.name), getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
-                if getattr(saved, f.name) != getattr(cfg, f.name)}
+    diff = config_differences(saved, cfg, ignore=DATA_SOURCE_FIELDS | {"epochs"})
+    if diff:
         raise ValueError(f"{run_dir} was started with a different config; differences (saved, now): {diff}")
     state["config"] = dataclasses.asdict(cfg)
     return state

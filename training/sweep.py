@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from .config import config_from_dict
+from .config import config_differences, config_from_dict
 from .data import can_fetch
 from .presets import recipe
 from .run_files import BEST, STATE
@@ -140,10 +140,6 @@ def run_folder(runs_dir: Path, sweep: Sweep, model: str, seed: int) -> Path:
     return runs_dir / f"{sweep.prefix or sweep.preset}-{model}-seed{seed}"
 
 
-# Config fields that say where the data came from, not how the model was trained.
-_NOT_RECIPE = {"data_dir", "fetch"}
-
-
 def run_status(runs_dir: Path, sweep: Sweep, model: str, seed: int) -> RunStatus:
     """Where one run stands, read from its folder's state (a folder without one has not started), or done by a
     final card of this recipe already in the sweep's results folder (finished by an earlier session, perhaps on
@@ -167,8 +163,7 @@ def _has_final_card(sweep: Sweep, model: str, seed: int) -> bool:
     training = json.loads(path.read_text())["training"]
     recorded = config_from_dict(training["config"])
     expected = dataclasses.replace(sweep.config(model), seed=seed)
-    same_recipe = all(getattr(recorded, f.name) == getattr(expected, f.name)
-                      for f in dataclasses.fields(expected) if f.name not in _NOT_RECIPE)
+    same_recipe = not config_differences(recorded, expected)
     return same_recipe and not training.get("provisional", True) and training["epochs_completed"] >= expected.epochs
 
 
