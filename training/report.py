@@ -7,12 +7,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 from pathlib import Path
 
-from .config import config_from_dict
+from .config import DATA_SOURCE_FIELDS, config_differences, config_from_dict
 from .presets import recipe
 
 __all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table", "recipe_changes",
@@ -61,19 +60,16 @@ def _scientific(value) -> str:
 
 # Config fields that say what was trained on where, or how it was measured, not how it was trained (the epochs
 # have their own column).
-_NOT_RECIPE = {"model", "dataset", "data_dir", "seed", "epochs", "fetch", "eval_batch_size", "equivariance_images",
-               "max_steps", "max_eval_batches"}
+_NOT_RECIPE = DATA_SOURCE_FIELDS | {"model", "dataset", "seed", "epochs", "eval_batch_size", "equivariance_images",
+                                    "max_steps", "max_eval_batches"}
 
 
 def recipe_changes(training: dict) -> str:
     """A card's departures from its preset's recipe, e.g. ``cosine, augment=rotate`` (``-`` when it has none)."""
     config = config_from_dict(training["config"])
     preset = recipe(training["preset"], config.model)
-    changes = []
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        if field.name not in _NOT_RECIPE and value != getattr(preset, field.name):
-            changes.append(field.name if value is True else f"{field.name}={value}")
+    changes = [name if value is True else f"{name}={value}"
+               for name, (_, value) in config_differences(preset, config, ignore=_NOT_RECIPE).items()]
     return ", ".join(changes) or "-"
 
 
