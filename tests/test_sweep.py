@@ -90,7 +90,7 @@ def test_runs_the_missing_skips_the_done_and_resumes_the_cut_short(tiny_sweep, m
     assert "| p4cnn | 24,610 | 0 | 1 |" in seed_table(runs.parent / "results")
 
     # Done runs are skipped: nothing is started.
-    monkeypatch.setattr(sweep_module.subprocess, "call", lambda *a, **k: pytest.fail("started a done run"))
+    monkeypatch.setattr(sweep_module.subprocess, "Popen", lambda *a, **k: pytest.fail("started a done run"))
     assert run_sweep("tiny", runs, seeds=(0,), log=lambda *a, **k: None) == 0
     monkeypatch.undo()
 
@@ -118,6 +118,42 @@ def test_a_failing_run_stops_the_sweep_and_names_its_log(tiny_sweep, monkeypatch
     assert AMAT_FILES[0] in (runs / "rot_mnist-z2cnn-seed0" / "train.out").read_text()
 
 
+def test_parallel_runs_go_at_once_and_a_failure_starts_no_more(tiny_sweep, monkeypatch):
+    sweep, runs = tiny_sweep
+    started, real_popen = [], sweep_module.subprocess.Popen
+
+    def counting_popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        started[-1].in_flight = sum(p.poll() is None for p in started)  # runs going when this one started
+        return started[-1]
+
+    monkeypatch.setattr(sweep_module.subprocess, "Popen", counting_popen)
+    assert run_sweep("tiny", runs, parallel=2, log=lambda *a, **k: None) == 0
+    assert [p.in_flight for p in started[:2]] == [1, 2] and max(p.in_flight for p in started) == 2
+    assert sorted(c.name for c in (runs.parent / "results").glob("*.json")) == [
+        "p4cnn-seed0.json", "p4cnn-seed1.json", "z2cnn-seed0.json", "z2cnn-seed1.json"]
+
+    # Broken data fails the two runs started together; the other two are never started.
+    corrupt = runs.parent / "corrupt"
+    corrupt.mkdir()
+    for name in AMAT_FILES:
+        (corrupt / name).write_text("not a matrix\n")
+    monkeypatch.setitem(SWEEPS, "tiny", Sweep(**{**sweep.__dict__, "overrides": {**sweep.overrides, "data_dir": corrupt},
+                                                  "results": str(runs.parent / "results2")}))
+    started.clear()
+    lines = []
+    assert run_sweep("tiny", runs.parent / "runs2", parallel=2, log=lambda *a, **k: lines.append(a[0])) == 4
+    assert len(started) == 2 and sum("failed (exit 1)" in line for line in lines) == 2
+
+
+def test_parallel_below_one_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["sweep", "table1", "--parallel", "0", "--status"])
+    assert "must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="at least 1"):
+        run_sweep("table1", "../runs", parallel=0)
+
+
 def test_unknown_models_are_refused(capsys):
     assert cli_main(["sweep", "table1", "--models", "resnet9", "--status"]) == 2
     assert "resnet9 not in sweep table1" in capsys.readouterr().err
@@ -132,7 +168,7 @@ def test_a_committed_card_of_the_recipe_counts_as_done_without_its_run_folder(ti
     assert [(s.seed, s.finished, s.card_only) for s in statuses] == [(0, True, True), (1, False, False)]
     assert cli_main(["sweep", "tiny", "--runs-dir", str(fresh), "--models", "z2cnn", "--status"]) == 0
     assert "seed 0: done (its card is in the results folder" in capsys.readouterr().out
-    monkeypatch.setattr(sweep_module.subprocess, "call", lambda *a, **k: pytest.fail("started a done run"))
+    monkeypatch.setattr(sweep_module.subprocess, "Popen", lambda *a, **k: pytest.fail("started a done run"))
     assert run_sweep("tiny", fresh, models=("z2cnn",), seeds=(0,), log=lambda *a, **k: None) == 0
     assert not fresh.exists()
 

@@ -53,6 +53,13 @@ def _parser_for(field: dataclasses.Field):
     return hint
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _comma_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
@@ -96,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seeds", type=lambda text: tuple(int(s) for s in _comma_list(text)),
                        help="only these seeds (comma separated)")
     sweep.add_argument("--threads", type=int, default=0, help="CPU threads for each run")
+    sweep.add_argument("--parallel", type=_at_least_one, default=1,
+                       help="runs at once (default 1, right for a CPU; on a GPU many small runs share it well)")
     sweep.add_argument("--status", action="store_true", help="say what is done, cut short or missing; run nothing")
 
     evaluate = commands.add_parser("evaluate", help="re-measure a checkpoint on its dataset")
@@ -143,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {', '.join(sorted(unknown))} not in sweep {args.name}", file=sys.stderr)
             return 2
         missing = run_sweep(args.name, args.runs_dir, models=args.models, seeds=args.seeds, threads=args.threads,
-                            status_only=args.status)
+                            parallel=args.parallel, status_only=args.status)
         return 0 if args.status or missing == 0 else 1
     if args.command == "evaluate":
         return _evaluate(args)

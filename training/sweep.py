@@ -3,6 +3,7 @@
     python -m training sweep table1 --status            # what is done, cut short, missing; runs nothing
     python -m training sweep table1                     # run the rest, one run at a time, in priority order
     python -m training sweep table1 --models a_p4cnn --seeds 0
+    python -m training sweep table1 --parallel 18 --threads 1   # on a GPU: many small runs at once
 
 Each run is an ordinary ``python -m training train`` in its own folder under ``--runs-dir`` (outside the work
 tree: run state is never committed), started with ``--resume`` when the folder holds a state. Runs resume
@@ -20,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,9 +210,17 @@ def train_command(sweep: Sweep, status: RunStatus, threads: int) -> list[str]:
     return command
 
 
-def run_sweep(name: str, runs_dir: str | Path, *, models=None, seeds=None, threads: int = 0,
+def run_sweep(name: str, runs_dir: str | Path, *, models=None, seeds=None, threads: int = 0, parallel: int = 1,
               status_only: bool = False, log=print) -> int:
-    """Run every missing or cut-short run of sweep ``name`` in order; returns the number of runs still missing."""
+    """Run every missing or cut-short run of sweep ``name`` in order, ``parallel`` at a time; returns the number
+    of runs still missing.
+
+    One run at a time suits a CPU, whose cores one run already fills; on a GPU, small models leave most of the
+    device idle, so many runs at once finish sooner. A failed run stops the sweep from starting more (the same
+    fault would most likely fail them too); the runs already going are let finish.
+    """
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1, got {parallel}")
     sweep, runs_dir = SWEEPS[name], Path(runs_dir)
     runs = sweep_status(sweep, runs_dir, models, seeds)
     if status_only:
@@ -224,13 +234,34 @@ def run_sweep(name: str, runs_dir: str | Path, *, models=None, seeds=None, threa
     log(f"{name}: {len(runs) - len(todo)} of {len(runs)} runs done")
     if status_only:
         return len(todo)
-    for index, status in enumerate(todo, start=1):
-        log(f"[{index}/{len(todo)}] {status.model} seed {status.seed}: {status.describe()}", flush=True)
-        status.folder.mkdir(parents=True, exist_ok=True)
-        with open(status.folder / "train.out", "a") as out:
-            code = subprocess.call(train_command(sweep, status, threads), stdout=out, stderr=subprocess.STDOUT)
-        if code != 0:
-            log(f"{status.model} seed {status.seed} failed (exit {code}); see {status.folder / 'train.out'}")
-            return len(todo) - index + 1
-        log(f"card: {collect_card(run_status(runs_dir, sweep, status.model, status.seed), sweep)}", flush=True)
-    return 0
+    waiting, running, failed = list(enumerate(todo, start=1)), {}, 0
+    while running or (waiting and not failed):
+        while waiting and len(running) < parallel and not failed:
+            index, status = waiting.pop(0)
+            log(f"[{index}/{len(todo)}] {status.model} seed {status.seed}: {status.describe()}", flush=True)
+            running[_start(sweep, status, threads)] = status
+        process = _wait_for_any(running)
+        status = running.pop(process)
+        if process.returncode != 0:
+            failed += 1
+            log(f"{status.model} seed {status.seed} failed (exit {process.returncode}); "
+                f"see {status.folder / 'train.out'}", flush=True)
+        else:
+            log(f"card: {collect_card(run_status(runs_dir, sweep, status.model, status.seed), sweep)}", flush=True)
+    return failed + len(waiting)
+
+
+def _start(sweep: Sweep, status: RunStatus, threads: int) -> subprocess.Popen:
+    """Start one run, its output appended to ``train.out`` in its folder."""
+    status.folder.mkdir(parents=True, exist_ok=True)
+    with open(status.folder / "train.out", "a") as out:  # the child keeps its own handle on the file
+        return subprocess.Popen(train_command(sweep, status, threads), stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_for_any(running: dict[subprocess.Popen, RunStatus], poll_seconds: float = 1.0) -> subprocess.Popen:
+    """The first of the running processes to end (runs last minutes to hours: a second's polling costs nothing)."""
+    while True:
+        for process in running:
+            if process.poll() is not None:
+                return process
+        time.sleep(poll_seconds)
