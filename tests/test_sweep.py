@@ -138,8 +138,8 @@ def test_parallel_runs_go_at_once_and_a_failure_starts_no_more(tiny_sweep, monke
     corrupt.mkdir()
     for name in AMAT_FILES:
         (corrupt / name).write_text("not a matrix\n")
-    monkeypatch.setitem(SWEEPS, "tiny", Sweep(**{**sweep.__dict__, "overrides": {**sweep.overrides, "data_dir": corrupt},
-                                                  "results": str(runs.parent / "results2")}))
+    broken = {**sweep.__dict__, "overrides": {**sweep.overrides, "data_dir": corrupt}, "results": str(runs / "r2")}
+    monkeypatch.setitem(SWEEPS, "tiny", Sweep(**broken))
     started.clear()
     lines = []
     assert run_sweep("tiny", runs.parent / "runs2", parallel=2, log=lambda *a, **k: lines.append(a[0])) == 4
