@@ -107,8 +107,9 @@ SWEEPS: dict[str, Sweep] = {
                                 augment="redraw", cosine=True, **FINAL),
     # redraw_cosine for 200 epochs instead of 100: every recipe above ends with training error about equal to
     # validation error (dropout, weight decay and fresh angles keep the networks from fitting), so more epochs
-    # may still help. Judged against redraw_cosine on validation with p4cnn ...
-    "redraw_cosine_e200": _shipped_recipe("redraw_cosine_e200", ("p4cnn",),
+    # may still help. Judged on validation, with p4cnn against redraw_cosine and with a_p4cnn against
+    # rotate_cosine (the shipped a_p4cnn's recipe) ...
+    "redraw_cosine_e200": _shipped_recipe("redraw_cosine_e200", ("p4cnn", "a_p4cnn"),
                                 augment="redraw", cosine=True, epochs=200),
     # ... and the final models with it, as rotate_cosine_12k.
     "redraw_cosine_e200_12k": _shipped_recipe("redraw_cosine_e200_12k", ("fa_p4cnn", "a_p4cnn", "p4cnn"),
