@@ -20,6 +20,7 @@ from test_data_rot_mnist import write_amat, write_idx
 
 from training.cli import main as cli_main
 from training.evaluation import evaluate_checkpoint
+from training.loop import record_invocation
 from training.presets import recipe
 from training.report import recipe_changes, results_table
 
@@ -68,6 +69,7 @@ def test_a_run_writes_a_complete_card_and_evaluate_reproduces_it(amat_dir, tmp_p
     assert training["command"].startswith("python -m training train rot_mnist")
     assert len(training["commit"]) >= 40 or training["commit"] == "unknown"
     assert training["hardware"] and training["provisional"] is False
+    assert training["invocation_hardware"] == [{"hardware": training["hardware"], "from_epoch": 0}]
     assert card["equivariance_error"]["max_relative_logit_error"] < 1e-4
     assert card["equivariance_error"]["max_relative_logit_error_float64"] < 1e-12
     assert {"test_error", "test_nll", "valid_error"} <= set(card["metrics"])
@@ -110,11 +112,20 @@ def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):
     assert history(killed) == history(straight)
     card = json.loads((killed / "best.json").read_text())
     assert [c.endswith("--resume --threads 1") for c in card["training"]["invocations"]] == [False, True]
+    first, second = card["training"]["invocation_hardware"]
+    assert first["from_epoch"] == 0 and 0 < second["from_epoch"] < 5  # the resumed piece starts where the first stopped
     assert "--resume" not in card["training"]["command"]
     expected, actual = final_weights(straight), final_weights(killed)
     assert expected.keys() == actual.keys()
     for name in expected:
         assert torch.equal(expected[name], actual[name]), name
+
+
+def test_a_piece_records_its_machine_beside_its_command_even_after_pieces_that_did_not():
+    state = {"invocations": ["train", "train --resume"], "epoch": 37}  # saved by code that kept no machines
+    record_invocation(state, "train --resume", "NVIDIA H200")
+    assert state["invocations"] == ["train", "train --resume", "train --resume"]
+    assert state["invocation_hardware"] == [None, None, {"hardware": "NVIDIA H200", "from_epoch": 37}]
 
 
 @pytest.mark.parametrize("ema", [[], ["--ema", "0.9"]], ids=["plain", "ema"])

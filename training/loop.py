@@ -174,7 +174,7 @@ def _build(cfg: TrainConfig) -> nn.Module:
 
 
 def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, command: str, invocations: list[str],
-          commit: str, extra: dict) -> dict:
+          invocation_hardware: list[dict | None], commit: str, extra: dict) -> dict:
     spec = splits.spec
     return {
         "input": {"size": spec.size, "channels": spec.channels, "mean": list(spec.mean), "std": list(spec.std),
@@ -188,6 +188,7 @@ def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, comman
             "config": dataclasses.asdict(cfg),
             "command": command,
             "invocations": list(invocations),
+            "invocation_hardware": list(invocation_hardware),
             "commit": commit,
             "hardware": provenance.hardware(ctx.device, ctx.world_size),
             "processes": ctx.world_size,
@@ -270,8 +271,9 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
     # The commit as the run starts: the code that trained it, whatever is edited while it runs.
     # Every invocation is kept; the card's "command" is the one that trains the same run from scratch (no
     # --resume): runs are deterministic per epoch, so it reproduces the interrupted-and-resumed run exactly.
-    state.setdefault("invocations", []).append(command)
+    record_invocation(state, command, provenance.hardware(ctx.device, ctx.world_size))
     base_card = dict(preset=preset, command=provenance.without_resume(command), invocations=state["invocations"],
+                     invocation_hardware=state["invocation_hardware"],
                      commit=state.setdefault("commit", provenance.git_commit()))
     started = time.time() - state["seconds"]
     epoch = state["epoch"]
@@ -332,6 +334,17 @@ def _rank_disagreement(model: nn.Module, ctx: Context) -> float:
     copies = [torch.empty_like(flat) for _ in range(ctx.world_size)]
     torch.distributed.all_gather(copies, flat)
     return max((c - copies[0]).abs().max().item() for c in copies)
+
+
+def record_invocation(state: dict, command: str, hardware: str) -> None:
+    """Add this piece of the run to ``state``: its command to ``invocations`` and, at the same index in
+    ``invocation_hardware``, the machine it runs on and the epoch it starts from, so that a run resumed elsewhere
+    (a GPU's state finished on a CPU) says which epochs ran where; the card's ``hardware`` names the last piece's
+    machine only. Pieces run before machines were recorded get None."""
+    state.setdefault("invocations", []).append(command)
+    pieces = state.setdefault("invocation_hardware", [])
+    pieces += [None] * (len(state["invocations"]) - 1 - len(pieces))
+    pieces.append({"hardware": hardware, "from_epoch": state["epoch"]})
 
 
 def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
