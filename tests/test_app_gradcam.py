@@ -184,7 +184,7 @@ def test_attention_follows_the_rotation_and_grad_cam_does_not(shipped, name):
     (plain, plain_card), (equivariant, equivariant_card) = shipped
     result = compare(plain, plain_card, equivariant, equivariant_card, digit(name), element=1)  # 90 degrees
     # Measured (relative L2 over the 28 x 28 maps; Grad-CAM on c6 after batch norm and ReLU, attention of c1 averaged
-    # over orientations), with the shipped rotate_cosine z2cnn and a_p4cnn: 0.184, 0.365, 0.632 and 5.0e-08, 5.1e-08,
+    # over orientations), with the rotate_cosine z2cnn and a_p4cnn: 0.184, 0.365, 0.632 and 5.0e-08, 5.1e-08,
     # 4.9e-08 for digits 0, 2, 7 (z2cnn at least 0.150 over all eight gallery digits and three quarter turns).
     assert result.equivariant_deviation < 1e-5
     assert result.plain_deviation > 0.1
