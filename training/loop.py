@@ -190,7 +190,7 @@ def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, comman
             "invocations": list(invocations),
             "invocation_hardware": list(invocation_hardware),
             "commit": commit,
-            "hardware": provenance.hardware(ctx.device, ctx.world_size),
+            "hardware": invocation_hardware[-1]["hardware"],  # this piece's, recorded as it started
             "processes": ctx.world_size,
             "torch": torch.__version__,
             **extra,
