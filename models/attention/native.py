@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..user_cache import cache_root
+
 __all__ = [
     "available", "spatial_max", "attention_branch", "branch_supported", "depthwise_pair", "depthwise_pair_supported",
 ]
@@ -50,13 +52,6 @@ def available(*tensors: torch.Tensor, channels: int = 1) -> bool:
     )
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("AAGC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "aagc"
-    )
-    return Path(root)
-
-
 def _cpu_signature() -> str:
     # -march=native builds for this CPU: a cache shared by another CPU must not load it.
     try:
@@ -74,7 +69,7 @@ def _library() -> ctypes.CDLL | None:
     if compiler is None:
         return None
     digest = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *FLAGS, _cpu_signature()]).encode())
-    target = _cache_dir() / f"attention_kernels-{digest.hexdigest()[:16]}.so"
+    target = cache_root() / f"attention_kernels-{digest.hexdigest()[:16]}.so"
     if not target.exists():
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ _READERS = {
     "he_demo": ("he_demo", "load_he_demo"),
     "pcam_subset": ("pcam_subset", "load_pcam_subset"),
     "pcam_subset_labelled_only": ("pcam_subset", "load_pcam_subset_labelled_only"),
+    "pcam_public": ("pcam_public", "load_pcam_public"),
 }
 
 
