@@ -284,8 +284,16 @@ def test_init_from_starts_at_the_checkpoint_and_refuses_another_architecture(ama
                 and "num_batches" not in k)
     assert moved < 1e-6, "a step with a tiny lr leaves the weights where the checkpoint put them"
     assert cli_main([*train_args(amat_dir, tmp_path / "third", "--epochs", "1", "--init-from",
-                                 str(first / "best.safetensors")), "--model", "fa_p4cnn"]) == 1
-    assert "is a p4cnn checkpoint, not fa_p4cnn" in capsys.readouterr().err
+                                 str(first / "best.safetensors")), "--model", "z2cnn"]) == 1
+    assert "is a p4cnn checkpoint: neither z2cnn nor its plain counterpart" in capsys.readouterr().err
+    # An attentive model starts from its plain counterpart: the same weights, convolutions scaled by 4/3 for the
+    # constant 3/4 that attention whose last weights are zero applies (models.warm_start).
+    attentive = tmp_path / "attentive"
+    assert cli_main([*args[:-2], "--out", str(attentive), "--init-from", str(first / "best.safetensors"),
+                     "--model", "fa_p4cnn"]) == 0
+    warm = final_weights(attentive)
+    assert torch.allclose(warm["c1.weight"].double(), start["c1.weight"].double() * 4 / 3, rtol=1e-5)
+    assert warm["c1.spatial_attention.weight"].abs().max() < 1e-6
 
 
 def test_interval_table_lists_cards_with_intervals_beside_table_3(tmp_path):

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from models import build_model, load_checkpoint, save_checkpoint
 from models.checkpoint import load_state as load_weights
+from models.warm_start import attentive_from_plain
 
 from . import provenance
 from .config import DATA_SOURCE_FIELDS, TrainConfig, config_differences, config_from_dict
@@ -162,11 +163,18 @@ def selection_score(metrics: dict, select_on: str, epoch: int = 0) -> float:
 
 
 def _initialise_from(model: nn.Module, cfg: TrainConfig) -> None:
-    """Start from the weights of ``cfg.init_from``, which must be a checkpoint of the same architecture."""
+    """Start from the weights of ``cfg.init_from``: a checkpoint of the same architecture, or of its plain
+    counterpart (an attentive model from the same network without attention, its attention starting as the
+    identity: ``models.warm_start``)."""
     source, card = load_checkpoint(cfg.init_from)
-    if card.get("arch") != cfg.model:
-        raise ValueError(f"--init-from {cfg.init_from} is a {card.get('arch')} checkpoint, not {cfg.model}")
-    load_weights(model, source.state_dict(), cfg.init_from)
+    if card.get("arch") == cfg.model:
+        load_weights(model, source.state_dict(), cfg.init_from)
+        return
+    try:
+        attentive_from_plain(model, source.state_dict(), f"--init-from {cfg.init_from} ({card.get('arch')})")
+    except ValueError as e:
+        raise ValueError(f"--init-from {cfg.init_from} is a {card.get('arch')} checkpoint: neither {cfg.model} nor "
+                         f"its plain counterpart ({e})") from None
 
 
 def _build(cfg: TrainConfig) -> nn.Module:
