@@ -1,5 +1,6 @@
 """flip_and_crop: each output is its input flipped (or not) and shifted, reproducibly per generator;
 group_and_stain: a stain change by colour deconvolution, then an element of p4m;
+jpeg_recompress: half the patches compressed again, at the drawn quality, exactly as Pillow does;
 random_rotation: each digit turned by its own uniform angle."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training.data.augment import flip_and_crop, group_and_stain, random_rotation, redraw_rotation
+from training.data.augment import flip_and_crop, group_and_stain, jpeg_recompress, random_rotation, redraw_rotation
 from training.data.rot_mnist import rotate_images
 
 
@@ -140,3 +141,29 @@ def test_redraw_rotation_turns_the_upright_digit_once_and_rounds_to_8_bits_like_
     expected = rotate_images(upright * 255, angles).round().clamp(0, 255) / 255
     assert torch.equal(out, expected)
     assert torch.equal(out, redraw_rotation(upright, torch.Generator().manual_seed(3)))
+
+
+def test_jpeg_recompress_compresses_the_drawn_images_at_the_drawn_quality():
+    import io
+
+    from PIL import Image
+
+    torch.manual_seed(0)
+    images = torch.rand(16, 3, 24, 24).mul(255).round().div(255)  # on the 8-bit grid, as decoded patches are
+    out = jpeg_recompress(images, torch.Generator().manual_seed(3))
+    draws = torch.Generator().manual_seed(3)
+    chosen = (torch.rand(16, generator=draws) < 0.5).tolist()
+    quality = torch.randint(60, 96, (16,), generator=draws).tolist()
+    assert 0 < sum(chosen) < 16
+    for image, result, was_chosen, q in zip(images, out, chosen, quality, strict=True):
+        if not was_chosen:
+            assert torch.equal(result, image)
+            continue
+        buffer = io.BytesIO()
+        Image.fromarray((image * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()).save(
+            buffer, format="JPEG", quality=q)
+        expected = torch.from_numpy(np.asarray(Image.open(buffer).convert("RGB")).copy()).permute(2, 0, 1) / 255
+        assert torch.equal(result, expected)
+    assert torch.equal(jpeg_recompress(images, torch.Generator().manual_seed(3)), out), "reproducible"
+    with pytest.raises(ValueError, match=r"images must be RGB \(B, 3, H, W\)"):
+        jpeg_recompress(images[:, :1], torch.Generator())

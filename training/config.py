@@ -31,8 +31,10 @@ class TrainConfig:
             schedule, so such a run cannot be extended on resume).
         augment: ``none``, ``flip_crop`` (CIFAR10+: horizontal flip, 4-pixel padded crop), ``group_stain``
             (H&E: random p4m element and stain jitter, ``data/augment.py``), ``group_stain_strong`` (the same
-            with each stain scaled by up to 20 % and shifted by up to 0.05), ``rotate`` (rot-MNIST: each digit turned
-            by a uniform angle, ``random_rotation``) or ``redraw`` (rot-MNIST rebuilt from MNIST: each digit drawn
+            with each stain scaled by up to 20 % and shifted by up to 0.05), ``group_stain_jpeg`` (``group_stain``,
+            then half the patches compressed again as JPEG at a quality from 60 to 95: ``jpeg_recompress``),
+            ``rotate`` (rot-MNIST: each digit turned by a uniform angle, ``random_rotation``) or ``redraw``
+            (rot-MNIST rebuilt from MNIST: each digit drawn
             again from its upright original at a uniform angle, ``redraw_rotation``).
         sampling: ``uniform`` (each epoch a permutation of the training split) or ``weighted`` (draws with
             replacement by the split's ``sample_weights``, e.g. class balance).
@@ -86,7 +88,7 @@ class TrainConfig:
     def __post_init__(self):
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', not {self.optimizer!r}")
-        augments = ("none", "flip_crop", "group_stain", "group_stain_strong", "rotate", "redraw")
+        augments = ("none", "flip_crop", "group_stain", "group_stain_strong", "group_stain_jpeg", "rotate", "redraw")
         for name, allowed in (("augment", augments), ("sampling", ("uniform", "weighted")),
                               ("select_on", ("error", "nll", "auc", "last"))):
             if getattr(self, name) not in allowed:

@@ -111,9 +111,11 @@ def train_one_epoch(
 
             images = flip_and_crop(images, augment_rng)
         elif cfg.augment.startswith("group_stain"):
-            from .data.augment import STRONG_STAIN, group_and_stain  # H&E only
+            from .data.augment import STRONG_STAIN, group_and_stain, jpeg_recompress  # H&E only
 
             images = group_and_stain(images, augment_rng, **(STRONG_STAIN if cfg.augment.endswith("strong") else {}))
+            if cfg.augment.endswith("jpeg"):
+                images = jpeg_recompress(images, augment_rng)
         elif cfg.augment == "rotate":
             from .data.augment import random_rotation  # rot-MNIST
 

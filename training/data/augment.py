@@ -16,11 +16,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["flip_and_crop", "group_and_stain", "random_rotation", "redraw_rotation", "STRONG_STAIN"]
+__all__ = ["flip_and_crop", "group_and_stain", "jpeg_recompress", "random_rotation", "redraw_rotation", "STRONG_STAIN",
+           "JPEG_QUALITIES"]
 
 # Stronger stain jitter, between the "HED-light" and "HED-strong" ranges of Tellez et al. (2019): slides differ
 # more in how much stain they took up than in their baseline.
 STRONG_STAIN = {"scale": 0.2, "shift": 0.05}
+# JPEG qualities drawn by ``jpeg_recompress``: around pcam_public's own (about 75 as committed, 90 re-encoded) and
+# what users upload, so that how a patch was compressed tells the model nothing about its label.
+JPEG_QUALITIES = (60, 95)
 
 
 def flip_and_crop(images: torch.Tensor, generator: torch.Generator, padding: int = 4) -> torch.Tensor:
@@ -89,6 +93,42 @@ def group_and_stain(images: torch.Tensor, generator: torch.Generator, scale: flo
     moved = [torch.rot90(torch.flip(x, (-1,)) if m else x, k, (-2, -1))
              for x, m, k in zip(rgb, mirror, turns, strict=True)]
     return torch.stack(moved)
+
+
+def jpeg_recompress(images: torch.Tensor, generator: torch.Generator, probability: float = 0.5,
+                    qualities: tuple[int, int] = JPEG_QUALITIES) -> torch.Tensor:
+    """Compress each image as JPEG once more, with probability ``probability``, at a uniform quality in ``qualities``.
+
+    Pillow's encoder with its default 4:2:0 chroma subsampling, on the image rounded to 8 bits (as a scanner or an
+    upload would store it); the images left alone are returned unchanged.
+
+    Args:
+        images: RGB ``(B, 3, H, W)`` in [0, 1], on the CPU.
+        generator: the source of all randomness (whether, then which quality, per image, in this order).
+
+    Returns:
+        ``(B, 3, H, W)``, same dtype; recompressed images on the 1/255 grid.
+    """
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    if images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(f"images must be RGB (B, 3, H, W), got shape {tuple(images.shape)}")
+    b = images.shape[0]
+    chosen = (torch.rand(b, generator=generator, device=generator.device) < probability).tolist()
+    quality = torch.randint(qualities[0], qualities[1] + 1, (b,), generator=generator, device=generator.device).tolist()
+    out = images.clone()
+    for i in (i for i in range(b) if chosen[i]):
+        pixels = (images[i] * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()  # (H, W, 3)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality[i])
+        buffer.seek(0)
+        with Image.open(buffer) as decoded:
+            again = np.asarray(decoded.convert("RGB"))
+        out[i] = torch.from_numpy(again.copy()).permute(2, 0, 1).to(images.dtype) / 255
+    return out
 
 
 def random_rotation(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
