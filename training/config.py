@@ -34,8 +34,8 @@ class TrainConfig:
             with each stain scaled by up to 20 % and shifted by up to 0.05), ``group_stain_jpeg`` (``group_stain``,
             then half the patches compressed again as JPEG at a quality from 60 to 95: ``jpeg_recompress``),
             ``rotate`` (rot-MNIST: each digit turned by a uniform angle, ``random_rotation``) or ``redraw``
-            (rot-MNIST rebuilt from MNIST: each digit drawn
-            again from its upright original at a uniform angle, ``redraw_rotation``).
+            (rot-MNIST rebuilt from MNIST: each digit drawn again from its upright original at a uniform angle,
+            ``redraw_rotation``).
         sampling: ``uniform`` (each epoch a permutation of the training split) or ``weighted`` (draws with
             replacement by the split's ``sample_weights``, e.g. class balance).
         epoch_size: training examples per epoch (0: the split's size); short epochs validate more often.
