@@ -62,7 +62,10 @@ class InputChannelAttention(nn.Module):
         self.weight_fc2 = nn.Parameter(_kaiming(torch.empty(channels, hidden, *orientations)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean, peak = spatial_statistics(x)  # (B, C) or (B, C, G)
+        return self.from_statistics(*spatial_statistics(x))[..., None, None]
+
+    def from_statistics(self, mean: torch.Tensor, peak: torch.Tensor) -> torch.Tensor:
+        """The attention from each channel's spatial mean and max. Shape: ``(B, C[, G])`` each -> same."""
         if self.group is None:
             def mlp(v):
                 return torch.relu(v @ self.weight_fc1.t()) @ self.weight_fc2.t()
@@ -73,7 +76,7 @@ class InputChannelAttention(nn.Module):
             def mlp(v):
                 hidden = torch.relu(torch.einsum("lcgh,bch->blg", fc1, v))
                 return torch.einsum("clgh,blh->bcg", fc2, hidden)
-        return torch.sigmoid(mlp(mean) + mlp(peak))[..., None, None]
+        return torch.sigmoid(mlp(mean) + mlp(peak))
 
 
 class FullChannelAttention(nn.Module):

@@ -61,28 +61,34 @@ def _cpu_signature() -> str:
     return platform.machine() + flags
 
 
-@functools.cache
 def _library() -> ctypes.CDLL | None:
+    return build_library(SOURCE)
+
+
+@functools.cache
+def build_library(source: Path) -> ctypes.CDLL | None:
+    """The compiled C++ file ``source``, built on first use and cached (None: no compiler, a failed build, or
+    ``AAGC_NATIVE=0``)."""
     if os.environ.get("AAGC_NATIVE", "1") == "0":
         return None
     compiler = shutil.which(os.environ.get("CXX", "g++"))
     if compiler is None:
         return None
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *FLAGS, _cpu_signature()]).encode())
-    target = cache_root() / f"attention_kernels-{digest.hexdigest()[:16]}.so"
+    digest = hashlib.sha256(source.read_bytes() + " ".join([compiler, *FLAGS, _cpu_signature()]).encode())
+    target = cache_root() / f"{source.stem}-{digest.hexdigest()[:16]}.so"
     if not target.exists():
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             # Build beside the target and rename: concurrent first uses never load a half-written file.
             with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
                 built = Path(scratch) / target.name
-                subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True, capture_output=True)
+                subprocess.run([compiler, *FLAGS, str(source), "-o", str(built)], check=True, capture_output=True)
                 os.replace(built, target)
         except (OSError, subprocess.CalledProcessError) as error:
             detail = getattr(error, "stderr", b"") or b""
             warnings.warn(
-                f"could not build the attention kernels ({error}; {detail.decode(errors='replace')[-500:]}); "
-                "using the slower PyTorch path",
+                f"could not build the attention kernels {source.name} ({error}; "
+                f"{detail.decode(errors='replace')[-500:]}); using the slower PyTorch path",
                 RuntimeWarning,
                 stacklevel=2,
             )

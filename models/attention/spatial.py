@@ -61,8 +61,11 @@ class InputSpatialAttention(nn.Module):
         uniform_init_(self.weight, channels * kernel_size**2, wscale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.statistics:
-            x = channel_statistics(x, dim=1)
+        return self.from_statistics(channel_statistics(x, dim=1) if self.statistics else x)
+
+    def from_statistics(self, x: torch.Tensor) -> torch.Tensor:
+        """The attention from the channel statistics (mean, then max: ``(B, 2[, G], X, Y)``), or from the input
+        itself when ``statistics`` is False. Shape: -> ``(B, 1[, G], X, Y)``."""
         conv = lifting_conv if self.lifting else group_conv
         out = conv(x, self.weight, self.group, padding=self.padding, dilation=self.dilation)
         if self.lifting:

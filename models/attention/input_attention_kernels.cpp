@@ -1,0 +1,222 @@
+// CPU kernels for alpha_F, attention on a convolution's input (input_attentive_conv.py):
+//
+//   alpha_c = sigmoid(MLP(mean_p f) + MLP(max_p f))          per (b, c, h)     [PyTorch, small]
+//   a       = alpha_c f
+//   alpha_s = sigmoid(conv([mean_c a, max_c a]))            per (b, h, p)     [PyTorch, small]
+//   out     = f - alpha_s a
+//
+// PyTorch runs the big-tensor steps as a dozen separate passes over f-sized memory forward and
+// twice that backward (statistics, products, broadcasts, zero-filled gradients, sums of
+// gradients); these loops make three passes forward and three backward, and never write a.
+//
+// Layouts (contiguous, row-major): f, out and their gradients (B, C, H, P), P = X * Y pixels,
+// H = 1 for a planar (lifting) input; alpha_c (B, C, H); alpha_s, the channel statistics and
+// their gradients (B, H, P); the spatial statistics (B, C, H). Ties of a max go to the first
+// (lowest pixel or channel), like torch.max, so gradients reach the same element.
+// geometry: {B, C, H, P}. Each thread runs a kernel over its share of planes (b, c, h) or of
+// (b, h) pairs.
+
+#include <cstdint>
+#include <limits>
+#include <omp.h>
+
+namespace {
+
+struct Geometry {
+    int64_t b, c, h, p;
+    explicit Geometry(const int64_t* g) : b(g[0]), c(g[1]), h(g[2]), p(g[3]) {}
+    int64_t plane(int64_t b_, int64_t c_, int64_t h_) const { return ((b_ * c + c_) * h + h_) * p; }
+};
+
+// Runs body(i) for i in [0, n) on `workers` threads of the OpenMP runtime PyTorch has loaded
+// (a pool of our own would compete with PyTorch's spinning threads for the cores).
+template <typename Body>
+void parallel(int64_t workers, int64_t n, Body&& body) {
+#pragma omp parallel num_threads(static_cast<int>(workers))
+    {
+        const int64_t thread = omp_get_thread_num(), threads = omp_get_num_threads();
+        for (int64_t i = n * thread / threads, end = n * (thread + 1) / threads; i < end; ++i) body(i);
+    }
+}
+
+// Mean, max and the first argmax of every plane (b, c, h) over its P pixels.
+template <typename T>
+void spatial_stats(const Geometry& g, int64_t workers, const T* f, T* mean, T* peak, int64_t* where) {
+    parallel(workers, g.b * g.c * g.h, [&](int64_t i) {
+        const T* x = f + i * g.p;
+        T sum = 0, top = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(+ : sum) reduction(max : top)
+        for (int64_t p = 0; p < g.p; ++p) {
+            sum += x[p];
+            top = x[p] > top ? x[p] : top;
+        }
+        int64_t at = 0;
+        while (at < g.p - 1 && !(x[at] == top)) ++at;
+        mean[i] = sum / static_cast<T>(g.p);
+        peak[i] = top;
+        where[i] = at;
+    });
+}
+
+// The gradient of the spatial statistics, added to df: dmean / P everywhere, dmax at the argmax.
+template <typename T>
+void spatial_stats_backward(const Geometry& g, int64_t workers, const T* dmean, const T* dpeak,
+                            const int64_t* where, T* df) {
+    parallel(workers, g.b * g.c * g.h, [&](int64_t i) {
+        T* d = df + i * g.p;
+        const T share = dmean[i] / static_cast<T>(g.p);
+#pragma omp simd
+        for (int64_t p = 0; p < g.p; ++p) d[p] += share;
+        d[where[i]] += dpeak[i];
+    });
+}
+
+// Mean and max over c of a = alpha_c f at every (b, h, p), and the first channel reaching the max.
+template <typename T>
+void channel_stats(const Geometry& g, int64_t workers, const T* f, const T* alpha, T* mean, T* peak,
+                   uint8_t* winner) {
+    parallel(workers, g.b * g.h, [&](int64_t i) {
+        const int64_t b = i / g.h, h = i % g.h;
+        T* sum = mean + i * g.p;
+        T* top = peak + i * g.p;
+        uint8_t* win = winner + i * g.p;
+        {
+            const T* x = f + g.plane(b, 0, h);
+            const T w = alpha[(b * g.c) * g.h + h];
+#pragma omp simd
+            for (int64_t p = 0; p < g.p; ++p) {
+                sum[p] = w * x[p];
+                top[p] = w * x[p];
+                win[p] = 0;
+            }
+        }
+        for (int64_t c = 1; c < g.c; ++c) {
+            const T* x = f + g.plane(b, c, h);
+            const T w = alpha[(b * g.c + c) * g.h + h];
+            const uint8_t tag = static_cast<uint8_t>(c);
+#pragma omp simd
+            for (int64_t p = 0; p < g.p; ++p) {
+                const T v = w * x[p];
+                sum[p] += v;
+                const bool higher = v > top[p];
+                top[p] = higher ? v : top[p];
+                win[p] = higher ? tag : win[p];
+            }
+        }
+        const T scale = T(1) / static_cast<T>(g.c);
+#pragma omp simd
+        for (int64_t p = 0; p < g.p; ++p) sum[p] *= scale;
+    });
+}
+
+// The gradient of the channel statistics: da = dmean / C (+ dmax where c won); df += alpha_c da and
+// dalpha_c += sum_p f da (both accumulated).
+template <typename T>
+void channel_stats_backward(const Geometry& g, int64_t workers, const T* f, const T* alpha, const uint8_t* winner,
+                            const T* dmean, const T* dpeak, T* df, T* dalpha) {
+    parallel(workers, g.b * g.h, [&](int64_t i) {
+        const int64_t b = i / g.h, h = i % g.h;
+        const T* dm = dmean + i * g.p;
+        const T* dx = dpeak + i * g.p;
+        const uint8_t* win = winner + i * g.p;
+        const T scale = T(1) / static_cast<T>(g.c);
+        for (int64_t c = 0; c < g.c; ++c) {
+            const int64_t at = g.plane(b, c, h);
+            const T* x = f + at;
+            T* d = df + at;
+            const int64_t k = (b * g.c + c) * g.h + h;
+            const T w = alpha[k];
+            const uint8_t tag = static_cast<uint8_t>(c);
+            T total = 0;
+#pragma omp simd reduction(+ : total)
+            for (int64_t p = 0; p < g.p; ++p) {
+                const T da = dm[p] * scale + (win[p] == tag ? dx[p] : T(0));
+                d[p] += w * da;
+                total += x[p] * da;
+            }
+            dalpha[k] += total;
+        }
+    });
+}
+
+// out = f - alpha_s (alpha_c f).
+template <typename T>
+void gate(const Geometry& g, int64_t workers, const T* f, const T* alpha, const T* spatial, T* out) {
+    parallel(workers, g.b * g.h, [&](int64_t i) {
+        const int64_t b = i / g.h, h = i % g.h;
+        const T* s = spatial + i * g.p;
+        for (int64_t c = 0; c < g.c; ++c) {
+            const int64_t at = g.plane(b, c, h);
+            const T* x = f + at;
+            T* y = out + at;
+            const T w = alpha[(b * g.c + c) * g.h + h];
+#pragma omp simd
+            for (int64_t p = 0; p < g.p; ++p) y[p] = x[p] - s[p] * (w * x[p]);
+        }
+    });
+}
+
+// The gradient of the gate: df = dout - alpha_s alpha_c dout (written), dalpha_s = -sum_c alpha_c f dout
+// (written), dalpha_c = -sum_p alpha_s f dout (written).
+template <typename T>
+void gate_backward(const Geometry& g, int64_t workers, const T* f, const T* alpha, const T* spatial, const T* dout,
+                   T* df, T* dspatial, T* dalpha) {
+    parallel(workers, g.b * g.h, [&](int64_t i) {
+        const int64_t b = i / g.h, h = i % g.h;
+        const T* s = spatial + i * g.p;
+        T* ds = dspatial + i * g.p;
+#pragma omp simd
+        for (int64_t p = 0; p < g.p; ++p) ds[p] = 0;
+        for (int64_t c = 0; c < g.c; ++c) {
+            const int64_t at = g.plane(b, c, h);
+            const T* x = f + at;
+            const T* dy = dout + at;
+            T* d = df + at;
+            const int64_t k = (b * g.c + c) * g.h + h;
+            const T w = alpha[k];
+            T total = 0;
+#pragma omp simd reduction(+ : total)
+            for (int64_t p = 0; p < g.p; ++p) {
+                const T wdy = w * dy[p];
+                d[p] = dy[p] - s[p] * wdy;
+                ds[p] -= wdy * x[p];
+                total += s[p] * x[p] * dy[p];
+            }
+            dalpha[k] = -total;
+        }
+    });
+}
+
+}  // namespace
+
+// C entry points for ctypes, one per kernel and dtype: geometry {B, C, H, P}, threads, then the tensors.
+#define AAGC_INPUT_EXPORT(T, suffix)                                                                           \
+    extern "C" void input_spatial_stats_##suffix(const int64_t* g, int64_t w, const T* f, T* mean, T* peak,    \
+                                                 int64_t* where) {                                            \
+        spatial_stats<T>(Geometry(g), w, f, mean, peak, where);                                               \
+    }                                                                                                         \
+    extern "C" void input_spatial_stats_backward_##suffix(const int64_t* g, int64_t w, const T* dmean,         \
+                                                          const T* dpeak, const int64_t* where, T* df) {      \
+        spatial_stats_backward<T>(Geometry(g), w, dmean, dpeak, where, df);                                   \
+    }                                                                                                         \
+    extern "C" void input_channel_stats_##suffix(const int64_t* g, int64_t w, const T* f, const T* alpha,      \
+                                                 T* mean, T* peak, uint8_t* winner) {                         \
+        channel_stats<T>(Geometry(g), w, f, alpha, mean, peak, winner);                                       \
+    }                                                                                                         \
+    extern "C" void input_channel_stats_backward_##suffix(const int64_t* g, int64_t w, const T* f,             \
+                                                          const T* alpha, const uint8_t* winner,              \
+                                                          const T* dmean, const T* dpeak, T* df, T* dalpha) { \
+        channel_stats_backward<T>(Geometry(g), w, f, alpha, winner, dmean, dpeak, df, dalpha);                \
+    }                                                                                                         \
+    extern "C" void input_gate_##suffix(const int64_t* g, int64_t w, const T* f, const T* alpha,               \
+                                        const T* spatial, T* out) {                                           \
+        gate<T>(Geometry(g), w, f, alpha, spatial, out);                                                      \
+    }                                                                                                         \
+    extern "C" void input_gate_backward_##suffix(const int64_t* g, int64_t w, const T* f, const T* alpha,      \
+                                                 const T* spatial, const T* dout, T* df, T* dspatial,         \
+                                                 T* dalpha) {                                                 \
+        gate_backward<T>(Geometry(g), w, f, alpha, spatial, dout, df, dspatial, dalpha);                      \
+    }
+
+AAGC_INPUT_EXPORT(float, f32)
+AAGC_INPUT_EXPORT(double, f64)

@@ -1,0 +1,121 @@
+"""alpha_F's big-tensor steps in compiled CPU kernels (``input_attention_kernels.cpp``), with their autograd.
+
+alpha_F attends to a layer's input f: alpha_c from each channel's spatial mean and max, a = alpha_c f,
+alpha_s from the mean and max of a over channels, and ``f - alpha_s a``. Everything f-sized (the statistics,
+the gate and their gradients) runs in the kernels, three passes forward and three backward; the small
+networks in between (the channel MLP, the spatial convolution) stay in PyTorch, built forward as small graphs
+of their own and differentiated inside this function's backward pass. The result equals
+``AttentiveLayer.attend`` up to the order of the additions in the statistics (tested in float64), and
+gradients reach the same maxima (ties go to the first, as torch.max).
+
+Used where the kernels build (see ``native.build_library``) and the tensors are float32 or float64 on the CPU;
+elsewhere the layers run their PyTorch path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from pathlib import Path
+
+import torch
+
+from .channel import InputChannelAttention
+from .native import build_library
+from .parts import AttentionParts
+from .spatial import InputSpatialAttention
+
+__all__ = ["supported", "attend"]
+
+SOURCE = Path(__file__).with_name("input_attention_kernels.cpp")
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+
+
+def supported(layer, f: torch.Tensor) -> bool:
+    """Whether :func:`attend` covers this layer and input: alpha_F with both parts, statistics-based spatial
+    attention, at most 256 channels (the winning channel is kept in a byte), float32/64 on the CPU."""
+    return (isinstance(layer.channel_attention, InputChannelAttention)
+            and isinstance(layer.spatial_attention, InputSpatialAttention) and layer.spatial_attention.statistics
+            and f.device.type == "cpu" and f.dtype in _SUFFIX and f.shape[1] <= 256
+            and build_library(SOURCE) is not None)
+
+
+def _run(name: str, geometry: torch.Tensor, *tensors: torch.Tensor) -> None:
+    function = getattr(build_library(SOURCE), f"{name}_{_SUFFIX[tensors[0].dtype]}")
+    function(ctypes.c_void_p(geometry.data_ptr()), ctypes.c_int64(torch.get_num_threads()),
+             *(ctypes.c_void_p(t.data_ptr()) for t in tensors))
+
+
+def attend(layer, f: torch.Tensor) -> tuple[torch.Tensor, AttentionParts]:
+    """``layer.attend(f)`` through the kernels (see :func:`supported`).
+
+    Shape: f planar ``(B, C, X, Y)`` or group ``(B, C, G, X, Y)`` -> the attended f, same shape, and the parts
+    as the PyTorch path gives them.
+    """
+    planar = f.dim() == 4
+    b, c, plane = f.shape[0], f.shape[1], f.shape[-2:]
+    h = 1 if planar else f.shape[2]
+    params = [*layer.channel_attention.parameters(), *layer.spatial_attention.parameters()]
+    graph = torch.is_grad_enabled() and (f.requires_grad or any(p.requires_grad for p in params))
+    flat = f.contiguous().view(b, c, h, -1)  # (B, C, H, P)
+    out, channel, spatial = _InputAttention.apply(flat, layer, graph, tuple(plane), *params)
+    parts = AttentionParts(channel.view(b, c, *(() if planar else (h,)), 1, 1),
+                           spatial.view(b, 1, *(() if planar else (h,)), *plane), layer.attention_group_axes)
+    return out.view(f.shape), parts
+
+
+class _InputAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, f, layer, graph, plane, *params):
+        b, c, h, p = f.shape
+        planar = layer.channel_attention.group is None
+        geometry = torch.tensor([b, c, h, p], dtype=torch.int64)
+        mean, peak = f.new_empty(b, c, h), f.new_empty(b, c, h)
+        where = torch.empty(b, c, h, dtype=torch.int64)
+        _run("input_spatial_stats", geometry, f, mean, peak, where)
+        building = torch.enable_grad() if graph else contextlib.nullcontext()
+        with building:
+            # Leaves of the small graphs, differentiated in backward.
+            mean, peak = (t.view(b, c) if planar else t for t in (mean, peak))  # (B, C[, H])
+            mean.requires_grad_(graph)
+            peak.requires_grad_(graph)
+            alpha_c = layer.channel_attention.from_statistics(mean, peak)
+        channel = alpha_c.detach().reshape(b, c, h).contiguous()  # einsum may hand out a permuted view
+        mean_c, peak_c = f.new_empty(b, h, p), f.new_empty(b, h, p)  # the mean and max of a over c
+        winner = torch.empty(b, h, p, dtype=torch.uint8)
+        _run("input_channel_stats", geometry, f, channel, mean_c, peak_c, winner)
+        with building:
+            stacked = torch.stack((mean_c, peak_c), dim=1).view(b, 2, *(() if planar else (h,)), *plane)
+            stacked.requires_grad_(graph)
+            alpha_s = layer.spatial_attention.from_statistics(stacked)  # (B, 1[, H], X, Y)
+        spatial = alpha_s.detach().reshape(b, h, p).contiguous()
+        out = torch.empty_like(f)
+        _run("input_gate", geometry, f, channel, spatial, out)
+        if graph:
+            ctx.save_for_backward(f, channel, spatial, where, winner)
+            ctx.small = (mean, peak, alpha_c, stacked, alpha_s)
+            ctx.counts = (len(list(layer.channel_attention.parameters())), len(params))
+            ctx.params = params
+        ctx.mark_non_differentiable(channel, spatial)
+        return out, channel, spatial
+
+    @staticmethod
+    def backward(ctx, grad_out, _channel, _spatial):
+        f, channel, spatial, where, winner = ctx.saved_tensors
+        mean, peak, alpha_c, stacked, alpha_s = ctx.small
+        n_channel, _ = ctx.counts
+        b, c, h, p = f.shape
+        geometry = torch.tensor([b, c, h, p], dtype=torch.int64)
+        grad_f, grad_spatial, grad_channel = torch.empty_like(f), f.new_empty(b, h, p), f.new_empty(b, c, h)
+        _run("input_gate_backward", geometry, f, channel, spatial, grad_out.contiguous(), grad_f, grad_spatial,
+             grad_channel)
+        spatial_params = ctx.params[n_channel:]
+        grad_stacked, *grad_spatial_params = torch.autograd.grad(
+            alpha_s, [stacked, *spatial_params], grad_spatial.view_as(alpha_s), allow_unused=True)
+        grad_stacked = grad_stacked.reshape(b, 2, h, p)
+        _run("input_channel_stats_backward", geometry, f, channel, winner, grad_stacked[:, 0].contiguous(),
+             grad_stacked[:, 1].contiguous(), grad_f, grad_channel)
+        grad_mean, grad_peak, *grad_channel_params = torch.autograd.grad(
+            alpha_c, [mean, peak, *ctx.params[:n_channel]], grad_channel.view_as(alpha_c), allow_unused=True)
+        _run("input_spatial_stats_backward", geometry, grad_mean.contiguous(), grad_peak.contiguous(), where, grad_f)
+        return (grad_f, None, None, None, *grad_channel_params, *grad_spatial_params)

@@ -1,0 +1,112 @@
+"""alpha_F through the compiled kernels (models/attention/input_native.py) equals the PyTorch path in float64:
+outputs, attention parts and every gradient, with ties (ReLU zeros) sent to the same maxima."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from models import build_model
+from models.attention import input_native
+from models.attention.channel import InputChannelAttention
+from models.attention.input_attentive_conv import InputAttentiveGroupConv, InputAttentiveLiftingConv
+from models.attention.spatial import InputSpatialAttention
+
+pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
+                                reason="no C++ compiler here to build the alpha_F kernels")
+
+
+def pytorch_path(monkeypatch):
+    monkeypatch.setattr(input_native, "supported", lambda *args: False)
+
+
+def layer(group: str, lifting: bool, channels: int = 6, dilation: int = 2) -> torch.nn.Module:
+    channel = InputChannelAttention(channels, 2, group=None if lifting else group)
+    spatial = InputSpatialAttention(group, 5, lifting=lifting, dilation=dilation)
+    cls = InputAttentiveLiftingConv if lifting else InputAttentiveGroupConv
+    return cls(group, channels, 4, 3, channel_attention=channel, spatial_attention=spatial).double()
+
+
+def run(module, x):
+    """Output, parts and the gradients of a fixed random functional of the output wrt x and every parameter."""
+    module.zero_grad()
+    x = x.clone().requires_grad_()
+    out, parts = module.attend(x)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
+    (out * weights).sum().backward()
+    return out.detach(), parts, x.grad, {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("group", ["p4", "p4m"])
+@pytest.mark.parametrize("lifting", [True, False], ids=["lifting", "group"])
+@pytest.mark.parametrize("ties", [False, True], ids=["random", "relu_zeros"])
+@pytest.mark.parametrize("channels", [3, 6])  # 3: a one-unit MLP, whose einsum hands out a permuted view
+def test_kernels_equal_the_pytorch_path(group, lifting, ties, channels, monkeypatch):
+    torch.manual_seed(0)
+    module = layer(group, lifting, channels)
+    shape = (3, channels, 11, 13) if lifting else (3, channels, 8 if group == "p4m" else 4, 11, 13)
+    x = torch.randn(shape, dtype=torch.float64)
+    if ties:  # a post-ReLU input: many zeros, whole planes of them, so that maxima tie
+        x = torch.relu(x)
+        x[0, 1] = 0
+    assert input_native.supported(module, x)
+    out, parts, grad_x, grads = run(module, x)
+    pytorch_path(monkeypatch)
+    out_ref, parts_ref, grad_x_ref, grads_ref = run(module, x)
+    torch.testing.assert_close(out, out_ref, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(parts.channel, parts_ref.channel, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(parts.spatial, parts_ref.spatial, rtol=1e-12, atol=1e-14)
+    assert parts.group_axes == parts_ref.group_axes
+    torch.testing.assert_close(grad_x, grad_x_ref, rtol=1e-10, atol=1e-12, msg="input gradient")
+    assert grads.keys() == grads_ref.keys() and len(grads) == 3  # both MLP weights and the spatial filter
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_the_alpha_f_densenet_equals_the_pytorch_path(monkeypatch):
+    """The issue's criterion: logits (and every gradient) of fa_p4m_densenet in float64, kernels against PyTorch."""
+    torch.manual_seed(0)
+    model = build_model("fa_p4m_densenet").double().train()
+    x = torch.randn(2, 3, 96, 96, dtype=torch.float64)
+
+    def step():
+        model.zero_grad()
+        torch.manual_seed(1)
+        logits = model(x)
+        logits.pow(2).sum().backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    logits, grads = step()
+    pytorch_path(monkeypatch)
+    logits_ref, grads_ref = step()
+    assert ((logits - logits_ref).abs().max() / logits_ref.abs().max()).item() < 1e-12
+    for name, grad in grads.items():
+        error = ((grad - grads_ref[name]).abs().max() / grads_ref[name].abs().max().clamp_min(1e-300)).item()
+        assert error < 1e-9, f"{name}: relative gradient error {error:.2g}"
+
+
+def test_inference_without_gradients_gives_the_same_maps():
+    torch.manual_seed(0)
+    module = layer("p4m", False)
+    x = torch.randn(2, 6, 8, 9, 9, dtype=torch.float64)
+    with torch.inference_mode():
+        out, parts = module.attend(x)
+    assert not out.requires_grad
+    with torch.no_grad():
+        out_ref, parts_ref = super(InputAttentiveGroupConv, module).attend(x)  # AttentiveLayer's PyTorch path
+    torch.testing.assert_close(out, out_ref, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(parts.effective(), parts_ref.effective(), rtol=1e-12, atol=1e-14)
+
+
+def test_not_supported_outside_its_cases():
+    module = layer("p4m", False)
+    x = torch.zeros(1, 6, 8, 5, 5, dtype=torch.float64)
+    assert input_native.supported(module, x)
+    assert not input_native.supported(module, x.half())
+    assert not input_native.supported(module, x.to("meta"))
+    assert not input_native.supported(layer("p4m", False, channels=300), torch.zeros(1, 300, 8, 5, 5))
+    rotation = build_model("arh_p4cnn").c1  # alpha_RH: spatial attention from all channels, no channel part
+    assert rotation.channel_attention is None and not input_native.supported(rotation, torch.zeros(1, 1, 9, 9))
