@@ -31,7 +31,10 @@ __all__ = [
     "lifting_filters",
     "group_filters",
     "lifting_conv",
+    "lifting_bank",
     "group_conv",
+    "group_bank",
+    "group_conv_bank",
     "LiftingConv",
     "GroupConv",
 ]
@@ -84,10 +87,17 @@ def lifting_conv(
     Shape: x ``(B, C_in, X, Y)``, weight ``(C_out, C_in, k, k)`` ->
     ``(B, C_out, G, X', Y')``.
     """
+    out = conv2d(x, lifting_bank(weight, group), stride, padding, dilation)
+    return out.view(x.shape[0], weight.shape[0], group.order, *out.shape[-2:])  # (B, C_out, G, X', Y')
+
+
+def lifting_bank(weight: torch.Tensor, group: Group) -> torch.Tensor:
+    """The planar filter bank a lifting convolution runs.
+
+    Shape: ``(C_out, C_in, k, k)`` -> ``(C_out * G, C_in, k, k)``.
+    """
     c_out, c_in, k, _ = weight.shape
-    filters = lifting_filters(weight, group).reshape(c_out * group.order, c_in, k, k)
-    out = conv2d(x, filters, stride, padding, dilation)
-    return out.view(x.shape[0], c_out, group.order, *out.shape[-2:])  # (B, C_out, G, X', Y')
+    return lifting_filters(weight, group).reshape(c_out * group.order, c_in, k, k)
 
 
 def group_conv(
@@ -103,12 +113,29 @@ def group_conv(
     Shape: x ``(B, C_in, G, X, Y)``, weight ``(C_out, C_in, G, k, k)`` ->
     ``(B, C_out, G, X', Y')``.
     """
+    return group_conv_bank(x, group_bank(weight, group), stride, padding, dilation)
+
+
+def group_bank(weight: torch.Tensor, group: Group) -> torch.Tensor:
+    """The planar filter bank a group convolution runs, times the Haar weight.
+
+    Shape: ``(C_out, C_in, G, k, k)`` -> ``(C_out * G, C_in * G, k, k)``.
+    """
     c_out, c_in, n, k, _ = weight.shape
     # The Haar weight scales the filters, which are far smaller than the output.
-    filters = group_filters(weight * group.haar_measure, group).reshape(c_out * n, c_in * n, k, k)
-    planar = x.reshape(x.shape[0], c_in * n, *x.shape[-2:])  # (B, C_in * G, X, Y)
-    out = conv2d(planar, filters, stride, padding, dilation)
-    return out.view(x.shape[0], c_out, n, *out.shape[-2:])  # (B, C_out, G, X', Y')
+    return group_filters(weight * group.haar_measure, group).reshape(c_out * n, c_in * n, k, k)
+
+
+def group_conv_bank(x: torch.Tensor, bank: torch.Tensor, stride: int = 1, padding: int = 0,
+                    dilation: int = 1) -> torch.Tensor:
+    """A group convolution with its filter bank already expanded (:func:`group_bank`).
+
+    Shape: x ``(B, C_in, G, X, Y)``, bank ``(C_out * G, C_in * G, k, k)`` -> ``(B, C_out, G, X', Y')``.
+    """
+    n = x.shape[2]
+    planar = x.reshape(x.shape[0], -1, *x.shape[-2:])  # (B, C_in * G, X, Y)
+    out = conv2d(planar, bank, stride, padding, dilation)
+    return out.view(x.shape[0], bank.shape[0] // n, n, *out.shape[-2:])  # (B, C_out, G, X', Y')
 
 
 def uniform_init_(weight: torch.Tensor, fan_in: int, wscale: float) -> None:
@@ -157,6 +184,7 @@ class PooledConv2d(nn.Conv2d):
 class _GConvBase(nn.Module):
     def __init__(self, group, in_channels, out_channels, kernel_size, stride, padding, dilation, pool):
         super().__init__()
+        self._bank_cache = None  # (key, filter bank) of the last expansion without gradients
         self.group = get_group(group)
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -165,6 +193,23 @@ class _GConvBase(nn.Module):
         self.padding = padding
         self.dilation = dilation
         self.pool = pool
+
+    def filter_bank(self) -> torch.Tensor:
+        """The weight expanded over the group into one planar filter bank (``lifting_bank``/``group_bank``).
+
+        Without gradients (eval, inference) the bank is kept and reused until the weight changes: the key is the
+        weight's storage, version counter (bumped by every in-place change: optimiser steps, ``load_state_dict``),
+        dtype and device. With gradients it is expanded on every call, so that they flow back to the weight.
+        """
+        if torch.is_grad_enabled():
+            return self._expand(self.weight)
+        w = self.weight
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        cached = self._bank_cache
+        if cached is None or cached[0] != key:
+            cached = (key, self._expand(w))
+            self._bank_cache = cached  # one assignment: sessions sharing the model read a whole pair
+        return cached[1]
 
     @property
     def pointwise(self) -> bool:
@@ -205,8 +250,12 @@ class LiftingConv(_GConvBase):
             )
         return convolve_and_pool(self._convolve, x, self.pool, self.pointwise)
 
+    def _expand(self, weight: torch.Tensor) -> torch.Tensor:
+        return lifting_bank(weight, self.group)
+
     def _convolve(self, x: torch.Tensor) -> torch.Tensor:
-        return lifting_conv(x, self.weight, self.group, self.stride, self.padding, self.dilation)
+        out = conv2d(x, self.filter_bank(), self.stride, self.padding, self.dilation)
+        return out.view(x.shape[0], self.out_channels, self.group.order, *out.shape[-2:])  # (B, C_out, G, X', Y')
 
 
 class GroupConv(_GConvBase):
@@ -228,8 +277,11 @@ class GroupConv(_GConvBase):
         check_group_input(x, self.in_channels, self.group, type(self).__name__)
         return convolve_and_pool(self._convolve, x, self.pool, self.pointwise)
 
+    def _expand(self, weight: torch.Tensor) -> torch.Tensor:
+        return group_bank(weight, self.group)
+
     def _convolve(self, x: torch.Tensor) -> torch.Tensor:
-        return group_conv(x, self.weight, self.group, self.stride, self.padding, self.dilation)
+        return group_conv_bank(x, self.filter_bank(), self.stride, self.padding, self.dilation)
 
 
 def check_group_input(x: torch.Tensor, channels: int, group: Group, who: str) -> None:

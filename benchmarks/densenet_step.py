@@ -1,0 +1,144 @@
+"""The PCam DenseNets before and after the speed work, side by side in one run: training step, inference batch,
+peak memory.
+
+    python -m benchmarks.densenet_step [--baseline 4ba8abb] [--models densenet p4m_densenet fa_p4m_densenet]
+        [--batch 64] [--threads 2] [--repeats 3] [--rounds 2] [--json out.json]
+
+"Before" is the ``models`` package of a baseline commit (default: the code before the speed work), extracted
+with ``git archive`` into a temporary folder; "after" is this tree's. Every measurement runs in a fresh process
+(this file with ``--worker``) with the one package on its path: a training step (forward, cross-entropy,
+backward; median of ``--repeats`` after one warm-up) and an inference batch (eval mode, ``inference_mode``),
+each with the process's peak RSS above its baseline after building the model and the batch. Rounds alternate
+before and after, so that a machine whose speed drifts (other work, a training run beside it) affects both
+alike; the ratio of the medians over rounds is the figure to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Appended, not prepended: a worker's PYTHONPATH names the models package it measures, which must win.
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.train_step import describe_failure, max_rss_mib  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINE = "4ba8abb"  # main before the DenseNet speed work (2026-11-26)
+MODELS = ["densenet", "p4m_densenet", "fa_p4m_densenet"]
+MODES = ("train", "infer")
+
+
+def measure(name: str, mode: str, batch: int, threads: int, repeats: int) -> dict:
+    """One model's training step or inference batch, in this process (a worker)."""
+    import torch
+    import torch.nn.functional as F
+
+    import models
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = models.build_model(name).train(mode == "train")
+    x = torch.randn(batch, 3, 96, 96)
+    labels = torch.randint(0, 2, (batch,))
+    base = max_rss_mib()
+
+    def once() -> float:
+        model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        if mode == "train":
+            F.cross_entropy(model(x), labels).backward()
+        else:
+            with torch.inference_mode():
+                model(x)
+        return time.perf_counter() - start
+
+    once()  # warm-up: allocator pools, kernel builds, lazy initialisations
+    times = [once() for _ in range(repeats)]
+    return {"seconds": statistics.median(times), "times": times, "delta_mib": max_rss_mib() - base,
+            "models_from": str(Path(models.__file__).parent.parent)}
+
+
+def run_worker(code: Path, name: str, mode: str, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(code))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--mode", mode, "--batch",
+           str(args.batch), "--threads", str(args.threads), "--repeats", str(args.repeats)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=code)
+    if proc.returncode != 0:
+        return {"error": describe_failure(proc)}
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if Path(result["models_from"]).resolve() != code.resolve():
+        return {"error": f"the worker imported models from {result['models_from']}, not {code}"}
+    return result
+
+
+def extract(commit: str, into: Path) -> None:
+    """The ``models`` package of ``commit`` into folder ``into``."""
+    archive = subprocess.run(["git", "archive", commit, "models"], cwd=REPO, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", default=BASELINE, help="commit whose models package is 'before'")
+    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2, help="before/after pairs per model and mode")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(measure(args.worker, args.mode, args.batch, args.threads, args.repeats)))
+        return 0
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    print(f"before: models of {args.baseline} | after: this tree (HEAD {head.stdout.strip()}) | batch {args.batch} "
+          f"| threads {args.threads} | median of {args.repeats} per process, {args.rounds} alternating rounds | "
+          f"load avg {os.getloadavg()[0]:.1f}")
+    results = []
+    with tempfile.TemporaryDirectory() as scratch:
+        before = Path(scratch)
+        extract(args.baseline, before)
+        for name in args.models:
+            for mode in MODES:
+                runs = {"before": [], "after": []}
+                for _ in range(args.rounds):
+                    for label, code in (("before", before), ("after", REPO)):
+                        runs[label].append(run_worker(code, name, mode, args))
+                row = {"model": name, "mode": mode, "runs": runs}
+                failed = [r["error"] for rs in runs.values() for r in rs if "error" in r]
+                if failed:
+                    row["error"] = failed[0]
+                else:
+                    for label, rs in runs.items():
+                        row[f"{label}_s"] = statistics.median(r["seconds"] for r in rs)
+                        row[f"{label}_mib"] = max(r["delta_mib"] for r in rs)
+                    row["speedup"] = row["before_s"] / row["after_s"]
+                results.append(row)
+                print(line(row), flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1))
+    return 1 if any("error" in r for r in results) else 0
+
+
+def line(row: dict) -> str:
+    if "error" in row:
+        return f"{row['model']:16s} {row['mode']:5s} FAILED: {row['error']}"
+    return (f"{row['model']:16s} {row['mode']:5s} before {row['before_s']:7.3f} s {row['before_mib']:6.0f} MiB | "
+            f"after {row['after_s']:7.3f} s {row['after_mib']:6.0f} MiB | {row['speedup']:.2f}x faster")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
