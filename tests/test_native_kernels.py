@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from models.attention import native
+from models.native_build import build_library
 
 pytestmark = pytest.mark.skipif(
     shutil.which(os.environ.get("CXX", "g++")) is None, reason="no C++ compiler here to build the attention kernels"
@@ -152,25 +153,25 @@ def test_unavailable_on_other_dtypes_and_devices():
 def test_a_failed_build_warns_and_falls_back(tmp_path, monkeypatch):
     monkeypatch.setenv("AAGC_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
-    native.build_library.cache_clear()
+    build_library.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match="could not build the attention kernels"):
+        with pytest.warns(RuntimeWarning, match="could not build the kernels native_kernels.cpp"):
             assert native._library() is None
         assert not native.available(torch.zeros(1), channels=1)
         assert list(tmp_path.glob("*.so")) == []
     finally:
-        native.build_library.cache_clear()
+        build_library.cache_clear()
 
 
 def test_switched_off_by_environment(monkeypatch):
     monkeypatch.setenv("AAGC_NATIVE", "0")
-    native.build_library.cache_clear()
+    build_library.cache_clear()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert native._library() is None
     finally:
-        native.build_library.cache_clear()
+        build_library.cache_clear()
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
+from ..native_build import build_library
 from .channel import InputChannelAttention
-from .native import build_library
 from .parts import AttentionParts
 from .spatial import InputSpatialAttention
 

@@ -16,27 +16,18 @@ for the cores.
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..user_cache import cache_root
+from ..native_build import build_library
 
 __all__ = [
     "available", "spatial_max", "attention_branch", "branch_supported", "depthwise_pair", "depthwise_pair_supported",
 ]
 
 SOURCE = Path(__file__).with_name("native_kernels.cpp")
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++20", "-shared", "-fPIC"]
 LANES = 16  # filters per vector, as LANES in the C++ file
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _CTYPE = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}
@@ -52,48 +43,8 @@ def available(*tensors: torch.Tensor, channels: int = 1) -> bool:
     )
 
 
-def _cpu_signature() -> str:
-    # -march=native builds for this CPU: a cache shared by another CPU must not load it.
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-    except (OSError, StopIteration):
-        flags = ""
-    return platform.machine() + flags
-
-
 def _library() -> ctypes.CDLL | None:
     return build_library(SOURCE)
-
-
-@functools.cache
-def build_library(source: Path) -> ctypes.CDLL | None:
-    """The compiled C++ file ``source``, built on first use and cached (None: no compiler, a failed build, or
-    ``AAGC_NATIVE=0``)."""
-    if os.environ.get("AAGC_NATIVE", "1") == "0":
-        return None
-    compiler = shutil.which(os.environ.get("CXX", "g++"))
-    if compiler is None:
-        return None
-    digest = hashlib.sha256(source.read_bytes() + " ".join([compiler, *FLAGS, _cpu_signature()]).encode())
-    target = cache_root() / f"{source.stem}-{digest.hexdigest()[:16]}.so"
-    if not target.exists():
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            # Build beside the target and rename: concurrent first uses never load a half-written file.
-            with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-                built = Path(scratch) / target.name
-                subprocess.run([compiler, *FLAGS, str(source), "-o", str(built)], check=True, capture_output=True)
-                os.replace(built, target)
-        except (OSError, subprocess.CalledProcessError) as error:
-            detail = getattr(error, "stderr", b"") or b""
-            warnings.warn(
-                f"could not build the attention kernels {source.name} ({error}; "
-                f"{detail.decode(errors='replace')[-500:]}); using the slower PyTorch path",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            return None
-    return ctypes.CDLL(str(target))
 
 
 def _pointer(t: torch.Tensor | None):
