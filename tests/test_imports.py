@@ -11,7 +11,7 @@ import pytest
 
 from tools.architecture_diagram import BEGIN, END, diagram, longest_chain
 from tools.import_rules import describe_loop, import_cycles, rule_violations
-from tools.imports import PACKAGES, project_imports
+from tools.imports import PACKAGES, project_imports, project_modules
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,6 +28,18 @@ def test_every_import_follows_the_rule():
 def test_no_import_loops_anywhere():
     loops = _loops(project_imports(REPO))
     assert not loops, "import loops:\n" + "\n".join(loops)
+
+
+def _stale(root: Path) -> list[tuple[str, str]]:
+    """(where, named) of each import naming a project module or package that does not exist under ``root``."""
+    modules = project_modules(root)
+    known = {".".join(name.split(".")[:k]) for name in modules for k in range(1, name.count(".") + 2)}
+    return [(imp.where(), imp.named) for imp in project_imports(root) if imp.internal and imp.named not in known]
+
+
+def test_every_project_import_names_a_module_that_exists():
+    stale = [f"{where}: {named}" for where, named in _stale(REPO)]
+    assert not stale, "imports of project modules that do not exist:\n" + "\n".join(stale)
 
 
 def test_the_reader_sees_the_imports_the_app_is_known_to_have():
@@ -87,6 +99,12 @@ def test_planted_imports_against_the_rule_are_named(tmp_path):
     for start in expected:
         assert sum(v.startswith(start) for v in violations) == 1, (start, violations)
     assert len(violations) == len(expected), violations
+
+
+def test_a_stale_module_path_is_named(tmp_path):
+    root = _copy_project(tmp_path)
+    line = _plant(root / "benchmarks" / "region.py", "from app.region_cli import main  # noqa")
+    assert _stale(root) == [(f"benchmarks/region.py:{line}", "app.region_cli")]
 
 
 def test_the_architecture_diagram_is_current():

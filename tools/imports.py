@@ -33,12 +33,15 @@ class Import:
             else the top-level name of a third-party or standard module (``streamlit``, ``numpy``).
         path: the importing file, relative to the repository root (POSIX separators).
         line: the line of the import statement in that file.
+        named: the module the statement names, made absolute (``from ..analysis import compute`` names
+            ``app.analysis``; ``import numpy.linalg``, ``numpy.linalg``), to tell a stale path from a live one.
     """
 
     source: str
     target: str
     path: str
     line: int
+    named: str = ""
 
     @property
     def internal(self) -> bool:
@@ -108,14 +111,18 @@ def read_imports(path: Path, source: str, modules: dict[str, Path], root: Path) 
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            targets = [_resolve(alias.name, modules, tests) for alias in node.names]
+            named = [alias.name for alias in node.names]
+            targets = [_resolve(name, modules, tests) for name in named]
         elif isinstance(node, ast.ImportFrom):
             base = _base(node, source, path.name == "__init__.py")
+            named = [base] * len(node.names)
             targets = [_resolve(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base,
                                 modules, tests) for alias in node.names]
         else:
             continue
-        found.extend(Import(source, target, relative, node.lineno) for target in dict.fromkeys(targets))
+        named = [f"tests.{name}" if name.split(".")[0] in tests else name for name in named]
+        pairs = dict.fromkeys(zip(targets, named, strict=True))
+        found.extend(Import(source, target, relative, node.lineno, name) for target, name in pairs)
     return sorted(found, key=lambda imp: (imp.line, imp.target))
 
 
