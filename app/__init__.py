@@ -1,20 +1,14 @@
-"""The attention-map explorer: pure compute (this package, numpy in, numpy out) under a thin Streamlit UI.
+"""The attention-map explorer: a Streamlit page (``app/main.py``) over packages whose imports run one way.
 
-Modules, one concept each:
+* :mod:`app.analysis`: numbers from images and models (the batched forward pass, maps, proofs, Grad-CAM,
+  nuclei, checkpoints and images read in); imports :mod:`models` only;
+* :mod:`app.pictures`: what the numbers look like (arrow fields, colour ranges, plotly and PNG figures, the NPZ
+  export of what is drawn); imports :mod:`app.analysis`;
+* :mod:`app.gallery`: the built-in images and their manifest; its maker imports :mod:`app.analysis`;
+* :mod:`app.region`: a whole H&E region cell by cell, its pictures and ``python -m app.region``; imports the
+  three above;
+* :mod:`app.ui`: the Streamlit widgets and pages; imports everything above. ``app/main.py`` is the entry.
 
-* :mod:`app.images`: uploaded bytes -> float image in [0, 1], fitted to a model's input;
-* :mod:`app.transforms`: group elements and arbitrary rotations applied to image arrays;
-* :mod:`app.frames`: the model's input convention (normalisation, transposition) and
-  the way back from the network's frame to the user's image frame;
-* :mod:`app.reductions`: attention parts and feature maps -> one 2-D map per orientation;
-* :mod:`app.compute`: one batched forward pass for every group transform, the maps and
-  the live equivariance proof;
-* :mod:`app.angles`: the measured deviation for rotations by arbitrary angles;
-* :mod:`app.arrows`: arrow fields of orientation responses;
-* :mod:`app.figures`: PNG renderings (matplotlib, Agg) of maps and arrow fields;
-* :mod:`app.export`: NPZ export;
-* :mod:`app.cache`: a small LRU of analyses;
-* :mod:`app.checkpoints`: listing shipped checkpoints, loading uploaded ones.
-
-No module here imports Streamlit or :mod:`training`.
+Nothing imports upwards in that list, nothing outside :mod:`app.ui` and ``main.py`` imports Streamlit, and no
+module imports :mod:`training` (``tests/test_imports.py`` holds all of this; ``docs/architecture.md`` shows it).
 """

@@ -6,7 +6,7 @@ it is drawn; the main panel shows, for the image moved by the chosen group
 element (and optionally rotated by any angle), one attention map per
 orientation, the arrow fields of every transform, the live equivariance proof,
 the prediction, pathology mode for H&E models, and downloads. All numbers come
-from :func:`app.compute.analyse`, cached per (model, image, element, selections).
+from :func:`app.analysis.compute.analyse`, cached per (model, image, element, selections).
 """
 
 from __future__ import annotations
@@ -21,20 +21,20 @@ if __package__ in (None, ""):
 
 import streamlit as st  # noqa: E402
 
-from app.allocator import retain_freed_memory  # noqa: E402
-from app.angles import angle_deviation  # noqa: E402
-from app.cache import LRUCache, analysis_key, image_digest  # noqa: E402
-from app.checkpoints import CheckpointError, list_checkpoints  # noqa: E402
-from app.comparison import compare, comparison_pair, show_comparison  # noqa: E402
-from app.compute import Analysis, analyse, display_group  # noqa: E402
-from app.padding import constant_images, padding_borders  # noqa: E402
-from app.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
-from app.plots import image_rgb  # noqa: E402
-from app.reductions import MEANS  # noqa: E402
-from app.region_view import region_page  # noqa: E402
-from app.transforms import apply_element, rotate_by_angle  # noqa: E402
-from app.ui_inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
-from app.ui_views import (  # noqa: E402
+from app.analysis.allocator import retain_freed_memory  # noqa: E402
+from app.analysis.angles import angle_deviation  # noqa: E402
+from app.analysis.cache import LRUCache, analysis_key, image_digest  # noqa: E402
+from app.analysis.checkpoints import CheckpointError, list_checkpoints  # noqa: E402
+from app.analysis.compute import Analysis, analyse, display_group  # noqa: E402
+from app.analysis.padding import constant_images, padding_borders  # noqa: E402
+from app.analysis.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
+from app.analysis.reductions import MEANS  # noqa: E402
+from app.analysis.transforms import apply_element, rotate_by_angle  # noqa: E402
+from app.pictures.plots import image_rgb  # noqa: E402
+from app.ui.comparison import compare, comparison_pair, show_comparison  # noqa: E402
+from app.ui.inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
+from app.ui.region_page import region_page  # noqa: E402
+from app.ui.views import (  # noqa: E402
     arrow_layer_ui,
     display_ui,
     layer_ui,
@@ -88,7 +88,7 @@ def model_summary(loaded: LoadedModel) -> str:
 
 @st.cache_resource(max_entries=16)
 def padding_of(model_id: str, _loaded: LoadedModel) -> dict[str, int]:
-    """Once per model: every layer's padding border, measured on a constant image (:mod:`app.padding`)."""
+    """Once per model: every layer's padding border, measured on a constant image (:mod:`app.analysis.padding`)."""
     return padding_borders([analyse(_loaded.model, _loaded.card, image, 0, {})
                             for image in constant_images(_loaded.card)])
 

@@ -6,20 +6,20 @@ does for a new image in its default view, with the functions the UI calls and
 without Streamlit:
 
 * ``read``: the image's bytes decoded and fitted to the model's input
-  (:func:`app.images.read_image`, :func:`app.images.fit_to_model`);
+  (:func:`app.analysis.images.read_image`, :func:`app.analysis.images.fit_to_model`);
 * ``analyse``: one batched forward pass over every group transform, every
-  layer's maps and the proof (:func:`app.compute.analyse`);
-* ``maps``: the per-orientation panels of the default layer (:func:`app.plots.map_panels`);
+  layer's maps and the proof (:func:`app.analysis.compute.analyse`);
+* ``maps``: the per-orientation panels of the default layer (:func:`app.pictures.plots.map_panels`);
 * ``arrows``: the arrow field of that layer and its picture for every transform
-  (:func:`app.arrows.arrow_field`, :func:`app.ui_views.arrows_figure`);
-* ``proof``: the proof figure of the first non-identity transform (:func:`app.plots.proof_figure`);
+  (:func:`app.pictures.arrows.arrow_field`, :func:`app.ui.views.arrows_figure`);
+* ``proof``: the proof figure of the first non-identity transform (:func:`app.pictures.plots.proof_figure`);
 * ``prediction``: the probability chart, and the reliability diagram for pathology models;
 * ``serialise``: every plotly figure checked and turned into JSON as ``st.plotly_chart`` does.
 
 Besides, ``forward`` times the network's traced forward pass over the same
 batch on its own (not part of the total): the part of ``analyse`` that the app
 cannot make faster. The app keeps freed memory for reuse
-(:mod:`app.allocator`); ``default malloc`` times the same forward passes,
+(:mod:`app.analysis.allocator`); ``default malloc`` times the same forward passes,
 measured first in the same run, with glibc's default allocator.
 
 Every repeat uses a new image (a gallery image of the model's kind, shifted
@@ -63,16 +63,16 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import models  # noqa: E402
-from app.allocator import retain_freed_memory  # noqa: E402
-from app.arrows import arrow_field  # noqa: E402
-from app.compute import Analysis, analyse  # noqa: E402
-from app.frames import InputFrame  # noqa: E402
+from app.analysis.allocator import retain_freed_memory  # noqa: E402
+from app.analysis.compute import Analysis, analyse  # noqa: E402
+from app.analysis.frames import InputFrame  # noqa: E402
+from app.analysis.images import fit_to_model, read_image  # noqa: E402
+from app.analysis.pathology import is_pathology  # noqa: E402
 from app.gallery import list_gallery  # noqa: E402
-from app.images import fit_to_model, read_image  # noqa: E402
-from app.map_style import display_maps  # noqa: E402
-from app.pathology import is_pathology  # noqa: E402
-from app.plots import map_panels, probability_figure, proof_figure, reliability_figure  # noqa: E402
-from app.ui_views import (  # noqa: E402
+from app.pictures.arrows import arrow_field  # noqa: E402
+from app.pictures.map_style import display_maps  # noqa: E402
+from app.pictures.plots import map_panels, probability_figure, proof_figure, reliability_figure  # noqa: E402
+from app.ui.views import (  # noqa: E402
     Display,
     arrow_spacing,
     arrows_figure,

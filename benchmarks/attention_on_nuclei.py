@@ -4,11 +4,11 @@
         [--data-dir ../shared/data/pcam_subset] [--figure docs/attention_on_nuclei.png] [--write-card]
 
 For every test patch of the card's dataset (the fixed split of ``training.data.pcam_subset``), the app's own
-analysis (:func:`app.compute.analyse`, :func:`app.nuclei.attention_on_nuclei`) gives the rank correlation of the
-first attentive layer's effective map with haematoxylin, and its mean on tissue and on background. Prints mean,
-standard deviation and quartiles over the patches, and a line per attentive layer; ``--figure`` draws the
-distribution and six patches (image, haematoxylin, attention); ``--write-card`` stores the summary in the
-checkpoint's card (``attention_on_nuclei``), weights unchanged.
+analysis (:func:`app.analysis.compute.analyse`, :func:`app.analysis.nuclei.attention_on_nuclei`) gives the rank
+correlation of the first attentive layer's effective map with haematoxylin, and its mean on tissue and on
+background. Prints mean, standard deviation and quartiles over the patches, and a line per attentive layer;
+``--figure`` draws the distribution and six patches (image, haematoxylin, attention); ``--write-card`` stores the
+summary in the checkpoint's card (``attention_on_nuclei``), weights unchanged.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from app.compute import analyse
-from app.nuclei import attention_on_nuclei
+from app.analysis.compute import analyse
+from app.analysis.nuclei import attention_on_nuclei
 from models import load_checkpoint, save_checkpoint
 from training.data import load_dataset
 
 
 def measure(model, card: dict, images: np.ndarray) -> dict[str, list]:
-    """Every attentive layer's :class:`~app.nuclei.NucleiAttention` per ``(3, S, S)`` image in [0, 1], by layer
+    """Every attentive layer's :class:`~app.analysis.nuclei.NucleiAttention` per ``(3, S, S)`` image in [0, 1], by layer
     name in forward order (the first is the one the card reports), from one analysis per image."""
     by_layer = {}
     for image in images:

@@ -23,7 +23,7 @@ then checks that it got its own image and only its own:
 * the picture "as the model sees it" is closer to its own fitted image than to
   any other session's (mean absolute difference of the served JPEG);
 * the "Prediction" metric (class and ``p = ...`` to 3 decimals) is what
-  :func:`app.compute.analyse` computes offline for that exact image, with the
+  :func:`app.analysis.compute.analyse` computes offline for that exact image, with the
   checkpoint the app opens with.
 
 Measured: sessions served / N; per session, the time from the upload to its
@@ -32,7 +32,7 @@ image), to every panel drawn, and from opening the page to that (median, max);
 the wall time of the N sessions, the server's CPU time meanwhile and the whole
 machine's (the browser runs on the same machine: where the server's share is
 small, the times measure Chromium drawing N pages more than the app); how
-often the server loaded a checkpoint (the cached loader of :mod:`app.ui_inputs`
+often the server loaded a checkpoint (the cached loader of :mod:`app.ui.inputs`
 prints one ``loaded checkpoint PATH`` line per load, counted in the server's
 log: 1 means one model shared by every session); the server's memory (Linux
 ``/proc/PID/status``): peak RSS (``VmHWM``) after the warm-up session and at the
@@ -215,8 +215,8 @@ def count_loads(log: str) -> Counter:
 
 def opening_checkpoint(folder: Path):
     """The checkpoint entry the app opens with for ``folder`` (the app's own choice)."""
-    from app.checkpoints import list_checkpoints
-    from app.ui_inputs import default_checkpoint
+    from app.analysis.checkpoints import list_checkpoints
+    from app.ui.inputs import default_checkpoint
 
     entries = list_checkpoints(folder)
     if not entries:
@@ -247,12 +247,13 @@ def upload_pixels(index: int) -> tuple[np.ndarray, str]:
 def make_uploads(folder: Path, count: int, checkpoint: Path) -> list[Upload]:
     """Write ``count`` distinct PNGs into ``folder`` and compute what the app must show for each, offline.
 
-    The expected prediction goes through the app's own path: :func:`app.images.read_image` of the PNG's bytes,
-    :func:`app.images.fit_to_model` (resize, the app's default), :func:`app.compute.analyse` of the identity.
+    The expected prediction goes through the app's own path: :func:`app.analysis.images.read_image` of the PNG's
+    bytes, :func:`app.analysis.images.fit_to_model` (resize, the app's default), :func:`app.analysis.compute.analyse`
+    of the identity.
     """
-    from app.compute import analyse
-    from app.images import fit_to_model, read_image
-    from app.plots import image_rgb
+    from app.analysis.compute import analyse
+    from app.analysis.images import fit_to_model, read_image
+    from app.pictures.plots import image_rgb
     from models import load_checkpoint
 
     model, card = load_checkpoint(checkpoint)

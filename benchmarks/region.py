@@ -7,7 +7,7 @@ nominally ``--mpp`` 1 um/px; the patches are really at PCam's 0.972 um/px, a 3 %
 matter for timing. Almost all of it is tissue, so nearly every cell is evaluated (the paler patches leave a few
 cells under the tissue threshold; the table says how many): close to the worst case for a region of that size.
 
-:func:`app.region.evaluate_region` runs it with both methods, for two networks:
+:func:`app.region.evaluation.evaluate_region` runs it with both methods, for two networks:
 
 * the shipped attentive model (``--checkpoint``, by default ``fa_p4m_densenet``): ``"tiles"`` (the trunk once
   over tiles of ``--tile-cells`` cells) is not the model's own function there, since alpha_F's attention pools
@@ -22,7 +22,7 @@ cells under the tissue threshold; the table says how many): close to the worst c
 Each model and method runs in its own fresh process (this file with a hidden ``--worker`` flag), so that its
 peak memory is its own: the process's peak RSS (``getrusage``) and its RSS just after loading the model and
 building the region ("base"), their difference being what the evaluation needs. The workers keep freed memory
-for reuse as the app does (:mod:`app.allocator`). Before the timed call each runs one untimed evaluation of a
+for reuse as the app does (:mod:`app.analysis.allocator`). Before the timed call each runs one untimed evaluation of a
 160 x 160 corner (first-call allocations, lazy imports). Seconds are the wall time of the timed
 ``evaluate_region`` call; ms per cell divides it by the cells evaluated. The goal of region mode is a 2048 x
 2048 region in at most 30 s on a 2-core CPU; rows of that size say PASS or FAIL.
@@ -58,11 +58,11 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import models  # noqa: E402
-from app.frames import InputFrame  # noqa: E402
-from app.images import read_image  # noqa: E402
-from app.region import RegionError, evaluate_region  # noqa: E402
-from app.region_demo import pcam_test_mosaic, score_cells  # noqa: E402
-from app.transforms import apply_element  # noqa: E402
+from app.analysis.frames import InputFrame  # noqa: E402
+from app.analysis.images import read_image  # noqa: E402
+from app.analysis.transforms import apply_element  # noqa: E402
+from app.region.demo import pcam_test_mosaic, score_cells  # noqa: E402
+from app.region.evaluation import RegionError, evaluate_region  # noqa: E402
 from benchmarks.train_step import describe_failure, max_rss_mib  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -224,7 +224,7 @@ def run_worker(which: str, method: str, args: argparse.Namespace, folder: Path) 
 
 def worker_main(args: argparse.Namespace) -> int:
     """The worker: as the app runs (freed memory retained), one measurement; JSON on the last line of stdout."""
-    from app.allocator import retain_freed_memory
+    from app.analysis.allocator import retain_freed_memory
 
     retained = retain_freed_memory()
     torch.set_num_threads(args.threads)
@@ -294,7 +294,7 @@ def print_tables(runs: dict[tuple[str, str], dict], comparisons: list[dict]) -> 
 
 
 def mosaic_scores(checkpoint: str | Path, threads: int, tile_cells: int) -> dict:
-    """The attentive model on the PCam test mosaic (:mod:`app.region_demo`), both methods, scored against the truth.
+    """The attentive model on the PCam test mosaic (:mod:`app.region.demo`), both methods, scored against the truth.
 
     Crops evaluate each patch's centre cell in exactly that patch, so their AUC is the card's test AUC; tiles show
     what the shared trunk's different function does to the score.

@@ -4,8 +4,8 @@ import threading
 
 import numpy as np
 
-from app.cache import LRUCache, analysis_key, image_digest
-from app.reductions import MapSelection
+from app.analysis.cache import LRUCache, analysis_key, image_digest
+from app.analysis.reductions import MapSelection
 
 
 def test_keys_tell_images_elements_and_selections_apart():

@@ -11,8 +11,8 @@ from conftest import reference_path
 from test_app_compute import MAP_TOLERANCE, PROBABILITY_TOLERANCE, calibrated, card_for
 
 import models
-from app.checkpoints import CheckpointError, list_checkpoints, load_listed, load_uploaded_checkpoint
-from app.compute import analyse
+from app.analysis.checkpoints import CheckpointError, list_checkpoints, load_listed, load_uploaded_checkpoint
+from app.analysis.compute import analyse
 
 F_ATT_P4CNN = "checkpoints/model_f_att_p4cnn_optim_adam_lr_0.001_wd_0.0001_seed_0/model.pth"
 PCAM_DENSENET = (

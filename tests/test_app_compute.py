@@ -5,11 +5,11 @@ import pytest
 import torch
 
 import models
-from app.angles import angle_deviation
-from app.compute import analyse
-from app.frames import InputFrame, transpose_conjugation
-from app.reductions import MapSelection, reduce_attention
-from app.transforms import apply_element, rotate_by_angle
+from app.analysis.angles import angle_deviation
+from app.analysis.compute import analyse
+from app.analysis.frames import InputFrame, transpose_conjugation
+from app.analysis.reductions import MapSelection, reduce_attention
+from app.analysis.transforms import apply_element, rotate_by_angle
 
 # float32 round-off of these networks is about 1e-6 relative; 1e-4 leaves room and catches any real error.
 MAP_TOLERANCE = 1e-4

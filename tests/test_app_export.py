@@ -9,11 +9,11 @@ import torch
 from PIL import Image
 from test_app_compute import calibrated, card_for, random_image
 
-from app.arrows import MIN_LENGTH, arrow_field
-from app.compute import analyse
-from app.export import export_npz, read_npz
-from app.figures import render_arrow_field_png, render_map_png
-from app.reductions import MapSelection, upsample
+from app.analysis.compute import analyse
+from app.analysis.reductions import MapSelection, upsample
+from app.pictures.arrows import MIN_LENGTH, arrow_field
+from app.pictures.export import export_npz, read_npz
+from app.pictures.figures import render_arrow_field_png, render_map_png
 
 
 @pytest.fixture(scope="module")

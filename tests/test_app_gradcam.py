@@ -11,12 +11,12 @@ import torch
 from torch import nn
 
 import models
-from app.checkpoints import CheckpointEntry, list_checkpoints
-from app.comparison import compare, comparison_pair, format_deviation, relative_deviation
+from app.analysis.checkpoints import CheckpointEntry, list_checkpoints
+from app.analysis.gradcam import grad_cam, image_grad_cam
+from app.analysis.images import fit_to_model, read_image
+from app.analysis.transforms import apply_element
 from app.gallery import list_gallery
-from app.gradcam import grad_cam, image_grad_cam
-from app.images import fit_to_model, read_image
-from app.transforms import apply_element
+from app.ui.comparison import compare, comparison_pair, format_deviation, relative_deviation
 from models.network import Network, call
 
 REPO = Path(__file__).resolve().parents[1]
@@ -219,8 +219,8 @@ def comparison_page(plain_path: str, equivariant_path: str, image, element: int)
     from pathlib import Path
 
     import models
-    from app.comparison import show_comparison
-    from app.ui_inputs import LoadedModel
+    from app.ui.comparison import show_comparison
+    from app.ui.inputs import LoadedModel
 
     loaded = [LoadedModel(path, Path(path).stem, *models.load_checkpoint(path)) for path in (plain_path,
                                                                                             equivariant_path)]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.images import ImageError, fit_to_model, read_image, to_channels
+from app.analysis.images import ImageError, fit_to_model, read_image, to_channels
 
 FORMATS = {"PNG": {}, "JPEG": dict(quality=95), "TIFF": {}, "BMP": {}, "WEBP": dict(lossless=True)}
 # Which modes each format can store (as Pillow writes them).

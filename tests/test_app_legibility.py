@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from test_app_compute import calibrated, card_for
 
-from app.arrows import ARROW_MODES, MIN_LENGTH, arrow_field, cell_lengths
-from app.compute import LayerMaps, analyse
-from app.map_style import colour_range, display_maps, inside, overlay
-from app.padding import border_left_out, constant_images, layer_border, padding_borders
-from app.plots import map_panels
+from app.analysis.compute import LayerMaps, analyse
+from app.analysis.padding import border_left_out, constant_images, layer_border, padding_borders
+from app.pictures.arrows import ARROW_MODES, MIN_LENGTH, arrow_field, cell_lengths
+from app.pictures.map_style import colour_range, display_maps, inside, overlay
+from app.pictures.plots import map_panels
 
 
 def stroke_on_empty_right_half() -> np.ndarray:

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from test_app_compute import calibrated, card_for
 
-from app.compute import analyse
-from app.nuclei import MIN_BACKGROUND, attention_on_nuclei, spearman
+from app.analysis.compute import analyse
+from app.analysis.nuclei import MIN_BACKGROUND, attention_on_nuclei, spearman
 from models.stain import _box_mean, hed_to_rgb, region_tissue_mask, tissue_mask
 
 
@@ -96,7 +96,7 @@ def test_slow_definition_agrees_on_a_real_map(analysed):
 
 
 def test_test_set_summary_counts_only_patches_with_background():
-    from app.nuclei import NucleiAttention
+    from app.analysis.nuclei import NucleiAttention
     from benchmarks.attention_on_nuclei import layer_table, summarise
 
     empty = np.zeros((2, 2))

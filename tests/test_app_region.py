@@ -12,10 +12,12 @@ import pytest
 import torch
 
 import models
-from app.frames import InputFrame
+from app.analysis.frames import InputFrame
+from app.analysis.images import read_image
+from app.analysis.transforms import apply_element
 from app.gallery import list_gallery
-from app.images import read_image
-from app.region import (
+from app.region.demo import pcam_test_mosaic, roc_auc, score_cells, subset_folder
+from app.region.evaluation import (
     RegionError,
     cell_tissue,
     check_region,
@@ -25,8 +27,6 @@ from app.region import (
     tile_spans,
     to_model_scale,
 )
-from app.region_demo import pcam_test_mosaic, roc_auc, score_cells, subset_folder
-from app.transforms import apply_element
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"

@@ -12,10 +12,10 @@ from PIL import Image
 from test_app_region import mosaic_of
 
 import models
+from app.analysis.images import read_image
 from app.gallery import list_gallery
-from app.images import read_image
-from app.region import evaluate_region
-from app.region_plots import _cell_values, clicked_cell, region_figure
+from app.region.evaluation import evaluate_region
+from app.region.plots import _cell_values, clicked_cell, region_figure
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 AppTest = streamlit_testing.AppTest

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.transforms import apply_element, arrow_direction, rotate_by_angle
+from app.analysis.transforms import apply_element, arrow_direction, rotate_by_angle
 from models import P4M
 
 

@@ -22,10 +22,10 @@ from PIL import Image
 from test_app_compute import calibrated
 
 import models
-from app.compute import analyse
-from app.export import read_npz
+from app.analysis.compute import analyse
+from app.analysis.images import read_image
 from app.gallery import list_gallery, list_patches, list_regions
-from app.images import read_image
+from app.pictures.export import read_npz
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 AppTest = streamlit_testing.AppTest
@@ -284,9 +284,9 @@ def test_bad_checkpoints_show_messages(dev_folder, tmp_path, monkeypatch):
 
 
 def test_exports(dev_folder):
-    from app.arrows import arrow_field
-    from app.export import export_npz
-    from app.ui_views import Display, arrows_png, maps_png
+    from app.pictures.arrows import arrow_field
+    from app.pictures.export import export_npz
+    from app.ui.views import Display, arrows_png, maps_png
 
     model, card = models.load_checkpoint(dev_folder / "a_p4cnn_dev.safetensors")
     image = np.asarray(Image.open(list_gallery(kind="digit")[0].path), dtype=np.float32)[None] / 255

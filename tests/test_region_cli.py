@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.region_cli import main
+from app.region.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 GALLERY = REPO / "app" / "gallery"
@@ -169,14 +169,14 @@ def test_missing_output_folder_fails_before_the_work(mosaic, tmp_path, capsys):
 
 
 def test_default_checkpoint_is_the_shipped_he_model():
-    from app.region_cli import DEFAULT_CHECKPOINT
+    from app.region.cli import DEFAULT_CHECKPOINT
 
     assert (REPO / DEFAULT_CHECKPOINT).is_file()
 
 
 def _synthetic_result(rows: int, cols: int, evaluated: np.ndarray, p: np.ndarray, image: np.ndarray):
     """A RegionResult without a network: the image, the cells' probabilities and a matching attention map."""
-    from app.region import RegionResult, make_grid
+    from app.region.evaluation import RegionResult, make_grid
 
     grid = make_grid(rows, cols)
     top, left = grid.cell_origin(0, 0)
@@ -195,9 +195,9 @@ def test_render_puts_each_cell_on_its_pixels(show):
     """One evaluated cell, drawn opaque over white: its colour covers exactly its 32 x 32 pixels.
 
     A 600 x 600 region at dpi 100 is drawn one PNG pixel per image pixel, the image's corner at (75, 15)
-    (:data:`~app.region_figures.TOP_IN`, :data:`~app.region_figures.LEFT_IN`).
+    (:data:`~app.region.figures.TOP_IN`, :data:`~app.region.figures.LEFT_IN`).
     """
-    from app.region_figures import LEFT_IN, TOP_IN, render_region_png
+    from app.region.figures import LEFT_IN, TOP_IN, render_region_png
 
     rows = cols = 600
     grid_rows = grid_cols = (600 - 96) // 32 + 1
@@ -224,7 +224,7 @@ def test_render_puts_each_cell_on_its_pixels(show):
 
 
 def test_render_large_region_quickly():
-    from app.region_figures import _outline, render_region_png
+    from app.region.figures import _outline, render_region_png
 
     rows = cols = 2000
     grid_rows = grid_cols = (2000 - 96) // 32 + 1

@@ -5,6 +5,9 @@ See ``CREDITS.md`` and ``make_gallery.py``.
 for H&E images their micrometres per pixel and, where known, their true label.
 Regions (kind ``"region"``) are large images for a whole-region map, not model-sized
 patches: :func:`list_patches` leaves them out, :func:`list_regions` lists only them.
+
+May import: the standard library here; ``make_gallery`` (the script that made the files) also
+:mod:`app.analysis`. Never Streamlit, pictures, region mode or the UI: they list the gallery, not it them.
 """
 
 from __future__ import annotations

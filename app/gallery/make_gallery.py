@@ -8,7 +8,7 @@ Run from the repository root (each part is remade only when its source is given;
 
 Digits: eight MNIST test images (Yann LeCun and Corinna Cortes, CC BY-SA 3.0),
 drawn with a fixed seed, one per class 0-7, each rotated about its centre by
-a uniform random angle (bilinear, :func:`app.transforms.rotate_by_angle`), as
+a uniform random angle (bilinear, :func:`app.analysis.transforms.rotate_by_angle`), as
 rot-MNIST was built. Patches: six tumour and six normal PatchCamelyon patches
 (96 x 96, 0.972 um/px, CC0), drawn with a fixed seed from the test split that the
 shipped PCam-subset model's card lists (``dataset.test_files``), so that model never
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from app.transforms import rotate_by_angle
+from app.analysis.transforms import rotate_by_angle
 
 HERE = Path(__file__).resolve().parent
 SEED = 2020

@@ -27,7 +27,7 @@ alone, so no ``.grad`` is left on any parameter. The inputs are recorded by a
 callers of a shared model do not see each other.
 
 Group networks are refused: their attention maps already say where they look,
-and :mod:`app.compute` proves those maps move with the image.
+and :mod:`app.analysis.compute` proves those maps move with the image.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def image_grad_cam(
     """Grad-CAM of images in the app's terms: pixels in [0, 1] in the user's frame, maps back in that frame.
 
     The images are normalised (and transposed) as ``card["input"]`` says
-    (:class:`~app.frames.InputFrame`); the maps come back through the inverse,
+    (:class:`~app.analysis.frames.InputFrame`); the maps come back through the inverse,
     so they lie on the images as the user sees them.
 
     Args:

@@ -29,7 +29,7 @@ what the next layer sees either; the magnitude is the honest summary.)
 
 Means and channel choices treat every orientation alike, so they commute with
 the group action: reduce(g.f) = g.reduce(f). Choosing one input orientation
-does not (g re-indexes that axis too); the live proof in :mod:`app.compute`
+does not (g re-indexes that axis too); the live proof in :mod:`app.analysis.compute`
 therefore transforms the un-reduced parts and reduces afterwards, which is
 exact for every choice.
 """

@@ -1,7 +1,7 @@
 """Region mode from the command line: ``python -m app.region IMAGE --mpp 0.5 [options]``.
 
 Reads an H&E region (PNG, JPEG, TIFF, BMP, WebP; at most 4096 pixels a side), evaluates it cell by cell
-with a PCam model (:func:`app.region.evaluate_region`) and writes what was asked for: the tumour probability
+with a PCam model (:func:`app.region.evaluation.evaluate_region`) and writes what was asked for: the tumour probability
 heatmap as a PNG (``--out``), the first attention layer's map as a PNG (``--attention-out``), and the cells as
 an ``.npz`` (``--npz``). A short summary goes to stdout, progress to stderr. A region, scale, file or
 checkpoint that cannot be used ends with ``error: <message>`` on stderr and exit status 2, no traceback.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .images import FORMATS, ImageError, read_image
-from .region import MAX_SIDE, METHODS, RegionError, RegionResult
+from ..analysis.images import FORMATS, ImageError, read_image
+from .evaluation import MAX_SIDE, METHODS, RegionError, RegionResult
 
 __all__ = ["main", "build_parser", "DEFAULT_CHECKPOINT", "MAX_FILE_BYTES"]
 
@@ -74,9 +74,9 @@ def _read_region(path: str) -> np.ndarray:
 
 
 def _refuse_large(data: bytes) -> None:
-    """Refuse a side over :data:`~app.region.MAX_SIDE` from the header alone, with region mode's own message.
+    """Refuse a side over :data:`~app.region.evaluation.MAX_SIDE` from the header alone, with region mode's own message.
 
-    Anything the header peek cannot make sense of is left to :func:`~app.images.read_image`, which says what is
+    Anything the header peek cannot make sense of is left to :func:`~app.analysis.images.read_image`, which says what is
     wrong with the file.
     """
     from PIL import Image
@@ -173,8 +173,8 @@ def _run(args: argparse.Namespace) -> int:
     from models import load_checkpoint
     from models.checkpoint import CheckpointError
 
-    from .region import check_region, default_method, evaluate_region, first_attentive_layer
-    from .region_figures import render_region_png
+    from .evaluation import check_region, default_method, evaluate_region, first_attentive_layer
+    from .figures import render_region_png
 
     if args.threads is not None:
         if args.threads < 1:

@@ -33,8 +33,8 @@ import json
 
 import numpy as np
 
+from ..analysis.compute import Analysis
 from .arrows import ArrowField
-from .compute import Analysis
 
 __all__ = ["export_npz", "read_npz"]
 
@@ -49,7 +49,7 @@ def export_npz(
     """The analysis (or some of its layers) and an arrow field as NPZ bytes.
 
     Args:
-        analysis: from :func:`app.compute.analyse`.
+        analysis: from :func:`app.analysis.compute.analyse`.
         layers: layer names to include (attention and features of each); None for all.
         field: an arrow field to include, computed from layer ``field_layer``.
         field_layer: the layer the field belongs to, recorded in the metadata.

@@ -21,7 +21,7 @@ Tiles are laid out as a palindrome (their sizes read the same from either end), 
 maps onto itself under quarter turns and mirrors: in both ways the heatmap of g.region is g.heatmap(region)
 to round-off. Memory is bounded by one tile (or one batch of crops), whatever the region's size.
 
-Run ``python -m app.region IMAGE --mpp 0.5 --out heatmap.png --npz cells.npz`` for batch use (:mod:`app.region_cli`).
+Run ``python -m app.region IMAGE --mpp 0.5 --out heatmap.png --npz cells.npz`` for batch use (:mod:`app.region.cli`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from models import Network
 from models.attention.parts import AttentionParts, AttentiveLayer
 from models.stain import TISSUE_OD, optical_density
 
-from .frames import InputFrame
-from .pathology import CENTRE, is_pathology, model_microns_per_pixel
-from .reductions import reduce_attention
+from ..analysis.frames import InputFrame
+from ..analysis.pathology import CENTRE, is_pathology, model_microns_per_pixel
+from ..analysis.reductions import reduce_attention
 
 __all__ = ["RegionError", "RegionGrid", "RegionResult", "MAX_SIDE", "MPP_RANGE", "TISSUE_SHARE", "METHODS",
            "check_region", "to_model_scale", "make_grid", "tile_spans", "cell_tissue", "evaluate_region",
@@ -390,9 +390,3 @@ class _Runner:
 
     def probabilities(self) -> np.ndarray:
         return torch.softmax(torch.from_numpy(self.logits), dim=-1).numpy()
-
-
-if __name__ == "__main__":
-    from .region_cli import main
-
-    raise SystemExit(main())

@@ -4,8 +4,8 @@ Models are loaded once per process with ``st.cache_resource`` (eval mode, never
 modified afterwards; maps come out of the forward pass, nothing is stored on
 the module), keyed by the checkpoint's path and modification time, or by the
 upload's SHA-256. Decoded uploads and analyses live in small LRU caches
-(:mod:`app.cache`). Every bad file ends in ``st.error`` with the message of its
-:class:`~app.images.ImageError` or :class:`~models.CheckpointError`, and the
+(:mod:`app.analysis.cache`). Every bad file ends in ``st.error`` with the message of its
+:class:`~app.analysis.images.ImageError` or :class:`~models.CheckpointError`, and the
 function returns None so that the page says what to do instead of failing.
 """
 
@@ -22,16 +22,16 @@ import streamlit as st
 from models import Group, Network, list_models, load_checkpoint
 from models.reference_import import PAPER_NAMES
 
-from .cache import LRUCache, image_digest
-from .checkpoints import CheckpointEntry, CheckpointError, list_checkpoints, load_uploaded_checkpoint
-from .gallery import list_patches
-from .images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image, to_channels
-from .pathology import is_pathology, is_proxy
+from ..analysis.cache import LRUCache, image_digest
+from ..analysis.checkpoints import CheckpointEntry, CheckpointError, list_checkpoints, load_uploaded_checkpoint
+from ..analysis.images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image, to_channels
+from ..analysis.pathology import is_pathology, is_proxy
+from ..gallery import list_patches
 
 __all__ = ["LoadedModel", "ChosenImage", "default_checkpoint", "model_ui", "image_ui", "transform_ui",
            "checkpoint_folder", "load_entry", "NO_CHECKPOINT_HELP"]
 
-REGION_CELL_KEY = "region_cell"  # a cell the region view hands over (app.region_view.RegionCell)
+REGION_CELL_KEY = "region_cell"  # a cell the region view hands over (app.ui.region_page.RegionCell)
 REGION_CELL_SOURCE = "Cell from the region"
 IMAGE_TYPES = ["png", "jpg", "jpeg", "tif", "tiff", "bmp", "webp"]
 NO_CHECKPOINT_HELP = """**No model checkpoint found** in `{folder}/`.

@@ -14,11 +14,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import PathPatch
 from matplotlib.path import Path
 
+from ..analysis.images import to_channels
 from .arrows import ArrowField, PanelMosaic, arrow_polygons
-from .images import to_channels
 
 __all__ = ["render_map_png", "render_map_row_png", "render_arrow_field_png", "render_arrow_fields_png",
-           "ORIENTATION_COLOURS"]
+           "png_bytes", "ORIENTATION_COLOURS"]
 
 # One colour per orientation (tab10 without grey); mirrored ones are also drawn hollow.
 ORIENTATION_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22")
@@ -36,7 +36,8 @@ def _background(ax, image: np.ndarray | None, faded: bool = False) -> None:
     ax.imshow(np.clip(pixels, 0, 1), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
 
 
-def _png(fig: Figure, dpi: int) -> bytes:
+def png_bytes(fig: Figure, dpi: int) -> bytes:
+    """``fig`` as PNG bytes, drawn on its own Agg canvas; every PNG of the app (and region mode's) comes from here."""
     FigureCanvasAgg(fig)  # attaches the Agg canvas; no pyplot, no global state
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})  # zlib's fastest: 3x quicker
@@ -72,7 +73,7 @@ def render_map_png(
     fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04)
     ax.set_title(title, fontsize=9)
     ax.set_axis_off()
-    return _png(fig, dpi)
+    return png_bytes(fig, dpi)
 
 
 def _compound_path(polygons: np.ndarray) -> Path:
@@ -88,14 +89,14 @@ def render_arrow_fields_png(
 ) -> bytes:
     """The arrows of several transforms, each over its faded image, side by side in rows of ``columns``: one PNG.
 
-    One axes holds every panel (a :class:`~app.arrows.PanelMosaic`), one image all the
+    One axes holds every panel (a :class:`~app.pictures.arrows.PanelMosaic`), one image all the
     backgrounds and one compound path per orientation all its arrows, so that a p4m
     field of 8 x 144 x 8 arrows is one quick render. Solid arrows are rotations, hollow ones mirrored
     orientations; a full-length arrow (``lengths == 1``) reaches half a cell, so
     neighbouring cells never overlap.
 
     Args:
-        field: from :func:`app.arrows.arrow_field`.
+        field: from :func:`app.pictures.arrows.arrow_field`.
         images: ``(C, X, Y)`` in [0, 1] (or None: white) under each panel.
         titles: one per panel.
         transforms: index t into ``field.lengths`` of each panel; default ``0, 1, ...``.
@@ -123,7 +124,7 @@ def render_arrow_fields_png(
     ax.set_xlim(-0.5, mosaic.width - 0.5)
     ax.set_ylim(mosaic.height - 0.5, -0.5)  # rows grow downwards, as in the image
     ax.set_axis_off()
-    return _png(fig, dpi)
+    return png_bytes(fig, dpi)
 
 
 def render_arrow_field_png(
@@ -132,7 +133,7 @@ def render_arrow_field_png(
     """The arrows of one transform over its image (a 4-inch panel); see :func:`render_arrow_fields_png`.
 
     Args:
-        field: from :func:`app.arrows.arrow_field`.
+        field: from :func:`app.pictures.arrows.arrow_field`.
         transform: index t into ``field.lengths``.
         image: ``(C, X, Y)`` in [0, 1] or None.
         title: drawn above.
@@ -171,4 +172,4 @@ def render_map_row_png(
         ax.set_title(titles[p] if titles else "", fontsize=8)
         ax.set_axis_off()
     fig.colorbar(shown, ax=list(axes), fraction=0.02, pad=0.01)
-    return _png(fig, dpi)
+    return png_bytes(fig, dpi)

@@ -2,14 +2,14 @@
 
 For each model one spatial map per image, stretched over the image:
 
-* planar model: Grad-CAM (:mod:`app.gradcam`) on the last features of the network that
+* planar model: Grad-CAM (:mod:`app.analysis.gradcam`) on the last features of the network that
   still form a grid (Z2CNN: the 4 x 4 output of c6 after batch norm and ReLU, which c7
   reads), for the class it predicts on x, the same class for x and g.x;
 * equivariant model: the effective attention of its first attentive layer that has
   an orientation axis, averaged over the orientations (:func:`comparable_layer`).
   The mean over orientations is one map per image, like Grad-CAM, and it moves
   with the image like the image itself: g only re-indexes the orientations, which
-  a mean does not see. It comes from :func:`app.compute.analyse`, which already
+  a mean does not see. It comes from :func:`app.analysis.compute.analyse`, which already
   holds maps(g.x) and g.maps(x) for every element of the model's group.
 
 The deviation of a map under g is
@@ -35,14 +35,14 @@ import streamlit as st
 import models
 from models import Network
 
-from .checkpoints import CheckpointEntry
-from .compute import Analysis, LayerMaps, analyse
-from .gradcam import image_grad_cam
-from .plots import map_panels
-from .transforms import apply_element, element_name
+from ..analysis.checkpoints import CheckpointEntry
+from ..analysis.compute import Analysis, LayerMaps, analyse
+from ..analysis.gradcam import image_grad_cam
+from ..analysis.transforms import apply_element, element_name
+from ..pictures.plots import map_panels
 
 if TYPE_CHECKING:
-    from .ui_inputs import LoadedModel
+    from .inputs import LoadedModel
 
 __all__ = ["ComparedMaps", "Comparison", "compare", "comparable_layer", "relative_deviation", "comparison_pair",
            "format_deviation", "show_comparison"]
@@ -149,7 +149,7 @@ def compare(
         target: the class Grad-CAM explains, for x and g.x alike; None: the planar model's
             prediction on x.
         plain_layer: the convolution whose input Grad-CAM explains; None: the last one that reads
-            more than 1 x 1 positions (:func:`app.gradcam.default_layer`).
+            more than 1 x 1 positions (:func:`app.analysis.gradcam.default_layer`).
         equivariant_layer: the attention layer; None: :func:`comparable_layer`.
 
     Returns:
@@ -251,7 +251,7 @@ def _attentive(arch: str) -> bool:
 def comparison_pair(entries: list[CheckpointEntry]) -> tuple[CheckpointEntry, CheckpointEntry] | None:
     """A planar and an equivariant checkpoint trained on the same dataset, taking the same images, or None.
 
-    Among the readable entries of :func:`app.checkpoints.list_checkpoints`: the first planar
+    Among the readable entries of :func:`app.analysis.checkpoints.list_checkpoints`: the first planar
     one (by name) that has an equivariant partner; among its partners attentive ones first,
     then by name. For the shipped checkpoints: z2cnn_rot_mnist and a_p4cnn_rot_mnist.
     """

@@ -11,7 +11,7 @@ a colour means one value everywhere (and g.x's panels are g.x's panels moved):
   where), on a symmetric range of +- the 98th percentile of its size;
 - ``"full"``: attention on its whole [0, 1] scale, response strength from 0 to its maximum.
 
-Percentiles are taken inside the padding border (:mod:`app.padding`) when an inside is left, so the frame the
+Percentiles are taken inside the padding border (:mod:`app.analysis.padding`) when an inside is left, so the frame the
 zero padding leaves does not set the colours. Over the image, each pixel's colour is blended with an opacity
 that grows with the value (with its size, for deviations): where the map is low the image shows through, H&E
 in its own colours.
@@ -23,8 +23,8 @@ import functools
 
 import numpy as np
 
-from .compute import LayerMaps
-from .padding import border_left_out
+from ..analysis.compute import LayerMaps
+from ..analysis.padding import border_left_out
 
 __all__ = ["RANGE_MODES", "MPL_COLOUR_MAPS", "display_maps", "colour_range", "overlay", "colour_lut", "DIVERGING",
            "inside"]
@@ -65,7 +65,7 @@ def display_maps(layer: LayerMaps, size: int, mode: str, border: int = 0, transf
 
 def inside(values: np.ndarray, border: int) -> np.ndarray:
     """The pixels of ``(..., S, S)`` at least ``border`` from every edge (all of them when too little would be
-    left: :func:`app.padding.border_left_out`)."""
+    left: :func:`app.analysis.padding.border_left_out`)."""
     size = values.shape[-1]
     border = border_left_out(border, size)
     if not border:

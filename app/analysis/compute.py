@@ -4,15 +4,15 @@ For an image x (in the user's frame) and every element g of the model's group
 (p4 rotations for planar models, which have none), the network sees the batch
 of all g.x at once, under ``torch.inference_mode()``; the model is only read.
 Every attentive layer's effective attention and every convolution's features
-are reduced to one map per orientation (:mod:`app.reductions`) in the user's
-frame (:mod:`app.frames`).
+are reduced to one map per orientation (:mod:`app.analysis.reductions`) in the user's
+frame (:mod:`app.analysis.frames`).
 
 The proof compares, per layer and per g, maps(g.x) (what the network computed
 on the transformed image) with g.maps(x) (the maps of the original, moved by g:
 planes with the image, orientation axes re-indexed). g is applied to the
 un-reduced tensors (``Group.act`` with the parts' ``group_axes``) and the
 result reduced the same way, so the comparison is exact for every layer type
-and every :class:`~app.reductions.MapSelection`: an equivariant network shows
+and every :class:`~app.analysis.reductions.MapSelection`: an equivariant network shows
 round-off (about 1e-6 relative in float32); a planar network shows how far it
 is from equivariant.
 """
@@ -57,7 +57,7 @@ class LayerMaps:
     Attributes:
         name: the module's name in the network (e.g. ``"c2"``, ``"block_layers.0.conv"``).
         kind: ``"attention"`` or ``"features"``.
-        layout: attention layout (see :func:`app.reductions.attention_layout`),
+        layout: attention layout (see :func:`app.analysis.reductions.attention_layout`),
             ``"group_features"`` or ``"planar_features"``.
         description: what the maps show, one sentence.
         maps: ``(T, H, X, Y)`` maps(g.x) for the T group elements, H orientations (1 if none).
@@ -95,7 +95,7 @@ class LayerMaps:
     def upsampled(self, size: int, which: str = "maps") -> np.ndarray:
         """``maps``, ``expected`` or ``difference`` stretched over the ``size`` x ``size`` image.
 
-        Bilinear, ``align_corners=False`` (see :func:`app.reductions.upsample`). Shape ``(T, H, size, size)``.
+        Bilinear, ``align_corners=False`` (see :func:`app.analysis.reductions.upsample`). Shape ``(T, H, size, size)``.
         Computed once per (size, which): the page draws the same layer in several places. Read-only.
         """
         key = (size, which)
@@ -159,10 +159,10 @@ def analyse(
         card: its model card; ``card["input"]`` gives size, channels, mean, std and
             ``transposed``, and ``card.get("class_names")`` the labels.
         image: float ``(C, S, S)`` in [0, 1] in the user's frame, already fitted
-            (:func:`app.images.fit_to_model`).
+            (:func:`app.analysis.images.fit_to_model`).
         element: a group element applied to the image first (the user's transform).
         selections: attention layer name -> which channel / input orientation to show;
-            layers not named show means (:data:`app.reductions.MEANS`).
+            layers not named show means (:data:`app.analysis.reductions.MEANS`).
 
     Returns:
         An :class:`Analysis`; its transform t is element ``elements[t]`` applied to

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .gallery import list_gallery
-from .images import ImageError, read_image
+from ..analysis.images import ImageError, read_image
+from ..gallery import list_gallery
 
 __all__ = ["Mosaic", "CellScore", "pcam_test_mosaic", "score_cells", "roc_auc", "subset_folder", "PCAM_MPP"]
 

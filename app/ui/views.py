@@ -1,8 +1,8 @@
 """Streamlit views of one analysis: maps, arrow fields, the proof, the prediction, pathology mode, export.
 
 Each ``*_ui()`` draws widgets and returns their values; each ``show_*()`` draws
-figures built by :mod:`app.plots` and :mod:`app.figures` from an
-:class:`~app.compute.Analysis`. Nothing here computes beyond those calls.
+figures built by :mod:`app.pictures.plots` and :mod:`app.pictures.figures` from an
+:class:`~app.analysis.compute.Analysis`. Nothing here computes beyond those calls.
 """
 
 from __future__ import annotations
@@ -17,22 +17,23 @@ import streamlit as st
 
 from models import get_group
 
-from .angles import AngleDeviation
-from .arrows import ARROW_MODES, ArrowField, arrow_field
-from .compute import Analysis, LayerMaps
-from .export import export_npz
-from .figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
-from .map_style import DIVERGING, MPL_COLOUR_MAPS, RANGE_MODES, colour_range, display_maps
-from .nuclei import attention_on_nuclei
-from .padding import border_left_out
-from .pathology import (
+from ..analysis.angles import AngleDeviation
+from ..analysis.compute import Analysis, LayerMaps
+from ..analysis.nuclei import attention_on_nuclei
+from ..analysis.padding import border_left_out
+from ..analysis.pathology import (
     calibration_at,
     centre_region,
     is_pathology,
     model_microns_per_pixel,
     scale_bar_microns,
 )
-from .plots import (
+from ..analysis.reductions import MEANS, MapSelection
+from ..pictures.arrows import ARROW_MODES, ArrowField, arrow_field
+from ..pictures.export import export_npz
+from ..pictures.figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
+from ..pictures.map_style import DIVERGING, MPL_COLOUR_MAPS, RANGE_MODES, colour_range, display_maps
+from ..pictures.plots import (
     COLOUR_MAPS,
     PanelMarks,
     arrow_panels,
@@ -42,7 +43,6 @@ from .plots import (
     proof_figure,
     reliability_figure,
 )
-from .reductions import MEANS, MapSelection
 
 __all__ = ["Display", "STYLES", "proof_range", "default_arrow_key", "display_ui", "layer_ui", "selection_ui",
            "arrow_layer_ui", "show_maps", "show_arrows", "show_proof", "show_prediction", "show_calibration",
@@ -178,7 +178,7 @@ def panel_marks(card: dict, size: int, microns_per_pixel: float | None) -> Panel
 
 
 def _padding_everywhere(border: int, size: int, consequence: str) -> str:
-    """The caption's sentence for a border too wide to leave out (:func:`app.padding.border_left_out`)."""
+    """The caption's sentence for a border too wide to leave out (:func:`app.analysis.padding.border_left_out`)."""
     free = size - 2 * border
     where = (f"up to {border} px from the edge, leaving only the central {free} x {free} px free of it, too few to "
              "go by" if free > 0 else "at every position")

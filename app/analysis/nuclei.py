@@ -84,7 +84,7 @@ def attention_on_nuclei(analysis: Analysis, transform: int = 0, layer: str | Non
     """Measure the Fig. 5 claim on one transform of the analysed image (None: no attentive layer, or not RGB).
 
     Args:
-        analysis: from :func:`app.compute.analyse` on an RGB patch.
+        analysis: from :func:`app.analysis.compute.analyse` on an RGB patch.
         transform: which of the analysed transforms (0: the image as given).
         layer: an attentive layer's name (default: the first).
     """

@@ -17,10 +17,10 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-from .map_style import overlay
-from .plots import image_rgb
-from .region import RegionResult
-from .region_figures import ATTENTION_CMAP, PROBABILITY_CMAP, attention_range
+from ..pictures.map_style import overlay
+from ..pictures.plots import image_rgb
+from .evaluation import RegionResult
+from .figures import ATTENTION_CMAP, PROBABILITY_CMAP, attention_range
 
 __all__ = ["region_figure", "clicked_cell"]
 

@@ -5,7 +5,7 @@ its micrometres per pixel) and the method. The page shows the tumour-probability
 the first attention layer's map stitched across the region, with the mosaic's score against the true labels.
 Clicking a cell (or picking one of the most probable) opens its 96 x 96 context in the patch explorer, with
 everything the patch view has. Results are cached per (model, region, scale, method); at most
-``$APP_CONCURRENT_ANALYSES`` evaluations run at once across sessions (:class:`app.cache.LRUCache`).
+``$APP_CONCURRENT_ANALYSES`` evaluations run at once across sessions (:class:`app.analysis.cache.LRUCache`).
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ import streamlit as st
 
 from models import Group
 
-from .cache import LRUCache, image_digest
-from .compute import display_group
-from .gallery import list_regions
-from .images import FORMATS, MAX_UPLOAD_BYTES, ImageError, read_image
-from .pathology import model_microns_per_pixel
-from .region import MAX_SIDE, METHODS, RegionError, RegionResult, default_method, evaluate_region
-from .region_demo import pcam_test_mosaic, score_cells
-from .region_plots import clicked_cell, region_figure
-from .transforms import apply_element, element_name
-from .ui_inputs import IMAGE_TYPES, REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, decoded_images
+from ..analysis.cache import LRUCache, image_digest
+from ..analysis.compute import display_group
+from ..analysis.images import FORMATS, MAX_UPLOAD_BYTES, ImageError, read_image
+from ..analysis.pathology import model_microns_per_pixel
+from ..analysis.transforms import apply_element, element_name
+from ..gallery import list_regions
+from ..region.demo import pcam_test_mosaic, score_cells
+from ..region.evaluation import MAX_SIDE, METHODS, RegionError, RegionResult, default_method, evaluate_region
+from ..region.plots import clicked_cell, region_figure
+from .inputs import IMAGE_TYPES, REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, decoded_images
 
 __all__ = ["ChosenRegion", "RegionCell", "region_page", "REGION_CELL_KEY"]
 

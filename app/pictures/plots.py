@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from ..analysis.images import to_channels
+from ..analysis.padding import border_left_out
 from .arrows import ArrowField, PanelMosaic, arrow_polygons
 from .figures import ORIENTATION_COLOURS
-from .images import to_channels
 from .map_style import DIVERGING, MPL_COLOUR_MAPS, overlay
-from .padding import border_left_out
 
 __all__ = ["COLOUR_MAPS", "image_rgb", "map_panels", "proof_figure", "arrow_panels", "probability_figure",
            "reliability_figure", "nuclei_figure", "PanelMarks"]
@@ -113,7 +113,7 @@ def map_panels(
         maps: ``(P, S, S)``, already upsampled to the image.
         titles: one per panel.
         colorscale: plotly's name of the colour map (``MPL_COLOUR_MAPS`` gives matplotlib's), or ``DIVERGING``.
-        opacity: of the maps at the top of their range (``"overlay"``; see :func:`app.map_style.overlay`).
+        opacity: of the maps at the top of their range (``"overlay"``; see :func:`app.pictures.map_style.overlay`).
         zmin, zmax: the shared colour range.
         colour_title: the colour bar's title.
         marks: pathology marks for every panel.
@@ -122,7 +122,7 @@ def map_panels(
             ``"side"``: each row starts with the image and the maps follow, opaque.
         signed: the values are deviations (opacity grows with their size either way).
         border: the padding border in pixels, outlined (dotted) on every map when it is left out
-            (:func:`app.padding.border_left_out`).
+            (:func:`app.analysis.padding.border_left_out`).
         width_px: about the width the figure gets on the page, to keep its panels square.
     """
     if style not in ("overlay", "side"):
@@ -213,13 +213,13 @@ def proof_figure(
 def arrow_panels(field: ArrowField, images: np.ndarray, titles: list[str], *, columns: int = 4) -> go.Figure:
     """The arrow field of every transform side by side (rows of ``columns``), drawn by the browser.
 
-    One axes holds every panel (a :class:`~app.arrows.PanelMosaic`): the faded images are
+    One axes holds every panel (a :class:`~app.pictures.arrows.PanelMosaic`): the faded images are
     one ``go.Image``, and each orientation is one trace of filled (rotations) or outlined
     (mirrored orientations) arrow polygons over all panels, separated by gaps, in
     that orientation's colour. A full-length arrow reaches half a cell.
 
     Args:
-        field: from :func:`app.arrows.arrow_field`, T transforms.
+        field: from :func:`app.pictures.arrows.arrow_field`, T transforms.
         images: ``(T, C, S, S)`` in [0, 1], the transformed images.
         titles: one per transform.
     """

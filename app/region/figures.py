@@ -2,7 +2,7 @@
 
 One picture per call, in the image's own pixel coordinates at the model's scale (rows down): the region
 underneath, the per-cell map on top, each cell (i, j) covering exactly its 32 x 32 pixels
-(:meth:`~app.region.RegionGrid.cell_origin`), cells that were not evaluated left uncoloured so that the glass
+(:meth:`~app.region.evaluation.RegionGrid.cell_origin`), cells that were not evaluated left uncoloured so that the glass
 and tissue show through, an outline around the evaluated area, a colour bar, a scale bar in micrometres and a
 title naming the class and the method. Large regions are resampled to the figure's resolution before
 matplotlib sees them, so that a 2000 x 2000 region renders in about half a second.
@@ -19,11 +19,11 @@ from matplotlib.font_manager import FontProperties
 from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
 from PIL import Image
 
-from .figures import _png
-from .images import to_channels
-from .map_style import PERCENTILES
-from .pathology import scale_bar_microns
-from .region import RegionResult
+from ..analysis.images import to_channels
+from ..analysis.pathology import scale_bar_microns
+from ..pictures.figures import png_bytes
+from ..pictures.map_style import PERCENTILES
+from .evaluation import RegionResult
 
 __all__ = ["render_region_png", "SHOW", "PROBABILITY_CMAP", "ATTENTION_CMAP", "attention_range"]
 
@@ -114,7 +114,7 @@ def render_region_png(
     """The region with its per-cell tumour probability, or its stitched attention map, over it.
 
     Args:
-        result: from :func:`app.region.evaluate_region`.
+        result: from :func:`app.region.evaluation.evaluate_region`.
         show: ``"probability"`` (the last class, per cell, colours fixed at 0..1) or ``"attention"`` (the first
             attentive layer's map, colours over the 2nd to 98th percentile of its values in evaluated cells).
         dpi: resolution.
@@ -191,4 +191,4 @@ def render_region_png(
              f"method: {result.method} · {evaluated} of {total} cells evaluated (the others uncoloured) · "
              f"shown at the model's {result.model_microns_per_pixel:g} µm/px",
              ha="left", va="top", fontsize=8 * text, color="#333333")
-    return _png(fig, dpi)
+    return png_bytes(fig, dpi)

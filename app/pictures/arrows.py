@@ -2,7 +2,7 @@
 
 Orientation h of a group feature map is the response of the filter moved by
 group element h. Its arrow points where h sends an arrow pointing right
-(:func:`app.transforms.arrow_direction`): rotations k = 0..3 point right, up,
+(:func:`app.analysis.transforms.arrow_direction`): rotations k = 0..3 point right, up,
 left, down as displayed (90 k degrees counter-clockwise, the sense of
 ``torch.rot90``); the mirrored elements h = 4..7 reflect those in the
 horizontal axis and are flagged ``mirrored`` so that a drawing can tell them
@@ -29,8 +29,8 @@ commutes with moving cells and re-indexing orientations, so the field of g.x is
 the field of x moved by g, like the maps it comes from.
 :func:`arrow_polygons` gives each arrow's outline and :class:`PanelMosaic` lays
 panels out side by side; the page draws them with plotly
-(:func:`app.plots.arrow_panels`), the PNG export with matplotlib
-(:func:`app.figures.render_arrow_field_png`).
+(:func:`app.pictures.plots.arrow_panels`), the PNG export with matplotlib
+(:func:`app.pictures.figures.render_arrow_field_png`).
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .compute import LayerMaps
-from .images import to_channels
-from .padding import border_left_out
-from .reductions import upsample
-from .transforms import arrow_direction
+from ..analysis.compute import LayerMaps
+from ..analysis.images import to_channels
+from ..analysis.padding import border_left_out
+from ..analysis.reductions import upsample
+from ..analysis.transforms import arrow_direction
 
 __all__ = ["ArrowField", "arrow_field", "arrow_polygons", "PanelMosaic", "ARROW_MODES", "MIN_LENGTH",
            "cell_lengths"]
@@ -124,8 +124,8 @@ def arrow_field(
         mode: what a length shows, a key of ``ARROW_MODES``.
         min_length: arrows shorter than this fraction of full size are left out.
         border: cells whose centre lies within this many pixels of an edge get no arrows and do not set the
-            scale (the padding border of :mod:`app.padding`; none are left out when too few cells would be left,
-            :func:`app.padding.border_left_out`).
+            scale (the padding border of :mod:`app.analysis.padding`; none are left out when too few cells would
+            be left, :func:`app.analysis.padding.border_left_out`).
 
     Raises:
         ValueError: maps without orientations (planar layers, attention on the image); an unknown mode.
