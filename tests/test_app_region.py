@@ -14,9 +14,10 @@ import torch
 import models
 from app.analysis.frames import InputFrame
 from app.analysis.images import read_image
+from app.analysis.pcam_public import public_folder, test_patches
 from app.analysis.transforms import apply_element
 from app.gallery import list_gallery
-from app.region.demo import pcam_test_mosaic, roc_auc, score_cells, subset_folder
+from app.region.demo import MOSAIC_PATCHES, pcam_test_mosaic, roc_auc, score_cells
 from app.region.evaluation import (
     RegionError,
     cell_tissue,
@@ -191,7 +192,7 @@ def test_a_model_that_is_not_for_h_and_e_is_refused(shipped):
 
 def test_the_mosaic_puts_each_patch_centre_on_a_labelled_cell(shipped, tmp_path):
     _, card = shipped
-    mosaic = pcam_test_mosaic(card, folder=tmp_path)  # no subset there: the gallery's twelve patches
+    mosaic = pcam_test_mosaic(card, folder=tmp_path)  # no pcam_public there: the gallery's twelve patches
     gallery = {item.name: item for item in list_gallery(kind="he")}
     assert mosaic.image.shape == (3, 288, 384) and mosaic.labels.shape == (7, 10)
     assert (mosaic.labels >= 0).sum() == 12 and set(np.unique(mosaic.labels)) == {-1, 0, 1}
@@ -212,17 +213,24 @@ def test_roc_auc_counts_pairs_and_ties():
     assert (score.scored, score.tumour, score.normal, score.auc, score.accuracy) == (2, 1, 1, 1.0, 1.0)
 
 
-def test_the_mosaic_of_the_real_test_split_scores_what_the_card_says(shipped):
-    """Crops judge each patch centre in exactly its patch: the mosaic's AUC is the card's test AUC, to the digit."""
-    model, card = shipped
-    if not (subset_folder() / "labelled" / "labels.csv").is_file():
-        message = f"the PCam subset is not at {subset_folder()}"
+def test_the_mosaic_of_the_real_test_split_holds_400_labelled_test_patches(shipped):
+    """The default mosaic: 400 distinct patches of pcam_public's test split, each at its slot with its label."""
+    _, card = shipped
+    folder = public_folder()
+    if not (folder / "labels.csv").is_file():
+        message = f"pcam_public is not at {folder}"
         if os.environ.get("REQUIRE_REFERENCE") == "1":
             pytest.fail(message + "; REQUIRE_REFERENCE=1 makes this an error")
         pytest.skip(message)
+    truth = {p.file: p.label for p in test_patches(folder)}
     mosaic = pcam_test_mosaic(card)
-    assert mosaic.labelled.sum() == len(card["dataset"]["test_files"]) == 79
-    result = evaluate_region(model, card, mosaic.image, mosaic.microns_per_pixel, cells=mosaic.labelled)
-    score = score_cells(result.positive, mosaic.labels)
-    assert score.auc == pytest.approx(card["metrics"]["test_auc"], abs=1e-12)
-    assert 1 - score.accuracy == pytest.approx(card["metrics"]["test_error"], abs=1e-12)
+    assert mosaic.image.shape == (3, 20 * 96, 20 * 96) and mosaic.labelled.sum() == MOSAIC_PATCHES == 400
+    files = [f for f in mosaic.files.ravel() if f]
+    assert len(set(files)) == 400 and all(f.startswith("test/") and f in truth for f in files)
+    for r, c in ((0, 0), (7, 13), (19, 19)):
+        assert mosaic.labels[3 * r, 3 * c] == truth[mosaic.files[r, c]]
+        assert np.array_equal(mosaic.image[:, 96 * r:96 * (r + 1), 96 * c:96 * (c + 1)],
+                              read_image((folder / mosaic.files[r, c]).read_bytes()))
+    labels = mosaic.labels[mosaic.labelled]
+    assert 150 < (labels == 1).sum() < 250, "a random draw of a split that is about half tumour"
+    assert pcam_test_mosaic(card).files.tolist() == mosaic.files.tolist(), "the same mosaic every time"

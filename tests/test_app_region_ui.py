@@ -35,7 +35,7 @@ def png(array: np.ndarray) -> bytes:
 def region_app(monkeypatch, tmp_path) -> AppTest:
     """The app on the shipped checkpoints, region view; the mosaic from the gallery's twelve patches (fast)."""
     monkeypatch.setenv("APP_CHECKPOINTS", str(REPO / "checkpoints"))
-    monkeypatch.setenv("PCAM_SUBSET_DIR", str(tmp_path / "no_subset"))
+    monkeypatch.setenv("PCAM_PUBLIC_DIR", str(tmp_path / "no_pcam_public"))
     at = AppTest.from_file(MAIN, default_timeout=300).run()
     assert "pcam" in at.sidebar.selectbox(key="checkpoint").value.lower()
     at = at.sidebar.radio(key="view").set_value("Region").run()

@@ -28,8 +28,8 @@ def _save(path: Path, pixels: np.ndarray, mode: str | None = None) -> Path:
 @pytest.fixture(scope="module")
 def mosaic(tmp_path_factory) -> Path:
     """Four gallery patches (two normal, two tumour) in a 2 x 2 mosaic: 192 x 192 pixels at PCam's scale."""
-    names = ["pcam_normal_000233", "pcam_tumour_000002", "pcam_tumour_000154", "pcam_normal_000242"]
-    patches = [np.asarray(Image.open(GALLERY / f"{name}.png").convert("RGB")) for name in names]
+    names = ["pcam_normal_87ceb2985c", "pcam_tumour_0a5f22f6a5", "pcam_tumour_75c03b15de", "pcam_normal_8a0dfd41ee"]
+    patches = [np.asarray(Image.open(GALLERY / f"{name}.jpg").convert("RGB")) for name in names]
     pixels = np.concatenate([np.concatenate(patches[:2], axis=1), np.concatenate(patches[2:], axis=1)], axis=0)
     assert pixels.shape == (192, 192, 3)
     return _save(tmp_path_factory.mktemp("region") / "mosaic.png", pixels)

@@ -26,7 +26,7 @@ class GalleryItem:
     """One gallery image.
 
     Attributes:
-        path: the image file (PNG; JPEG for a region).
+        path: the image file (PNG digits; JPEG PCam patches, as found, and region).
         kind: ``"digit"``, ``"he"`` (a 96 x 96 PCam patch) or ``"region"`` (a large H&E image).
         caption: short description for the picker.
         source, credit: where it comes from.

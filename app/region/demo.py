@@ -1,36 +1,32 @@
 """Demo regions with known truth: a mosaic of held-out PCam test patches, scored cell by cell.
 
-The shipped PCam-subset model's card lists its test split (``dataset.test_files``): real PatchCamelyon patches
-it never trained on, each with a verified label (``../shared/data/pcam_subset``, see its README). Laid side by
-side, 96 x 96 each, they make a region whose grid puts one cell at the centre of every patch, seen in exactly
-that patch as its context: the cell PCam's label refers to. Those cells' truth is known, so the heatmap is
-scored (ROC AUC); the cells on the seams between patches have no label and are shown but not scored.
-
-The subset is read in place (``$PCAM_SUBSET_DIR``, by default ``../shared/data/pcam_subset`` from the working
-directory) and never copied. Where it is not reachable (e.g. in the Docker image) the mosaic is made of the
-twelve gallery patches, which come from the same test split.
+400 patches of PCam's test split (``../shared/data/pcam_public``, read in place through
+:mod:`app.analysis.pcam_public`, never copied), real patches with PCam's own test labels that no shipped H&E model
+trained on, laid side by side, 96 x 96 each, make a region whose grid puts one cell at the centre of every patch,
+seen in exactly that patch as its context: the cell PCam's label refers to. Those cells' truth is known, so the
+heatmap is scored (ROC AUC and accuracy); the cells on the seams between patches have no label and are shown
+but not scored. Where pcam_public is not reachable (e.g. in the Docker image) the mosaic is made of the twelve
+gallery patches, which come from the same test split.
 """
 
 from __future__ import annotations
 
-import csv
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..analysis.images import ImageError, read_image
+from ..analysis.pcam_public import PCAM_CREDIT, public_folder, test_patches
 from ..gallery import list_gallery
 
-__all__ = ["Mosaic", "CellScore", "pcam_test_mosaic", "score_cells", "roc_auc", "subset_folder", "PCAM_MPP"]
+__all__ = ["Mosaic", "CellScore", "pcam_test_mosaic", "score_cells", "roc_auc", "PCAM_MPP", "MOSAIC_PATCHES"]
 
 PCAM_MPP = 0.972
 PATCH = 96
 SEED = 2020
-PCAM_CREDIT = ("PatchCamelyon (Veeling et al., MICCAI 2018; Camelyon16 lymph-node slides), CC0 1.0, "
-               "via the public repository rayhanros2030/VLM_Captions_Explainability; labels by Kaggle id")
+MOSAIC_PATCHES = 400  # a 20 x 20 mosaic, 1920 x 1920 px: enough cells for AUC and accuracy to mean something
 
 
 @dataclass(frozen=True)
@@ -71,22 +67,15 @@ class CellScore:
                 f"accuracy {self.accuracy:.1%} at p = 0.5")
 
 
-def subset_folder() -> Path:
-    return Path(os.environ.get("PCAM_SUBSET_DIR", "../shared/data/pcam_subset"))
-
-
-def _subset_patches(card: dict, folder: Path) -> list[tuple[str, np.ndarray, int]] | None:
-    """The card's test patches read from the subset folder, or None where it or they are missing."""
-    names = (card.get("dataset") or {}).get("test_files")
-    labels_csv = folder / "labelled" / "labels.csv"
-    if not names or not labels_csv.is_file():
+def _public_patches(folder: Path, count: int, seed: int) -> list[tuple[str, np.ndarray, int]] | None:
+    """``count`` test patches of pcam_public drawn with ``seed``, or None where the folder or a patch is missing."""
+    patches = test_patches(folder)
+    if len(patches) < count:
         return None
-    with open(labels_csv, newline="") as f:
-        labels = {row["filename"]: int(row["label"]) for row in csv.DictReader(f)}
+    chosen = [patches[i] for i in sorted(np.random.default_rng(seed).choice(len(patches), count, replace=False))]
     try:
-        images = folder / "labelled" / "images"
-        return [(name, read_image((images / name).read_bytes()), labels[name]) for name in names]
-    except (OSError, KeyError, ImageError):
+        return [(p.file, read_image((folder / p.file).read_bytes()), p.label) for p in chosen]
+    except (OSError, ImageError):
         return None
 
 
@@ -96,23 +85,26 @@ def _gallery_patches(card: dict) -> list[tuple[str, np.ndarray, int]]:
             for item in list_gallery(kind="he") if item.label in classes]
 
 
-def pcam_test_mosaic(card: dict, folder: Path | None = None, seed: int = SEED) -> Mosaic:
-    """The model's held-out test patches in a near-square mosaic, in a fixed random order.
+def pcam_test_mosaic(card: dict, folder: Path | None = None, seed: int = SEED, count: int = MOSAIC_PATCHES) -> Mosaic:
+    """``count`` patches of PCam's test split in a near-square mosaic, drawn and placed in a fixed random order.
 
     Args:
-        card: the PCam model's card (``dataset.test_files``, ``class_names``).
-        folder: the PCam subset (default :func:`subset_folder`); the gallery's patches where it is unreachable.
+        card: the PCam model's card (``class_names``, for the gallery's labels).
+        folder: pcam_public (default :func:`~app.analysis.pcam_public.public_folder`); the gallery's twelve
+            patches where it is unreachable.
     """
-    folder = subset_folder() if folder is None else folder
-    patches = _subset_patches(card, folder)
+    folder = public_folder() if folder is None else folder
+    patches = _public_patches(folder, count, seed)
     if patches is not None:
-        source = f"the {len(patches)} test patches of the shipped model's split, read from {folder}. {PCAM_CREDIT}"
+        source = (f"{len(patches)} patches of PCam's test split drawn at random (seed {seed}) from the "
+                  f"{len(test_patches(folder)):,} in {folder}; no shipped H&E model trained on them. {PCAM_CREDIT}, "
+                  f"via the public repositories that pcam_public's labels.csv names")
     else:
         patches = _gallery_patches(card)
-        source = (f"the {len(patches)} gallery patches (the PCam subset is not reachable here), all from the shipped "
-                  f"model's test split. {PCAM_CREDIT}")
+        source = (f"the {len(patches)} gallery patches (pcam_public is not reachable here), all from PCam's test "
+                  f"split. {PCAM_CREDIT}")
     if not patches:
-        raise FileNotFoundError("no labelled PCam patches found, neither the subset nor the gallery")
+        raise FileNotFoundError("no labelled PCam patches found, neither pcam_public nor the gallery")
     order = np.random.default_rng(seed).permutation(len(patches))
     cols = math.ceil(math.sqrt(len(patches)))
     rows = math.ceil(len(patches) / cols)

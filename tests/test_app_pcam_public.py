@@ -1,0 +1,30 @@
+"""The app's reader of pcam_public's test split (app/analysis/pcam_public.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from app.analysis.pcam_public import public_folder, test_patches
+
+
+def test_the_real_test_split():
+    folder = public_folder()
+    if not (folder / "labels.csv").is_file():
+        message = f"pcam_public is not at {folder}"
+        if os.environ.get("REQUIRE_REFERENCE") == "1":
+            pytest.fail(message + "; REQUIRE_REFERENCE=1 makes this an error")
+        pytest.skip(message)
+    patches = test_patches(folder)
+    assert len(patches) == 1944 and sum(p.label for p in patches) == 953
+    assert all(p.file.startswith("test/") and (folder / p.file).is_file() for p in patches[:20])
+    assert patches[0].credit.startswith("PatchCamelyon") and "public repository" in patches[0].credit
+
+
+def test_missing_folder_gives_nothing_and_a_bad_header_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PCAM_PUBLIC_DIR", str(tmp_path / "nowhere"))
+    assert public_folder() == tmp_path / "nowhere" and test_patches() == []
+    (tmp_path / "labels.csv").write_text("file,label,split\ntest/a.jpg,1,test\n")
+    with pytest.raises(ValueError, match=r"labels\.csv lacks the column\(s\) encoding, near_uniform"):
+        test_patches(tmp_path)
