@@ -1,6 +1,6 @@
 """Region mode on CPU: seconds and peak memory of a whole H&E region, "tiles" against "crops", and how far apart.
 
-The region is real H&E: the 12 PCam patches of the gallery (``app/gallery/pcam_*.png``, 96 x 96 each) laid
+The region is real H&E: the 12 PCam patches of the gallery (``app/gallery/pcam_*``, 96 x 96 each) laid
 out in a fixed-seed random order, each turned by a random element of p4m (so that repeats are not identical),
 into a grid large enough for ``--side`` x ``--side`` pixels (default 2048), cropped to it. Its scale is
 nominally ``--mpp`` 1 um/px; the patches are really at PCam's 0.972 um/px, a 3 % difference that does not
@@ -61,6 +61,7 @@ import models  # noqa: E402
 from app.analysis.frames import InputFrame  # noqa: E402
 from app.analysis.images import read_image  # noqa: E402
 from app.analysis.transforms import apply_element  # noqa: E402
+from app.gallery import list_gallery  # noqa: E402
 from app.region.demo import pcam_test_mosaic, score_cells  # noqa: E402
 from app.region.evaluation import RegionError, evaluate_region  # noqa: E402
 from benchmarks.train_step import describe_failure, max_rss_mib  # noqa: E402
@@ -84,9 +85,9 @@ THRESHOLDS = (0.05, 0.1)
 
 def gallery_patches() -> list[np.ndarray]:
     """The gallery's PCam patches, ``(3, 96, 96)`` float32 in [0, 1], sorted by file name."""
-    paths = sorted(GALLERY.glob("pcam_*.png"))
+    paths = sorted((item.path for item in list_gallery(GALLERY, kind="he")), key=lambda path: path.name)
     if not paths:
-        raise FileNotFoundError(f"no pcam_*.png in {GALLERY}")
+        raise FileNotFoundError(f"no PCam patches in {GALLERY / 'gallery.json'}")
     return [read_image(path.read_bytes()) for path in paths]
 
 
