@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,8 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.append(str(Path(__file__).resolve().parent.parent))  # after the worker's PYTHONPATH (its models)
 
-from benchmarks.densenet_step import BASELINE, MODELS, extract  # noqa: E402
-from benchmarks.train_step import describe_failure  # noqa: E402
+from benchmarks.densenet_step import BASELINE, MODELS, build_step, extract, worker_result  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,26 +77,9 @@ def layer_times(model, step) -> dict[str, dict[str, float]]:
 
 def measure(name: str, mode: str, batch: int, threads: int, top: int) -> dict:
     """A worker: operator and layer profile of one model's training step or inference batch."""
-    import torch
-    import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile
 
-    import models
-
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    model = models.build_model(name).train(mode == "train")
-    x = torch.randn(batch, 3, 96, 96)
-    labels = torch.randint(0, 2, (batch,))
-
-    def step():
-        model.zero_grad(set_to_none=True)
-        if mode == "train":
-            F.cross_entropy(model(x), labels).backward()
-        else:
-            with torch.inference_mode():
-                model(x)
-
+    model, step = build_step(name, mode, batch, threads)
     step()
     start = time.perf_counter()
     step()
@@ -113,13 +94,8 @@ def measure(name: str, mode: str, batch: int, threads: int, top: int) -> dict:
 
 
 def run_worker(code: Path, name: str, mode: str, args) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(code))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--mode", mode, "--batch",
-           str(args.batch), "--threads", str(args.threads), "--top", str(args.top)]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=code)
-    if proc.returncode != 0:
-        return {"error": describe_failure(proc)}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return worker_result(code, str(Path(__file__).resolve()), name, "--mode", mode, "--batch", str(args.batch),
+                         "--threads", str(args.threads), "--top", str(args.top))
 
 
 def tables(name: str, mode: str, results: dict[str, dict]) -> list[str]:

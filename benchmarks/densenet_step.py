@@ -37,8 +37,9 @@ MODELS = ["densenet", "p4m_densenet", "fa_p4m_densenet"]
 MODES = ("train", "infer")
 
 
-def measure(name: str, mode: str, batch: int, threads: int, repeats: int) -> dict:
-    """One model's training step or inference batch, in this process (a worker)."""
+def build_step(name: str, mode: str, batch: int, threads: int):
+    """``(model, step)``: a fresh model and its training step (forward, cross-entropy, backward) or inference
+    batch (eval, ``inference_mode``) on a fixed random batch of 96 x 96 RGB patches."""
     import torch
     import torch.nn.functional as F
 
@@ -49,16 +50,28 @@ def measure(name: str, mode: str, batch: int, threads: int, repeats: int) -> dic
     model = models.build_model(name).train(mode == "train")
     x = torch.randn(batch, 3, 96, 96)
     labels = torch.randint(0, 2, (batch,))
-    base = max_rss_mib()
 
-    def once() -> float:
+    def step() -> None:
         model.zero_grad(set_to_none=True)
-        start = time.perf_counter()
         if mode == "train":
             F.cross_entropy(model(x), labels).backward()
         else:
             with torch.inference_mode():
                 model(x)
+
+    return model, step
+
+
+def measure(name: str, mode: str, batch: int, threads: int, repeats: int) -> dict:
+    """One model's training step or inference batch, in this process (a worker)."""
+    import models
+
+    _, step = build_step(name, mode, batch, threads)
+    base = max_rss_mib()
+
+    def once() -> float:
+        start = time.perf_counter()
+        step()
         return time.perf_counter() - start
 
     once()  # warm-up: allocator pools, kernel builds, lazy initialisations
@@ -67,15 +80,21 @@ def measure(name: str, mode: str, batch: int, threads: int, repeats: int) -> dic
             "models_from": str(Path(models.__file__).parent.parent)}
 
 
-def run_worker(code: Path, name: str, mode: str, args: argparse.Namespace) -> dict:
+def worker_result(code: Path, script: str, *worker_args: str) -> dict:
+    """Run ``script --worker ...`` in a fresh process whose ``models`` is the package in folder ``code``; its
+    last line of output, as JSON, or ``{"error": ...}``."""
     env = dict(os.environ, PYTHONPATH=str(code))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--mode", mode, "--batch",
-           str(args.batch), "--threads", str(args.threads), "--repeats", str(args.repeats)]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=code)
+    proc = subprocess.run([sys.executable, script, "--worker", *worker_args], check=False, capture_output=True,
+                          text=True, env=env, cwd=code)
     if proc.returncode != 0:
         return {"error": describe_failure(proc)}
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if Path(result["models_from"]).resolve() != code.resolve():
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_worker(code: Path, name: str, mode: str, args: argparse.Namespace) -> dict:
+    result = worker_result(code, str(Path(__file__).resolve()), name, "--mode", mode, "--batch", str(args.batch),
+                           "--threads", str(args.threads), "--repeats", str(args.repeats))
+    if "error" not in result and Path(result["models_from"]).resolve() != code.resolve():
         return {"error": f"the worker imported models from {result['models_from']}, not {code}"}
     return result
 

@@ -17,15 +17,20 @@ REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(os.environ.get("REFERENCE_DIR", REPO.parent / "shared" / "reference"))
 
 
-def reference_path(name: str) -> Path:
-    """Path of a reference file, skipping (or failing under REQUIRE_REFERENCE=1) when it is absent."""
-    path = REFERENCE / name
+def require_shared(path: Path, message: str) -> Path:
+    """``path`` when it exists; else skip with ``message``, or fail under REQUIRE_REFERENCE=1 (CI), where
+    ``../shared`` (the reference outputs and the real datasets) must be there."""
     if not path.exists():
-        message = f"reference file {path} not found (the paper's outputs live in ../shared/reference)"
         if os.environ.get("REQUIRE_REFERENCE") == "1":
             pytest.fail(message + "; REQUIRE_REFERENCE=1 makes this an error")
         pytest.skip(message)
     return path
+
+
+def reference_path(name: str) -> Path:
+    """Path of a reference file, skipping (or failing under REQUIRE_REFERENCE=1) when it is absent."""
+    path = REFERENCE / name
+    return require_shared(path, f"reference file {path} not found (the paper's outputs live in ../shared/reference)")
 
 
 @pytest.fixture(scope="session")

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from conftest import require_shared
 
 from app.analysis.pcam_public import public_folder, test_patches
 
 
 def test_the_real_test_split():
     folder = public_folder()
-    if not (folder / "labels.csv").is_file():
-        message = f"pcam_public is not at {folder}"
-        if os.environ.get("REQUIRE_REFERENCE") == "1":
-            pytest.fail(message + "; REQUIRE_REFERENCE=1 makes this an error")
-        pytest.skip(message)
+    require_shared(folder / "labels.csv", f"pcam_public is not at {folder}")
     patches = test_patches(folder)
     assert len(patches) == 1944 and sum(p.label for p in patches) == 953
     assert all(p.file.startswith("test/") and (folder / p.file).is_file() for p in patches[:20])

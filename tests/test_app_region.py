@@ -4,12 +4,12 @@ the model's own function, tiles are exact without attention, the mosaic is score
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import require_shared
 
 import models
 from app.analysis.frames import InputFrame
@@ -217,11 +217,7 @@ def test_the_mosaic_of_the_real_test_split_holds_400_labelled_test_patches(shipp
     """The default mosaic: 400 distinct patches of pcam_public's test split, each at its slot with its label."""
     _, card = shipped
     folder = public_folder()
-    if not (folder / "labels.csv").is_file():
-        message = f"pcam_public is not at {folder}"
-        if os.environ.get("REQUIRE_REFERENCE") == "1":
-            pytest.fail(message + "; REQUIRE_REFERENCE=1 makes this an error")
-        pytest.skip(message)
+    require_shared(folder / "labels.csv", f"pcam_public is not at {folder}")
     truth = {p.file: p.label for p in test_patches(folder)}
     mosaic = pcam_test_mosaic(card)
     assert mosaic.image.shape == (3, 20 * 96, 20 * 96) and mosaic.labelled.sum() == MOSAIC_PATCHES == 400

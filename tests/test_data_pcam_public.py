@@ -8,12 +8,12 @@ under REQUIRE_REFERENCE=1.
 from __future__ import annotations
 
 import csv
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require_shared
 from PIL import Image
 
 from training.data import DataError, load_dataset
@@ -24,11 +24,7 @@ HEADER = "file,label,split,encoding,kaggle_id,copies_found,near_uniform,source_r
 
 
 def public_folder() -> Path:
-    if not (PUBLIC / "labels.csv").is_file():
-        message = f"{PUBLIC} not found (34,673 real PCam patches live in ../shared/data/pcam_public)"
-        if os.environ.get("REQUIRE_REFERENCE") == "1":
-            pytest.fail(message + "; REQUIRE_REFERENCE=1 makes this an error")
-        pytest.skip(message)
+    require_shared(PUBLIC / "labels.csv", f"{PUBLIC} not found (real PCam patches live in ../shared/data/pcam_public)")
     return PUBLIC
 
 
