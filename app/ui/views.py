@@ -396,7 +396,7 @@ def show_true_label(card: dict, analysis: Analysis, true_label: str | None) -> N
     st.write(text)
     dataset = card.get("dataset") or {}
     if true_label and dataset.get("test_files"):
-        st.caption("Gallery PCam patches come from this model's test split: it never trained on them.")
+        st.caption("Gallery PCam patches come from PCam's test split: no shipped model trained on them.")
 
 
 def card_nuclei_summary(card: dict) -> str:
