@@ -167,17 +167,23 @@ def test_missing_corrupt_and_misshapen_images_are_named(small, real_rows, tmp_pa
 def test_a_few_training_steps_on_real_patches_write_a_card_naming_the_test_patches(small, tmp_path, monkeypatch):
     import json
 
+    import torch
+    from safetensors.torch import load_file
+
     from training.cli import main as cli_main
 
     monkeypatch.setenv("AAGC_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     assert cli_main(["train", "pcam_public", "--data-dir", str(small), "--out", str(out), "--model", "densenet",
                      "--epochs", "1", "--batch-size", "3", "--epoch-size", "6", "--augment", "group_stain_jpeg",
-                     "--eval-batch-size", "3", "--equivariance-images", "2", "--threads", "1"]) == 0
+                     "--eval-batch-size", "3", "--equivariance-images", "2", "--threads", "1",
+                     "--precision", "bf16"]) == 0
     card = json.loads((out / "best.json").read_text())
     assert card["dataset"]["name"] == "pcam_public" and card["dataset"]["splits"] == {"train": 3, "valid": 3,
                                                                                      "test": 3}
     assert card["dataset"]["test_files"] == [name for name in card["dataset"]["test_files"] if name.startswith("test/")]
     assert len(card["dataset"]["test_files"]) == 3 and card["metrics"]["test_count"] == 3
     assert card["training"]["config"]["augment"] == "group_stain_jpeg"
+    assert card["training"]["config"]["precision"] == "bf16"
+    assert all(t.dtype == torch.float32 for t in load_file(out / "best.safetensors").values() if t.is_floating_point())
     assert list((tmp_path / "cache").glob("pcam_public/pcam_public-*.npy")), "the decoded patches were cached"

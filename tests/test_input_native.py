@@ -110,3 +110,19 @@ def test_not_supported_outside_its_cases():
     assert not input_native.supported(layer("p4m", False, channels=300), torch.zeros(1, 300, 8, 5, 5))
     rotation = build_model("arh_p4cnn").c1  # alpha_RH: spatial attention from all channels, no channel part
     assert rotation.channel_attention is None and not input_native.supported(rotation, torch.zeros(1, 1, 9, 9))
+
+
+def test_under_bfloat16_autocast_the_attention_runs_in_float32():
+    """Training with --precision bf16 hands alpha_F bfloat16 inputs: attended in float32 through the kernels, with
+    the small networks in float32, it matches the float32 path on the same (bf16-rounded) input."""
+    torch.manual_seed(0)
+    module = layer("p4m", False).float()
+    x = torch.randn(2, 6, 8, 9, 9).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, parts = module.attend(x.requires_grad_())
+    assert out.dtype == torch.float32 and parts.channel.dtype == torch.float32
+    out.sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and module.channel_attention.weight_fc2.grad is not None
+    expected, expected_parts = super(InputAttentiveGroupConv, module).attend(x.detach().float())
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(parts.spatial, expected_parts.spatial, rtol=1e-5, atol=1e-6)

@@ -48,6 +48,9 @@ class TrainConfig:
         ema: when > 0, the decay per step of an exponential moving average of the weights and BatchNorm
             statistics; the average, not the last weights, is validated, selected and saved.
         dropout: overrides the model's dropout when set.
+        precision: ``fp32``, or ``bf16``: the training forward pass under autocast (convolutions and matrix
+            products in bfloat16; weights, gradients, optimiser, loss and every evaluation in float32): about twice
+            as fast for the p4m and planar DenseNets on CPUs with AVX-512 BF16, 1.36x for fa_p4m_densenet.
         seed: seeds initialisation, shuffling, augmentation and dropout (per epoch, so resuming repeats exactly).
         max_steps: stop after this many optimisation steps in all (0: no limit); for smoke runs.
         max_eval_batches: evaluate on at most this many batches per split (0: all); for smoke runs.
@@ -78,6 +81,7 @@ class TrainConfig:
     init_from: str = ""
     ema: float = 0.0
     dropout: float | None = None
+    precision: str = "fp32"
     seed: int = 0
     max_steps: int = 0
     max_eval_batches: int = 0
@@ -90,6 +94,7 @@ class TrainConfig:
             raise ValueError(f"optimizer must be 'adam' or 'sgd', not {self.optimizer!r}")
         augments = ("none", "flip_crop", "group_stain", "group_stain_strong", "group_stain_jpeg", "rotate", "redraw")
         for name, allowed in (("augment", augments), ("sampling", ("uniform", "weighted")),
+                              ("precision", ("fp32", "bf16")),
                               ("select_on", ("error", "nll", "auc", "last"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {getattr(self, name)!r}")

@@ -125,7 +125,8 @@ def train_one_epoch(
 
             images = redraw_rotation(torch.from_numpy(split.get_upright(indices)), augment_rng)
         labels = torch.from_numpy(labels).to(ctx.device)
-        logits = model(normalise(images))
+        with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            logits = model(normalise(images)).float()
         loss = F.cross_entropy(logits, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

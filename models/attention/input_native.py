@@ -33,10 +33,11 @@ _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 def supported(layer, f: torch.Tensor) -> bool:
     """Whether :func:`attend` covers this layer and input: alpha_F with both parts, statistics-based spatial
-    attention, at most 256 channels (the winning channel is kept in a byte), float32/64 on the CPU."""
+    attention, at most 256 channels (the winning channel is kept in a byte), float32/64 on the CPU (bfloat16, as
+    training under CPU autocast hands it, is attended in float32)."""
     return (isinstance(layer.channel_attention, InputChannelAttention)
             and isinstance(layer.spatial_attention, InputSpatialAttention) and layer.spatial_attention.statistics
-            and f.device.type == "cpu" and f.dtype in _SUFFIX and f.shape[1] <= 256
+            and f.device.type == "cpu" and f.dtype in (*_SUFFIX, torch.bfloat16) and f.shape[1] <= 256
             and build_library(SOURCE) is not None)
 
 
@@ -52,6 +53,8 @@ def attend(layer, f: torch.Tensor) -> tuple[torch.Tensor, AttentionParts]:
     Shape: f planar ``(B, C, X, Y)`` or group ``(B, C, G, X, Y)`` -> the attended f, same shape, and the parts
     as the PyTorch path gives them.
     """
+    if f.dtype == torch.bfloat16:
+        f = f.float()  # the kernels' dtype; the convolution after casts back under autocast
     planar = f.dim() == 4
     b, c, plane = f.shape[0], f.shape[1], f.shape[-2:]
     h = 1 if planar else f.shape[2]
@@ -64,6 +67,14 @@ def attend(layer, f: torch.Tensor) -> tuple[torch.Tensor, AttentionParts]:
     return out.view(f.shape), parts
 
 
+@contextlib.contextmanager
+def _small_graph(graph: bool):
+    """Where the channel MLP and the spatial convolution run: recording a graph when gradients are wanted, and in
+    the input's own precision whatever autocast says (their outputs feed the kernels)."""
+    with torch.enable_grad() if graph else contextlib.nullcontext(), torch.autocast("cpu", enabled=False):
+        yield
+
+
 class _InputAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, f, layer, graph, plane, *params):
@@ -73,8 +84,7 @@ class _InputAttention(torch.autograd.Function):
         mean, peak = f.new_empty(b, c, h), f.new_empty(b, c, h)
         where = torch.empty(b, c, h, dtype=torch.int64)
         _run("input_spatial_stats", geometry, f, mean, peak, where)
-        building = torch.enable_grad() if graph else contextlib.nullcontext()
-        with building:
+        with _small_graph(graph):
             # Leaves of the small graphs, differentiated in backward.
             mean, peak = (t.view(b, c) if planar else t for t in (mean, peak))  # (B, C[, H])
             mean.requires_grad_(graph)
@@ -84,7 +94,7 @@ class _InputAttention(torch.autograd.Function):
         mean_c, peak_c = f.new_empty(b, h, p), f.new_empty(b, h, p)  # the mean and max of a over c
         winner = torch.empty(b, h, p, dtype=torch.uint8)
         _run("input_channel_stats", geometry, f, channel, mean_c, peak_c, winner)
-        with building:
+        with _small_graph(graph):
             stacked = torch.stack((mean_c, peak_c), dim=1).view(b, 2, *(() if planar else (h,)), *plane)
             stacked.requires_grad_(graph)
             alpha_s = layer.spatial_attention.from_statistics(stacked)  # (B, 1[, H], X, Y)
