@@ -32,6 +32,7 @@ __all__ = [
     "group_filters",
     "lifting_conv",
     "lifting_bank",
+    "lifting_conv_bank",
     "group_conv",
     "group_bank",
     "group_conv_bank",
@@ -87,8 +88,7 @@ def lifting_conv(
     Shape: x ``(B, C_in, X, Y)``, weight ``(C_out, C_in, k, k)`` ->
     ``(B, C_out, G, X', Y')``.
     """
-    out = conv2d(x, lifting_bank(weight, group), stride, padding, dilation)
-    return out.view(x.shape[0], weight.shape[0], group.order, *out.shape[-2:])  # (B, C_out, G, X', Y')
+    return lifting_conv_bank(x, lifting_bank(weight, group), group.order, stride, padding, dilation)
 
 
 def lifting_bank(weight: torch.Tensor, group: Group) -> torch.Tensor:
@@ -98,6 +98,17 @@ def lifting_bank(weight: torch.Tensor, group: Group) -> torch.Tensor:
     """
     c_out, c_in, k, _ = weight.shape
     return lifting_filters(weight, group).reshape(c_out * group.order, c_in, k, k)
+
+
+def lifting_conv_bank(x: torch.Tensor, bank: torch.Tensor, order: int, stride: int = 1, padding: int = 0,
+                      dilation: int = 1) -> torch.Tensor:
+    """A lifting convolution with its filter bank already expanded (:func:`lifting_bank`) over a group of ``order``
+    elements.
+
+    Shape: x ``(B, C_in, X, Y)``, bank ``(C_out * G, C_in, k, k)`` -> ``(B, C_out, G, X', Y')``.
+    """
+    out = conv2d(x, bank, stride, padding, dilation)
+    return out.view(x.shape[0], bank.shape[0] // order, order, *out.shape[-2:])  # (B, C_out, G, X', Y')
 
 
 def group_conv(
@@ -254,8 +265,7 @@ class LiftingConv(_GConvBase):
         return lifting_bank(weight, self.group)
 
     def _convolve(self, x: torch.Tensor) -> torch.Tensor:
-        out = conv2d(x, self.filter_bank(), self.stride, self.padding, self.dilation)
-        return out.view(x.shape[0], self.out_channels, self.group.order, *out.shape[-2:])  # (B, C_out, G, X', Y')
+        return lifting_conv_bank(x, self.filter_bank(), self.group.order, self.stride, self.padding, self.dilation)
 
 
 class GroupConv(_GConvBase):

@@ -8,7 +8,7 @@ of their own and differentiated inside this function's backward pass. The result
 ``AttentiveLayer.attend`` up to the order of the additions in the statistics (tested in float64), and
 gradients reach the same maxima (ties go to the first, as torch.max).
 
-Used where the kernels build (see ``native.build_library``) and the tensors are float32 or float64 on the CPU;
+Used where the kernels build (see ``models.native_build``) and the tensors are float32 or float64 on the CPU;
 elsewhere the layers run their PyTorch path.
 """
 
@@ -104,7 +104,7 @@ class _InputAttention(torch.autograd.Function):
         if graph:
             ctx.save_for_backward(f, channel, spatial, where, winner)
             ctx.small = (mean, peak, alpha_c, stacked, alpha_s)
-            ctx.counts = (len(list(layer.channel_attention.parameters())), len(params))
+            ctx.n_channel = len(list(layer.channel_attention.parameters()))  # params: the channel part's first
             ctx.params = params
         ctx.mark_non_differentiable(channel, spatial)
         return out, channel, spatial
@@ -113,7 +113,7 @@ class _InputAttention(torch.autograd.Function):
     def backward(ctx, grad_out, _channel, _spatial):
         f, channel, spatial, where, winner = ctx.saved_tensors
         mean, peak, alpha_c, stacked, alpha_s = ctx.small
-        n_channel, _ = ctx.counts
+        n_channel = ctx.n_channel
         b, c, h, p = f.shape
         geometry = torch.tensor([b, c, h, p], dtype=torch.int64)
         grad_f, grad_spatial, grad_channel = torch.empty_like(f), f.new_empty(b, h, p), f.new_empty(b, c, h)

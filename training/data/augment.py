@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["flip_and_crop", "group_and_stain", "jpeg_recompress", "random_rotation", "redraw_rotation", "STRONG_STAIN",
-           "JPEG_QUALITIES"]
+__all__ = ["flip_and_crop", "group_and_stain", "jpeg_recompress", "jpeg_round_trip", "random_rotation",
+           "redraw_rotation", "STRONG_STAIN", "JPEG_QUALITIES"]
 
 # Stronger stain jitter, between the "HED-light" and "HED-strong" ranges of Tellez et al. (2019): slides differ
 # more in how much stain they took up than in their baseline.
@@ -95,12 +95,27 @@ def group_and_stain(images: torch.Tensor, generator: torch.Generator, scale: flo
     return torch.stack(moved)
 
 
+def jpeg_round_trip(pixels, **options):
+    """One ``(H, W, 3)`` uint8 image saved as JPEG by Pillow with ``options`` (``quality``, or ``qtables`` and
+    ``subsampling``) and decoded again: ``(H, W, 3)`` uint8."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", **options)
+    buffer.seek(0)
+    with Image.open(buffer) as decoded:
+        return np.asarray(decoded.convert("RGB"))
+
+
 def jpeg_recompress(images: torch.Tensor, generator: torch.Generator, probability: float = 0.5,
                     qualities: tuple[int, int] = JPEG_QUALITIES) -> torch.Tensor:
     """Compress each image as JPEG once more, with probability ``probability``, at a uniform quality in ``qualities``.
 
-    Pillow's encoder with its default 4:2:0 chroma subsampling, on the image rounded to 8 bits (as a scanner or an
-    upload would store it); the images left alone are returned unchanged.
+    Pillow's encoder with its default 4:2:0 chroma subsampling (:func:`jpeg_round_trip`), on the image rounded to
+    8 bits (as a scanner or an upload would store it); the images left alone are returned unchanged.
 
     Args:
         images: RGB ``(B, 3, H, W)`` in [0, 1], on the CPU.
@@ -109,11 +124,6 @@ def jpeg_recompress(images: torch.Tensor, generator: torch.Generator, probabilit
     Returns:
         ``(B, 3, H, W)``, same dtype; recompressed images on the 1/255 grid.
     """
-    import io
-
-    import numpy as np
-    from PIL import Image
-
     if images.ndim != 4 or images.shape[1] != 3:
         raise ValueError(f"images must be RGB (B, 3, H, W), got shape {tuple(images.shape)}")
     b = images.shape[0]
@@ -122,11 +132,7 @@ def jpeg_recompress(images: torch.Tensor, generator: torch.Generator, probabilit
     out = images.clone()
     for i in (i for i in range(b) if chosen[i]):
         pixels = (images[i] * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()  # (H, W, 3)
-        buffer = io.BytesIO()
-        Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality[i])
-        buffer.seek(0)
-        with Image.open(buffer) as decoded:
-            again = np.asarray(decoded.convert("RGB"))
+        again = jpeg_round_trip(pixels, quality=quality[i])
         out[i] = torch.from_numpy(again.copy()).permute(2, 0, 1).to(images.dtype) / 255
     return out
 

@@ -28,12 +28,12 @@ All images are held in memory as uint8 (about 70 MB with the hard negatives).
 from __future__ import annotations
 
 import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .augment import jpeg_round_trip
 from .base import ArraySplit, DataError, DatasetSpec, Splits
 from .pcam import CLASS_NAMES, MEAN, SIZE, STD, read_patch
 
@@ -131,14 +131,7 @@ def _jpeg_like(images: np.ndarray, reference: Path) -> np.ndarray:
             qtables, subsampling = ref.quantization, JpegImagePlugin.get_sampling(ref)
     except (OSError, ValueError, SyntaxError) as e:
         raise DataError(f"cannot read the JPEG {reference} whose quality the training copies take: {e}") from e
-    out = np.empty_like(images)
-    for i, image in enumerate(images):
-        buffer = io.BytesIO()
-        Image.fromarray(image).save(buffer, format="JPEG", qtables=qtables, subsampling=subsampling)
-        buffer.seek(0)
-        with Image.open(buffer) as decoded:
-            out[i] = np.asarray(decoded.convert("RGB"))
-    return out
+    return np.stack([jpeg_round_trip(image, qtables=qtables, subsampling=subsampling) for image in images])
 
 
 class WeightedArraySplit(ArraySplit):
