@@ -1,19 +1,22 @@
 """The paper's Fig. 5 claim over a test set: the first attention layer against nuclei and background.
 
-    python -m benchmarks.attention_on_nuclei checkpoints/fa_p4m_densenet_pcam_subset.safetensors \
-        [--data-dir ../shared/data/pcam_subset] [--figure docs/attention_on_nuclei.png] [--write-card]
+    python -m benchmarks.attention_on_nuclei checkpoints/fa_p4m_densenet_pcam.safetensors \
+        [--data-dir ../shared/data/pcam_public] [--figure docs/attention_on_nuclei.png] [--per-patch rows.csv] \
+        [--write-card]
 
 For every test patch of the card's dataset (the fixed split of ``training.data.pcam_subset``), the app's own
 analysis (:func:`app.analysis.compute.analyse`, :func:`app.analysis.nuclei.attention_on_nuclei`) gives the rank
 correlation of the first attentive layer's effective map with haematoxylin, and its mean on tissue and on
 background. Prints mean, standard deviation and quartiles over the patches, and a line per attentive layer;
-``--figure`` draws the distribution and six patches (image, haematoxylin, attention); ``--write-card`` stores the
-summary in the checkpoint's card (``attention_on_nuclei``), weights unchanged.
+``--figure`` draws the distribution and six patches (image, haematoxylin, attention); ``--per-patch`` writes one
+CSV row per patch; ``--write-card`` stores the summary in the checkpoint's card (``attention_on_nuclei``), weights
+unchanged. The card keeps no per-patch rows: 1,944 of them would double a PCam card's size.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import shlex
 import sys
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--data-dir", type=Path, default=None, help="default: the card's training data_dir")
     parser.add_argument("--figure", type=Path)
+    parser.add_argument("--per-patch", type=Path, help="CSV of every patch's rho, tissue and background means")
     parser.add_argument("--write-card", action="store_true")
     args = parser.parse_args(argv)
     model, card = load_checkpoint(args.checkpoint)
@@ -143,7 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.figure:
         args.figure.parent.mkdir(parents=True, exist_ok=True)
         draw(results, names, labels, images, args.figure)
+    if args.per_patch:
+        args.per_patch.parent.mkdir(parents=True, exist_ok=True)
+        with args.per_patch.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(summary["per_patch"][0]))
+            writer.writeheader()
+            writer.writerows(summary["per_patch"])
     if args.write_card:
+        summary = {key: value for key, value in summary.items() if key != "per_patch"}
         summary["measured_on"] = f"the {len(results)} test patches of {card['dataset']['name']}, identity transform"
         summary["command"] = "python -m benchmarks.attention_on_nuclei " + shlex.join(sys.argv[1:] if argv is None
                                                                                          else argv)

@@ -14,7 +14,7 @@ cells under the tissue threshold; the table says how many): close to the worst c
   over a whole tile; ``"crops"`` (every cell's 96 x 96 context alone) is. The agreement columns say by how much
   the tumour probabilities differ over the evaluated cells: max and median |p_tiles - p_crops|, the share of
   cells differing by more than 0.05 and 0.1, and the share whose most probable class is the same.
-* the same p4m DenseNet without attention, the shipped ``p4m_densenet_pcam_subset``:
+* the same p4m DenseNet without attention, the shipped ``p4m_densenet_pcam``:
   there tiles and crops are one function, and max |dp| shows round-off only. Where that checkpoint is missing
   an UNTRAINED ``p4m_densenet`` stands in (random weights, seeded, with its BatchNorm statistics taken from 32
   contexts of the region so that its probabilities are not all 0 or 1), for speed and agreement only.
@@ -68,8 +68,8 @@ from benchmarks.train_step import describe_failure, max_rss_mib  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 GALLERY = REPO / "app" / "gallery"
-DEFAULT_CHECKPOINT = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
-PLAIN_CHECKPOINT = REPO / "checkpoints" / "p4m_densenet_pcam_subset.safetensors"
+DEFAULT_CHECKPOINT = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
+PLAIN_CHECKPOINT = REPO / "checkpoints" / "p4m_densenet_pcam.safetensors"
 UNTRAINED_ARCH = "p4m_densenet"
 WHICH = ("checkpoint", "plain")  # the two networks, in the table's order
 METHODS = ("tiles", "crops")

@@ -123,7 +123,7 @@ def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
 
 
 def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
-    shipped = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
+    shipped = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
     require(shipped.exists(), f"{shipped} not found")
     screenshot = tmp_path / "pathology-screenshot.png"
     with app_page(REPO / "checkpoints", tmp_path, FIRST_SCREEN) as page:
@@ -131,7 +131,7 @@ def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
         wait_for_panels(page, 5)  # the maps, arrows, proof, probabilities, nuclei (and the reliability diagram)
         assert_viewer_toolbar(page)
         body = page.inner_text("body")
-        assert "fa_p4m_densenet_pcam_subset" in body and "True label: tumor" in body
+        assert "fa_p4m_densenet_pcam" in body and "True label: tumor" in body
         # Above the fold of a 1440 x 900 window: the image, the prediction and the per-orientation maps.
         maps = page.locator('[data-testid="stPlotlyChart"]').first.bounding_box()
         assert maps["y"] + maps["height"] <= FIRST_SCREEN["height"], maps
@@ -155,7 +155,7 @@ def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
 def test_region_view_scores_the_mosaic_and_a_click_opens_a_cell(tmp_path):
     """The region page on the PCam test mosaic: scored, a click on a patch centre picks that cell, which then opens
     in the patch explorer. With ``UPDATE_DOCS_SCREENSHOT=1`` the page after the click becomes ``docs/region.png``."""
-    require((REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors").exists(), "no shipped PCam model")
+    require((REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors").exists(), "no shipped PCam model")
     screenshot = tmp_path / "region-screenshot.png"
     with app_page(REPO / "checkpoints", tmp_path, FIRST_SCREEN) as page:
         wait_for_panels(page, 5)

@@ -14,7 +14,8 @@ from conftest import require_shared
 import models
 from app.analysis.frames import InputFrame
 from app.analysis.images import read_image
-from app.analysis.pcam_public import public_folder, test_patches
+from app.analysis.pcam_public import public_folder
+from app.analysis.pcam_public import test_patches as pcam_test_patches
 from app.analysis.transforms import apply_element
 from app.gallery import list_gallery
 from app.region.demo import MOSAIC_PATCHES, pcam_test_mosaic, roc_auc, score_cells
@@ -30,7 +31,7 @@ from app.region.evaluation import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
+SHIPPED = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
 ELEMENTS = (1, 2, 4, 7)  # quarter turn, half turn, mirror, mirror after three quarter turns
 TOLERANCE = 1e-5  # float32 round-off of probabilities and attention
 
@@ -127,7 +128,7 @@ def test_the_heatmap_of_a_moved_region_is_the_moved_heatmap(shipped, patches, me
 def test_without_attention_tiles_are_the_same_function_as_crops(patches):
     """Valid convolutions and pooling at even offsets: the shared trunk computes every context exactly (the shipped
     p4m DenseNet without attention, so region mode uses the fast way for it)."""
-    model, card = models.load_checkpoint(REPO / "checkpoints" / "p4m_densenet_pcam_subset.safetensors")
+    model, card = models.load_checkpoint(REPO / "checkpoints" / "p4m_densenet_pcam.safetensors")
     assert default_method(model) == "tiles"
     region = mosaic_of(patches, 2, 3)
     tiles = evaluate_region(model, card, region, 0.8, method="tiles", tile_cells=3)
@@ -218,7 +219,7 @@ def test_the_mosaic_of_the_real_test_split_holds_400_labelled_test_patches(shipp
     _, card = shipped
     folder = public_folder()
     require_shared(folder / "labels.csv", f"pcam_public is not at {folder}")
-    truth = {p.file: p.label for p in test_patches(folder)}
+    truth = {p.file: p.label for p in pcam_test_patches(folder)}
     mosaic = pcam_test_mosaic(card)
     assert mosaic.image.shape == (3, 20 * 96, 20 * 96) and mosaic.labelled.sum() == MOSAIC_PATCHES == 400
     files = [f for f in mosaic.files.ravel() if f]

@@ -22,7 +22,7 @@ AppTest = streamlit_testing.AppTest
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = str(REPO / "app" / "main.py")
-SHIPPED = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
+SHIPPED = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
 
 
 def png(array: np.ndarray) -> bytes:
@@ -148,10 +148,10 @@ def test_a_picked_cell_is_forgotten_when_the_region_changes(region_app):
 
 
 def test_the_model_without_attention_uses_the_exact_shared_trunk(region_app):
-    at = region_app.sidebar.selectbox(key="checkpoint").set_value("p4m_densenet_pcam_subset").run()
+    at = region_app.sidebar.selectbox(key="checkpoint").set_value("p4m_densenet_pcam").run()
     at = at.sidebar.radio(key="view").set_value("Region").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert at.sidebar.radio(key="region_method-p4m_densenet_pcam_subset").value == "tiles"
+    assert at.sidebar.radio(key="region_method-p4m_densenet_pcam").value == "tiles"
     assert "(fast)" in next(c.value for c in at.caption if "cells evaluated" in c.value)
     assert "no attention layer" in at.info[0].value and len(at.get("plotly_chart")) == 1
     assert "AUC" in at.success[0].value

@@ -123,7 +123,7 @@ def test_every_gallery_image_renders(checkpoint, dev_folder, tmp_path, monkeypat
         assert "not a tumour classifier" in at.warning[0].value
 
 
-PCAM_MODEL = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
+PCAM_MODEL = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
 
 
 @pytest.mark.skipif(not PCAM_MODEL.exists(), reason=f"{PCAM_MODEL.name} not shipped")

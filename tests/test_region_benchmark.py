@@ -82,7 +82,7 @@ def test_attentive_model_numbers_are_present_and_finite(measured, capsys):
     assert found["median_abs_dp"] <= found["max_abs_dp"]
     bench.print_tables(runs, list(comparisons.values()))
     printed = capsys.readouterr().out
-    assert "fa_p4m_densenet_pcam_subset" in printed and "p4m_densenet_pcam_subset (no attention)" in printed
+    assert "fa_p4m_densenet_pcam" in printed and "p4m_densenet_pcam (no attention)" in printed
 
 
 def test_command_line_runs_every_worker_and_writes_json(tmp_path, capsys):
@@ -96,7 +96,7 @@ def test_command_line_runs_every_worker_and_writes_json(tmp_path, capsys):
     assert all("error" not in r and r["cells"] == r["grid"][0] * r["grid"][1] for r in written["runs"])
     plain = next(c for c in written["comparisons"] if c["which"] == "plain")
     assert plain["agreement"]["max_abs_dp"] < 1e-5
-    assert "| p4m_densenet_pcam_subset (no attention) | tiles (15 cells) |" in capsys.readouterr().out
+    assert "| p4m_densenet_pcam (no attention) | tiles (15 cells) |" in capsys.readouterr().out
 
 
 def test_without_the_plain_checkpoint_an_untrained_network_stands_in():

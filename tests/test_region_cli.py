@@ -14,7 +14,7 @@ from app.region.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 GALLERY = REPO / "app" / "gallery"
-HE_CHECKPOINT = REPO / "checkpoints" / "fa_p4m_densenet_pcam_subset.safetensors"
+HE_CHECKPOINT = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
 MNIST_CHECKPOINT = REPO / "checkpoints" / "p4cnn_rot_mnist.safetensors"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FAST = ["--method", "tiles", "--threads", "1", "--checkpoint", str(HE_CHECKPOINT)]

@@ -303,13 +303,14 @@ def test_interval_table_lists_cards_with_intervals_beside_table_3(tmp_path):
     intervals = {name: interval for name in ("accuracy", "error", "auc", "nll", "ece")}
     card = {"arch": "fa_p4m_densenet", "dataset": {"name": "pcam_subset"}, "training": {"best_epoch": 7,
             "epochs_completed": 20}, "metrics": {"test_count": 79, "valid_nll": 0.47, "valid_auc": 0.861,
-                                                 "test_intervals": intervals}}
+                                                 "test_intervals": intervals},
+            "group": "p4m", "equivariance_error": {"max_relative_logit_error": 2.4e-7}}
     (tmp_path / "fa.json").write_text(json.dumps(card))
     (tmp_path / "no_intervals.json").write_text(json.dumps({**card, "metrics": {"test_count": 3}}))
     table = interval_table(tmp_path).splitlines()
     assert len(table) == 3
     assert table[2] == ("| fa_p4m_densenet | `fa` | 0.470 / 0.861 | 79 | 85.0 [75.0, 91.0] | 85.0 [75.0, 91.0] | 10.88 "
-                        "| 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 7 of 20 |")
+                        "| 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 2e-07 | 7 of 20 |")
 
 
 def test_ema_saves_the_moving_average_not_the_last_weights(amat_dir, tmp_path):

@@ -115,6 +115,12 @@ def _valid(metrics: dict) -> str:
     return f"{metrics['valid_nll']:.3f} / {'-' if auc is None else f'{auc:.3f}'}"
 
 
+def _equivariance(card: dict) -> str:
+    """The card's float32 logit equivariance error; a planar network is not invariant, which the cell says."""
+    error = (card.get("equivariance_error") or {}).get("max_relative_logit_error")
+    return ("planar: " if card.get("group") is None else "") + _scientific(error)
+
+
 def interval_table(folder: str | Path) -> str:
     """Cards with ``metrics.test_intervals`` (binary tasks), one row each: metrics with their 95 % intervals.
 
@@ -122,8 +128,9 @@ def interval_table(folder: str | Path) -> str:
     """
     rows = [
         "| model | card | valid NLL / AUC (selection) | test patches | accuracy % | error % "
-        "| paper's error % (Table 3, PCam test set) | AUC | NLL | ECE | selected at epoch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| paper's error % (Table 3, PCam test set) | AUC | NLL | ECE | logit equivariance error fp32 "
+        "| selected at epoch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for card_file in sorted(Path(folder).glob("*.json")):
         card = json.loads(card_file.read_text())
@@ -136,7 +143,7 @@ def interval_table(folder: str | Path) -> str:
             f"| {_with_interval(intervals['accuracy'], percent=True)} | {_with_interval(intervals['error'], True)} "
             f"| {'-' if paper is None else f'{paper:.2f}'} | {_with_interval(intervals['auc'])} "
             f"| {_with_interval(intervals['nll'])} | {_with_interval(intervals['ece'])} "
-            f"| {card['training']['best_epoch']} of {card['training']['epochs_completed']} |"
+            f"| {_equivariance(card)} | {card['training']['best_epoch']} of {card['training']['epochs_completed']} |"
         )
     return "\n".join(rows)
 

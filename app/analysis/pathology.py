@@ -18,7 +18,8 @@ __all__ = ["PATHOLOGY_DATASETS", "dataset_name", "is_pathology", "is_proxy", "pr
            "model_microns_per_pixel", "scale_bar_microns", "Calibration", "calibration_at"]
 
 # Dataset name (lower case) -> micrometres per pixel of its patches.
-PATHOLOGY_DATASETS = {"he_demo": 1.0, "pcam": 0.972, "pcam_subset": 0.972, "patchcamelyon": 0.972}
+PATHOLOGY_DATASETS = {"he_demo": 1.0, "pcam": 0.972, "pcam_subset": 0.972, "pcam_public": 0.972,
+                      "patchcamelyon": 0.972}
 CENTRE = 32
 
 

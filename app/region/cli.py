@@ -27,7 +27,7 @@ from .evaluation import MAX_SIDE, METHODS, RegionError, RegionResult
 
 __all__ = ["main", "build_parser", "DEFAULT_CHECKPOINT", "MAX_FILE_BYTES"]
 
-DEFAULT_CHECKPOINT = "checkpoints/fa_p4m_densenet_pcam_subset.safetensors"
+DEFAULT_CHECKPOINT = "checkpoints/fa_p4m_densenet_pcam.safetensors"
 MAX_FILE_BYTES = 200 * 2**20
 
 
