@@ -56,9 +56,9 @@ CHUNK_VALUES = 4 * 2**20
 # In training with the compiled kernels, layers whose S holds at most this many values for the
 # whole batch keep S, its max over c and alpha_s for the backward pass (13 bytes per value);
 # larger ones recompute them there. On the smallest maps the recomputation costs more time than
-# the memory is worth (a_p4cnn at batch 64: its last two layers keep 4 MiB; keeping layers 3-5
-# too, 2**20, held 25 MiB more, a quarter of its step's peak, for about 2 % of the step's time).
-RECOMPUTE_ABOVE_VALUES = 2**18
+# the memory is worth (a_p4cnn at batch 64: its last layer keeps 0.5 MiB; keeping layers 3-6
+# too, 2**20, held 27 MiB more, over a quarter of its step's peak, for about 2 % of the step's time).
+RECOMPUTE_ABOVE_VALUES = 2**17
 
 
 class _Geometry:
