@@ -78,6 +78,39 @@ def test_spatial_max_is_the_first_maximum_with_gradients(geometry, dtype):
         assert relative(mine.grad, theirs.grad) <= TOLERANCE[dtype], f"gradient of {name}"
 
 
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_spatial_max_with_a_dense_statistic_equals_the_two_apart(geometry):
+    # With `dense`, the max's sparse gradient is added into the dense statistic's (one input-sized
+    # gradient instead of two); values and gradients are those of the two computed apart.
+    padded, kernels, _ = inputs(geometry, torch.float64)
+    h, stride, dilation, q = geometry[2], geometry[5], geometry[6], geometry[8]
+    size = unsummed(padded, kernels, h, stride, dilation).shape[-2:]
+    weights = torch.rand(padded.shape[-2:], dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+
+    def weighted_sum(p):  # a dense statistic: (B, C * H)
+        return (p * weights).sum(dim=(-2, -1))
+
+    def weighted_sum_grad(grad, shape):
+        return (grad[..., None, None] * weights).expand(shape).clone()
+
+    results = []
+    for dense in (None, (weighted_sum, weighted_sum_grad)):
+        leaves = [t.clone().requires_grad_() for t in (padded, kernels)]
+        args = leaves[0], leaves[1].reshape(q, -1, kernels.shape[-1]), h, size, stride, dilation
+        if dense is None:
+            statistic, (value, where) = weighted_sum(leaves[0]), native.spatial_max(*args)
+        else:
+            statistic, value, where = native.spatial_max(*args, dense)
+        generator = torch.Generator().manual_seed(1)
+        upstream = [torch.randn(t.shape, dtype=t.dtype, generator=generator) for t in (statistic, value)]
+        (statistic * upstream[0]).sum().add((value * upstream[1]).sum()).backward()
+        results.append((statistic, value, where, *(t.grad for t in leaves)))
+    for name, apart, together in zip(("statistic", "max", "where", "planes' gradient", "kernels' gradient"),
+                                     *results, strict=True):
+        assert torch.equal(together, apart) if name == "where" else relative(together, apart) <= 1e-14, name
+
+
 def branch_oracle(padded, kernels, alpha, pairs, geometry):
     """The attention branch and alpha_s from f~ with PyTorch ops: ``(B, Q, X', Y')``, ``(B, X', Y', H, Q)``.
 

@@ -128,10 +128,14 @@ class FullChannelAttention(nn.Module):
         # batched over the MLPs, and this layout runs them about twice as fast as einsum's.
         v = stats.permute(2, 3, 0, 1).flatten(2)  # (MLPs, C, 2 * B)
         out = torch.bmm(fc2, torch.relu(torch.bmm(fc1, v))).unflatten(2, (2, -1))  # (MLPs, C, 2, B)
-        alpha = torch.sigmoid(out[:, :, 0] + out[:, :, 1])  # (MLPs, C, B)
+        logits = out[:, :, 0] + out[:, :, 1]  # (MLPs, C, B)
+        # The sigmoid, which keeps its output for the backward pass, writes it in the layout the
+        # compiled attention kernels read, (B, C[, G_in], O, G): they then need no copy of their own.
         if self.lifting:
-            return alpha.view(o, n, -1, alpha.shape[-1]).permute(3, 0, 1, 2)  # (B, O, G, C)
-        return alpha.view(o, n, mean.shape[4], -1, alpha.shape[-1]).permute(4, 0, 1, 3, 2)  # (B, O, G, C, G_in)
+            alpha = torch.sigmoid(logits.view(o, n, -1, logits.shape[-1]).permute(3, 2, 0, 1).contiguous())
+            return alpha.permute(0, 2, 3, 1)  # (B, O, G, C)
+        logits = logits.view(o, n, mean.shape[4], -1, logits.shape[-1]).permute(4, 3, 2, 0, 1).contiguous()
+        return torch.sigmoid(logits).permute(0, 3, 4, 1, 2)  # (B, O, G, C, G_in)
 
     def rows_from_statistics(self, mean: torch.Tensor, peak: torch.Tensor, rows: slice) -> torch.Tensor:
         """:meth:`from_statistics` for the (output channel, orientation) pairs ``rows`` of the flattened O * G axis.

@@ -55,9 +55,10 @@ __all__ = ["AttentiveLiftingConv", "AttentiveGroupConv"]
 CHUNK_VALUES = 4 * 2**20
 # In training with the compiled kernels, layers whose S holds at most this many values for the
 # whole batch keep S, its max over c and alpha_s for the backward pass (13 bytes per value);
-# larger ones recompute them there. On small maps the recomputation costs more time than the
-# memory is worth (a_p4cnn's last five layers: under 30 MiB).
-RECOMPUTE_ABOVE_VALUES = 2**20
+# larger ones recompute them there. On the smallest maps the recomputation costs more time than
+# the memory is worth (a_p4cnn at batch 64: its last layer keeps 0.5 MiB; keeping layers 3-6
+# too, 2**20, held 27 MiB more, over a quarter of its step's peak, for about 2 % of the step's time).
+RECOMPUTE_ABOVE_VALUES = 2**17
 
 
 class _Geometry:
@@ -103,7 +104,10 @@ class _EfficientFullAttention(AttentiveLayer):
             attended, channel, spatial = self._compiled_attention(planes, filters, geo, keep_spatial=return_attention)
         else:
             attended, channel, spatial = self._pytorch_attention(planes, filters, geo)
-        out = self._scale(plain.view(b, o, n, *geo.out) - attended)
+        # In place: the convolution keeps its input, not its output, for the backward pass; a
+        # fresh output and a fresh scaled copy would be two more tensors of the output's size.
+        # On the output itself, not a view of it, which autograd would copy back in backward.
+        out = self._scale_(plain.sub_(attended.reshape(plain.shape))).view(b, o, n, *geo.out)
         if self.pool > 1:  # attention acts on f~ before the sum, so the pooling cannot move in front
             out = spatial_avg_pool(out, self.pool)
         if not return_attention:
@@ -230,7 +234,7 @@ class AttentiveLiftingConv(_EfficientFullAttention, LiftingConv):
             raise ValueError(f"{type(self).__name__} expects (B, {self.in_channels}, X, Y), got {tuple(x.shape)}")
         return x, lifting_filters(self.weight, self.group).unsqueeze(3)  # (O, G, C, 1, k, k)
 
-    def _scale(self, out):
+    def _scale_(self, out):
         return out
 
 
@@ -251,8 +255,8 @@ class AttentiveGroupConv(_EfficientFullAttention, GroupConv):
         planes = x.reshape(x.shape[0], -1, *x.shape[-2:])  # (B, C * G_in, X, Y)
         return planes, group_filters(self.weight, self.group)  # (O, G, C, G_in, k, k)
 
-    def _scale(self, out):
-        return self.group.haar_measure * out
+    def _scale_(self, out):
+        return out.mul_(self.group.haar_measure)
 
 
 def _patches(planes, geo) -> torch.Tensor:
@@ -273,13 +277,15 @@ def _spatial_statistics(planes, filters, geo, padded=None):
     p = geo.padding
     padded = F.pad(planes, (p, p, p, p)) if padded is None else padded  # (B, C * H, Xp, Yp)
     kernels = filters.reshape(o * n, c * h, kk)
-    # Mean: the filter applied to the mean patch. (B, C * H, k * k)
-    mean_patch = _MeanPatch.apply(padded, geo)
-    mean = torch.einsum("bpu,qpu->bqp", mean_patch, kernels)  # (B, O * G, C * H)
-
+    # Mean: the filter applied to the mean patch (B, C * H, k * k).
     if native.available(planes, kernels, channels=c):  # max and its gradient from the one patch where it lies
-        peak = native.spatial_max(padded, kernels, h, geo.out, geo.stride, geo.dilation)[0].transpose(1, 2)
-        return mean.view(geo.b, o, n, c, h), peak.reshape(geo.b, o, n, c, h)
+        # With the max, so that the backward pass adds the max's sparse gradient into the mean
+        # patch's: one tensor the size of the input rather than two, and one sum fewer.
+        pair = functools.partial(_mean_patch, geo=geo), functools.partial(_mean_patch_grad, geo=geo)
+        mean_patch, peak, _ = native.spatial_max(padded, kernels, h, geo.out, geo.stride, geo.dilation, pair)
+        mean = torch.einsum("bpu,qpu->bqp", mean_patch, kernels)  # (B, O * G, C * H)
+        return mean.view(geo.b, o, n, c, h), peak.transpose(1, 2).reshape(geo.b, o, n, c, h)
+    mean = torch.einsum("bpu,qpu->bqp", _MeanPatch.apply(padded, geo), kernels)
     # Max: locate it without gradients ...
     with torch.no_grad():  # chunk by chunk
         where = torch.empty(geo.b, c * h, o * n, dtype=torch.long, device=planes.device)
@@ -292,33 +298,44 @@ def _spatial_statistics(planes, filters, geo, padded=None):
     return mean.view(geo.b, o, n, c, h), peak.view(geo.b, o, n, c, h)
 
 
-class _MeanPatch(torch.autograd.Function):
+def _mean_patch(padded, geo):
     """The mean over output positions of the input patch: ``(B, C * H, Xp, Yp)`` -> ``(B, C * H, k * k)``.
 
     Each tap's mean is that of a window of the plane; the window sums factor into
     sums over the window's columns, then over its rows, so each pass reads the
-    planes k times rather than k * k. Autograd would give each slice a zero
-    gradient the size of the whole input; here all taps add into one.
+    planes k times rather than k * k.
     """
+    columns = torch.stack([padded[..., cols].sum(dim=-1) for cols in _tap_ranges(geo, 1)], dim=-1)  # (.., Xp, k)
+    windows = torch.stack([columns[..., rows, :].sum(dim=-2) for rows in _tap_ranges(geo, 0)], dim=-2)
+    return windows.flatten(-2) / (geo.out[0] * geo.out[1])  # (..., k, k) -> (..., k * k)
+
+
+def _mean_patch_grad(grad, shape, geo):
+    """The gradient of :func:`_mean_patch` with respect to its input of ``shape``, a new tensor.
+
+    Autograd would give each slice a zero gradient the size of the whole input; here all taps add into one.
+    """
+    grad = (grad / (geo.out[0] * geo.out[1])).unflatten(-1, (geo.k, geo.k))
+    columns = grad.new_zeros(*shape[:-1], geo.k)
+    for u, rows in enumerate(_tap_ranges(geo, 0)):
+        columns[..., rows, :] += grad[..., u, None, :]
+    out = grad.new_zeros(shape)
+    for v, cols in enumerate(_tap_ranges(geo, 1)):
+        out[..., cols] += columns[..., v, None]
+    return out
+
+
+class _MeanPatch(torch.autograd.Function):
+    """:func:`_mean_patch` with its gradient."""
 
     @staticmethod
     def forward(ctx, padded, geo):
         ctx.geo, ctx.shape = geo, padded.shape
-        columns = torch.stack([padded[..., cols].sum(dim=-1) for cols in _tap_ranges(geo, 1)], dim=-1)  # (.., Xp, k)
-        windows = torch.stack([columns[..., rows, :].sum(dim=-2) for rows in _tap_ranges(geo, 0)], dim=-2)
-        return windows.flatten(-2) / (geo.out[0] * geo.out[1])  # (..., k, k) -> (..., k * k)
+        return _mean_patch(padded, geo)
 
     @staticmethod
     def backward(ctx, grad):
-        geo = ctx.geo
-        grad = (grad / (geo.out[0] * geo.out[1])).unflatten(-1, (geo.k, geo.k))
-        columns = grad.new_zeros(*ctx.shape[:-1], geo.k)
-        for u, rows in enumerate(_tap_ranges(geo, 0)):
-            columns[..., rows, :] += grad[..., u, None, :]
-        out = grad.new_zeros(ctx.shape)
-        for v, cols in enumerate(_tap_ranges(geo, 1)):
-            out[..., cols] += columns[..., v, None]
-        return out, None
+        return _mean_patch_grad(grad, ctx.shape, ctx.geo), None
 
 
 def _values_at(padded, kernels, where, geo):

@@ -79,44 +79,49 @@ def _lanes_last(t: torch.Tensor, axis: int) -> torch.Tensor:
     return F.pad(moved, (0, LANES - moved.shape[-1])).contiguous() if moved.shape[-1] < LANES else moved.contiguous()
 
 
-def spatial_max(padded: torch.Tensor, kernels: torch.Tensor, h: int, out, stride: int, dilation: int):
+def spatial_max(padded: torch.Tensor, kernels: torch.Tensor, h: int, out, stride: int, dilation: int, dense=None):
     """The max over output positions of f~ and where it lies (the first maximum).
 
     Args:
         padded: the padded input planes ``(B, C * H, Xp, Yp)``.
         kernels: the filters ``(Q, C * H, k * k)``.
+        dense: optionally, another statistic of ``padded`` to compute alongside, as the pair
+            ``(forward(padded), backward(grad, shape))``, the latter returning a new tensor: the
+            gradient of ``padded`` that the max's sparse one is then added into, so that the
+            backward pass holds one tensor the size of the input rather than two.
 
     Returns: value ``(B, C * H, Q)``, differentiable with respect to both arguments (its
-    gradient reaches the one input patch where the max lies), and ``(B, C * H, Q)`` int64
-    flat indices into the ``(X', Y')`` output grid.
+    gradient reaches the one input patch where the max lies), and ``(B, C * H, Q)`` int32
+    flat indices into the ``(X', Y')`` output grid; with ``dense``, its value (differentiable) first.
     """
     q, c, k = kernels.shape[0], padded.shape[1] // h, round(kernels.shape[-1] ** 0.5)
     last = _lanes_last(kernels.view(q, c, h, -1), 0)  # differentiable: the gradient flows back through the copy
     geometry = _geometry(padded, c, h, out, k, stride, dilation, last.shape[-1])
-    value, where = _SpatialMax.apply(padded, last, geometry)
-    return value[..., :q], where[..., :q]
+    *value_of_dense, value, where = _SpatialMax.apply(padded, last, geometry, dense)
+    return *value_of_dense, value[..., :q], where[..., :q]
 
 
 class _SpatialMax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, padded, filters, geometry):
+    def forward(ctx, padded, filters, geometry, dense):
         padded = padded.contiguous()
         shape = (padded.shape[0], padded.shape[1], filters.shape[-1])
-        value, where = padded.new_empty(shape), padded.new_empty(shape, dtype=torch.int64)
+        value, where = padded.new_empty(shape), padded.new_empty(shape, dtype=torch.int32)
         _run("spatial_max", padded.dtype, shape[0], geometry, padded, filters, value, where)
         ctx.save_for_backward(padded, filters, where)
         ctx.mark_non_differentiable(where)
-        ctx.geometry = geometry
-        return value, where
+        ctx.geometry, ctx.dense = geometry, dense
+        return (value, where) if dense is None else (dense[0](padded), value, where)
 
     @staticmethod
-    def backward(ctx, grad, _):
+    def backward(ctx, *grads):
         padded, filters, where = ctx.saved_tensors
-        grad_padded = torch.zeros_like(padded)
+        grad = grads[-2]  # the value's (the last is that of where)
+        grad_padded = torch.zeros_like(padded) if ctx.dense is None else ctx.dense[1](grads[0], padded.shape)
         sums = filters.new_zeros(_workers(padded.shape[0]), *filters.shape)  # one per thread, added below
         _run("spatial_max_backward", padded.dtype, padded.shape[0], ctx.geometry,
              padded, filters, where, grad.contiguous(), grad_padded, private=sums)
-        return grad_padded, sums.sum(dim=0), None
+        return grad_padded, sums.sum(dim=0), None, None
 
 
 def branch_supported(spatial_kernel_size: int) -> bool:

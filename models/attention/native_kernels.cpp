@@ -151,10 +151,10 @@ inline void respond(const Geometry& g, const T* __restrict__ patch, int64_t step
 }
 
 // The max over positions of each f~(b, ., c, h, .) and where it lies (the first maximum):
-// value, where (B, C, H, Q).
+// value, where (B, C, H, Q); where in 32 bits, kept for the backward pass at half the memory.
 template <typename T>
 void spatial_max(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels, T* value,
-                 int64_t* where) {
+                 int32_t* where) {
     const Geometry g(geometry);
     using Lane = typename Vec<T>::lane;
     for (int64_t b = b0; b < b1; ++b)
@@ -192,7 +192,7 @@ void spatial_max(const int64_t* geometry, int64_t b0, int64_t b1, const T* plane
 // private to the calling thread. Scalar loops: there are k * k terms per (b, c, h, q).
 template <typename T>
 void spatial_max_backward(const int64_t* geometry, int64_t b0, int64_t b1, const T* planes, const T* kernels,
-                          const int64_t* where, const T* grad, T* grad_planes, T* grad_kernels) {
+                          const int32_t* where, const T* grad, T* grad_planes, T* grad_kernels) {
     const Geometry g(geometry);
     for (int64_t b = b0; b < b1; ++b)
         for (int64_t ch = 0; ch < g.c * g.h; ++ch) {
@@ -951,11 +951,11 @@ void split(int64_t workers, int64_t batch, Body&& body) {
 #define AAGC_SPLIT(call) split(workers, batch, [&](int64_t b0, int64_t b1, int64_t thread) { call; })
 #define AAGC_EXPORT(T, suffix)                                                                                  \
     extern "C" void spatial_max_##suffix(const int64_t* g, int64_t workers, int64_t batch, const T* p,         \
-                                         const T* k, T* value, int64_t* where) {                              \
+                                         const T* k, T* value, int32_t* where) {                              \
         AAGC_SPLIT(spatial_max<T>(g, b0, b1, p, k, value, where));                                            \
     }                                                                                                         \
     extern "C" void spatial_max_backward_##suffix(const int64_t* g, int64_t workers, int64_t batch,            \
-                                                  const T* p, const T* k, const int64_t* where, const T* grad, \
+                                                  const T* p, const T* k, const int32_t* where, const T* grad, \
                                                   T* dp, T* dk, int64_t stride) {                             \
         AAGC_SPLIT(spatial_max_backward<T>(g, b0, b1, p, k, where, grad, dp, dk + thread * stride));          \
     }                                                                                                         \
