@@ -2,15 +2,17 @@
 
     python -m benchmarks.attention_on_nuclei checkpoints/fa_p4m_densenet_pcam.safetensors \
         [--data-dir ../shared/data/pcam_public] [--figure docs/attention_on_nuclei.png] [--per-patch rows.csv] \
-        [--write-card]
+        [--count 400 [--seed 0]] [--write-card]
 
-For every test patch of the card's dataset (the fixed split of ``training.data.pcam_subset``), the app's own
+For every test patch of the card's dataset (its ``test`` split, as its reader gives it), the app's own
 analysis (:func:`app.analysis.compute.analyse`, :func:`app.analysis.nuclei.attention_on_nuclei`) gives the rank
 correlation of the first attentive layer's effective map with haematoxylin, and its mean on tissue and on
 background. Prints mean, standard deviation and quartiles over the patches, and a line per attentive layer;
 ``--figure`` draws the distribution and six patches (image, haematoxylin, attention); ``--per-patch`` writes one
 CSV row per patch; ``--write-card`` stores the summary in the checkpoint's card (``attention_on_nuclei``), weights
-unchanged. The card keeps no per-patch rows: 1,944 of them would double a PCam card's size.
+unchanged. The card keeps no per-patch rows: 1,944 of them would double a PCam card's size. All 1,944 take
+about 7 minutes on two idle cores; beside a two-thread training run the threads oversubscribe the cores and the
+same run took 100 minutes, so pause training (or use ``--count``, a seeded random sample).
 """
 
 from __future__ import annotations
@@ -41,12 +43,17 @@ def measure(model, card: dict, images: np.ndarray) -> dict[str, list]:
     return by_layer
 
 
+def with_tissue_and_background(results: list) -> list:
+    """The patches that have both (a near-uniform patch of glass has background and no tissue)."""
+    return [r for r in results if r.background_mean is not None and r.tissue_mean is not None]
+
+
 def layer_table(by_layer: dict[str, list]) -> dict:
     """Mean and sd over patches of each layer's rank correlation, and of tissue minus background where defined."""
     table = {}
     for name, results in by_layer.items():
         rho = np.array([r.spearman for r in results])
-        gap = np.array([r.tissue_mean - r.background_mean for r in results if r.background_mean is not None])
+        gap = np.array([r.tissue_mean - r.background_mean for r in with_tissue_and_background(results)])
         table[name] = {"spearman_mean": float(np.nanmean(rho)), "spearman_std": float(np.nanstd(rho, ddof=1)),
                        "tissue_minus_background_mean": float(gap.mean()) if len(gap) else None}
     return table
@@ -54,7 +61,7 @@ def layer_table(by_layer: dict[str, list]) -> dict:
 
 def summarise(results: list, names: list[str]) -> dict:
     rho = np.array([r.spearman for r in results])
-    both = [r for r in results if r.background_mean is not None and r.tissue_mean is not None]
+    both = with_tissue_and_background(results)
     gap = np.array([r.tissue_mean - r.background_mean for r in both])
 
     def spread(values: np.ndarray) -> dict:
@@ -91,7 +98,8 @@ def draw(results: list, names: list[str], labels: np.ndarray, images: np.ndarray
     grid = fig.add_gridspec(4, 6, height_ratios=[1, 1, 1, 1.1], hspace=0.35, wspace=0.08)
     for col, i in enumerate(picks):
         r = results[i]
-        rows = [(images[i].transpose(1, 2, 0), None, f"{names[i]}\n{'tumour' if labels[i] else 'normal'}"),
+        short = Path(names[i]).stem[:12]  # PCam file names are 40-digit hashes: their start tells them apart
+        rows = [(images[i].transpose(1, 2, 0), None, f"{short}\n{'tumour' if labels[i] else 'normal'}"),
                 (r.haematoxylin, "Blues", "haematoxylin"),
                 (r.attention, "viridis", f"attention, ρ = {r.spearman:+.2f}")]
         for row, (values, cmap, title) in enumerate(rows):
@@ -104,7 +112,7 @@ def draw(results: list, names: list[str], labels: np.ndarray, images: np.ndarray
     ax.axvline(0, color="grey", lw=1)
     ax.set_xlabel(f"rank correlation of {results[0].layer} attention with haematoxylin, per test patch")
     ax.set_ylabel("patches")
-    both = [(r.tissue_mean, r.background_mean) for r in results if r.background_mean is not None]
+    both = [(r.tissue_mean, r.background_mean) for r in with_tissue_and_background(results)]
     ax = fig.add_subplot(grid[3, 4:])
     if both:
         tissue, background = np.array(both).T
@@ -123,14 +131,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None, help="default: the card's training data_dir")
     parser.add_argument("--figure", type=Path)
     parser.add_argument("--per-patch", type=Path, help="CSV of every patch's rho, tissue and background means")
+    parser.add_argument("--count", type=int, default=0,
+                        help="a seeded random sample of this many test patches (default: all; 0.2 s each, 2 idle cores)")
+    parser.add_argument("--seed", type=int, default=0, help="the sample's seed")
     parser.add_argument("--write-card", action="store_true")
     args = parser.parse_args(argv)
     model, card = load_checkpoint(args.checkpoint)
     model.eval()
     data_dir = args.data_dir or Path(card["training"]["config"]["data_dir"])
     splits = load_dataset(card["dataset"]["name"], data_dir)
-    images, labels = splits.test.get_batch(np.arange(len(splits.test)))
-    names = list(splits.spec.test_files) or [str(i) for i in range(len(labels))]
+    chosen = np.arange(len(splits.test))
+    if 0 < args.count < len(chosen):
+        chosen = np.sort(np.random.default_rng(args.seed).choice(chosen, args.count, replace=False))
+    images, labels = splits.test.get_batch(chosen)
+    names = [str(i) for i in chosen]
+    if splits.spec.test_files:
+        names = [splits.spec.test_files[i] for i in chosen]
     by_layer = measure(model, card, images)
     results = next(iter(by_layer.values()), [None])
     if any(r is None for r in results):
@@ -155,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             writer.writerows(summary["per_patch"])
     if args.write_card:
         summary = {key: value for key, value in summary.items() if key != "per_patch"}
-        summary["measured_on"] = f"the {len(results)} test patches of {card['dataset']['name']}, identity transform"
+        sample = f" (a random sample, seed {args.seed})" if len(results) < len(splits.test) else ""
+        summary["measured_on"] = (f"{len(results)} of the {len(splits.test)} test patches of {card['dataset']['name']}"
+                                  f"{sample}, identity transform")
         summary["command"] = "python -m benchmarks.attention_on_nuclei " + shlex.join(sys.argv[1:] if argv is None
                                                                                          else argv)
         save_checkpoint(model, args.checkpoint, {**card, "attention_on_nuclei": summary})

@@ -95,18 +95,20 @@ def test_slow_definition_agrees_on_a_real_map(analysed):
     assert spearman(a, h) == pytest.approx(spearman_slow(a, h), abs=1e-12)
 
 
-def test_test_set_summary_counts_only_patches_with_background():
+def test_test_set_summary_counts_only_patches_with_tissue_and_background():
     from app.analysis.nuclei import NucleiAttention
     from benchmarks.attention_on_nuclei import layer_table, summarise
 
     empty = np.zeros((2, 2))
-    results = [NucleiAttention("c1", rho, 0.7, background, 0.5, empty, empty, empty.astype(bool))
-               for rho, background in ((0.2, 0.6), (-0.1, None), (0.5, 0.8))]
-    summary = summarise(results, ["a", "b", "c"])
+    results = [NucleiAttention("c1", rho, tissue, background, 0.5, empty, empty, empty.astype(bool))
+               for rho, tissue, background in ((0.2, 0.7, 0.6), (-0.1, 0.7, None), (0.5, 0.7, 0.8), (0.2, None, 0.9))]
+    summary = summarise(results[:3], ["a", "b", "c"])
     assert summary["spearman_with_haematoxylin"]["mean"] == pytest.approx(0.2)
     assert summary["spearman_with_haematoxylin"]["std"] == pytest.approx(0.3)
     assert summary["share_positive"] == pytest.approx(2 / 3)
     gap = summary["tissue_minus_background"]
     assert gap["count"] == 2 and gap["mean"] == pytest.approx(0.0)
     assert [p["file"] for p in summary["per_patch"]] == ["a", "b", "c"]
+    # The fourth patch is glass only (no tissue): it has no tissue-minus-background gap.
     assert layer_table({"c1": results})["c1"]["tissue_minus_background_mean"] == pytest.approx(0.0)
+    assert summarise(results, list("abcd"))["tissue_minus_background"]["count"] == 2

@@ -25,7 +25,7 @@ PCAM = [path for path in SHIPPED if path.stem.endswith("_pcam")]
 # What each shipped PCam model keeps on PCam's test split (accuracy, AUC), a little under what it measured so that
 # a retrained replacement must be as good. The goal for the attentive model was 87 % / 0.94 (Table 3:
 # 89.1 %); two CPU cores reached less (checkpoints/README.md).
-PCAM_BAR = {"fa_p4m_densenet_pcam": (0.0, 0.0), "p4m_densenet_pcam": (0.78, 0.88)}
+PCAM_BAR = {"fa_p4m_densenet_pcam": (0.81, 0.91), "p4m_densenet_pcam": (0.78, 0.88)}
 TRAINING_FIELDS = ("preset", "config", "command", "commit", "hardware", "epochs_completed", "recipe_epochs")
 
 
@@ -72,7 +72,9 @@ def test_card_is_complete(path):
         assert len(card["dataset"]["test_files"]) == card["dataset"]["splits"]["test"]
     if card["dataset"]["name"] == "pcam_public" and card["config"].get("attention", "none") != "none":
         nuclei = card["attention_on_nuclei"]
-        assert nuclei["patches"] == card["dataset"]["splits"]["test"] and nuclei["spearman_with_haematoxylin"]["std"]
+        # Every test patch, or a random sample of at least 400 (`--count`) where time is short.
+        assert nuclei["patches"] >= min(400, card["dataset"]["splits"]["test"])
+        assert nuclei["spearman_with_haematoxylin"]["std"] > 0 and len(nuclei["by_layer"]) > 1
 
 
 @pytest.mark.parametrize("path", [p for p in SHIPPED if p not in PCAM], ids=lambda p: p.stem)
