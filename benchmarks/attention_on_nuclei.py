@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figure", type=Path)
     parser.add_argument("--per-patch", type=Path, help="CSV of every patch's rho, tissue and background means")
     parser.add_argument("--count", type=int, default=0,
-                        help="a seeded random sample of this many test patches (default: all; 0.2 s each, 2 idle cores)")
+                        help="a seeded random sample of this many test patches (default: all; 0.2 s each, 2 cores)")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed")
     parser.add_argument("--write-card", action="store_true")
     args = parser.parse_args(argv)
