@@ -144,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if 0 < args.count < len(chosen):
         chosen = np.sort(np.random.default_rng(args.seed).choice(chosen, args.count, replace=False))
     images, labels = splits.test.get_batch(chosen)
-    names = [str(i) for i in chosen]
-    if splits.spec.test_files:
-        names = [splits.spec.test_files[i] for i in chosen]
+    names = [splits.spec.test_files[i] if splits.spec.test_files else str(i) for i in chosen]
     by_layer = measure(model, card, images)
     results = next(iter(by_layer.values()), [None])
     if any(r is None for r in results):
