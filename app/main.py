@@ -11,7 +11,6 @@ from :func:`app.analysis.compute.analyse`, cached per (model, image, element, se
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -23,17 +22,19 @@ import streamlit as st  # noqa: E402
 
 from app.analysis.allocator import retain_freed_memory  # noqa: E402
 from app.analysis.angles import angle_deviation  # noqa: E402
-from app.analysis.cache import LRUCache, analysis_key, image_digest  # noqa: E402
+from app.analysis.cache import image_digest  # noqa: E402
 from app.analysis.checkpoints import CheckpointError, list_checkpoints  # noqa: E402
-from app.analysis.compute import Analysis, analyse, display_group  # noqa: E402
-from app.analysis.padding import constant_images, padding_borders  # noqa: E402
+from app.analysis.compute import Analysis, display_group  # noqa: E402
 from app.analysis.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
 from app.analysis.reductions import MEANS  # noqa: E402
 from app.analysis.transforms import apply_element, rotate_by_angle  # noqa: E402
+from app.analysis.variants import variants_of  # noqa: E402
 from app.pictures.plots import image_rgb  # noqa: E402
+from app.ui.caches import analysed, analyses, padding_of  # noqa: E402
 from app.ui.comparison import compare, comparison_pair, show_comparison  # noqa: E402
 from app.ui.inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
 from app.ui.region_page import region_page  # noqa: E402
+from app.ui.variants_page import variants_page  # noqa: E402
 from app.ui.views import (  # noqa: E402
     arrow_layer_ui,
     display_ui,
@@ -60,22 +61,6 @@ def allocator_tuned() -> bool:
     return retain_freed_memory()
 
 
-@st.cache_resource
-def analyses() -> LRUCache:
-    """Analyses by (model id, image digest, element, selections), and plain-versus-equivariant comparisons by
-    (both model ids, image digest, element): one process-wide LRU.
-
-    ``$APP_CONCURRENT_ANALYSES`` (default 2) analyses run at once, whatever the number of sessions, which bounds
-    the server's memory (``python -m benchmarks.concurrent_sessions``).
-    """
-    return LRUCache(maxsize=8, concurrency=int(os.environ.get("APP_CONCURRENT_ANALYSES", "2")))
-
-
-def analysed(loaded: LoadedModel, image, element: int, selections: dict) -> tuple[Analysis, tuple]:
-    key = analysis_key(loaded.model_id, image, element, selections)
-    return analyses().get_or_compute(key, lambda: analyse(loaded.model, loaded.card, image, element, selections)), key
-
-
 def model_summary(loaded: LoadedModel) -> str:
     card = loaded.card
     metrics = card.get("metrics") or {}
@@ -86,11 +71,22 @@ def model_summary(loaded: LoadedModel) -> str:
     return " · ".join(p for p in parts if p)
 
 
-@st.cache_resource(max_entries=16)
-def padding_of(model_id: str, _loaded: LoadedModel) -> dict[str, int]:
-    """Once per model: every layer's padding border, measured on a constant image (:mod:`app.analysis.padding`)."""
-    return padding_borders([analyse(_loaded.model, _loaded.card, image, 0, {})
-                            for image in constant_images(_loaded.card)])
+VARIANTS = "Variants"
+
+
+def view_ui(card: dict, entries: list) -> str:
+    """Sidebar: the page to show. H&E models: a patch or a whole region; models with attentive siblings trained on
+    the same data (Table 1's variants): one model's image, or every variant at once."""
+    if is_pathology(card):
+        views = ["Patch", "Region"]
+        help_text = "Region: a whole H&E region evaluated cell by cell, as PCam patches are."
+    elif len(variants_of(card, entries)) > 1:
+        views, help_text = ["Image", VARIANTS], "Variants: the image through every attention variant of Table 1."
+    else:
+        return "Image"
+    if st.session_state.get("view") not in views:
+        st.session_state.pop("view", None)  # the other kind of model's choice
+    return st.sidebar.radio("View", views, horizontal=True, key="view", help=help_text)
 
 
 # Streamlit's default top padding pushes the maps below a 900-pixel window.
@@ -109,9 +105,8 @@ def main() -> None:
     card, model = loaded.card, loaded.model
     st.markdown(f"#### Equivariant attention explorer &nbsp; <small>{model_summary(loaded)}</small>",
                 unsafe_allow_html=True)
-    view = (st.sidebar.radio("View", ["Patch", "Region"], horizontal=True, key="view",
-                             help="Region: a whole H&E region evaluated cell by cell, as PCam patches are.")
-            if is_pathology(card) else "Patch")
+    entries = list_checkpoints(checkpoint_folder())
+    view = view_ui(card, entries)
     if is_proxy(card):
         st.warning(proxy_statement(card), icon="⚠️")
     if view == "Region":
@@ -119,9 +114,14 @@ def main() -> None:
                    "not evaluated. Click a cell to open it in the patch explorer.")
         region_page(loaded)
         return
-    st.caption("Each panel shows where the chosen layer attends for one orientation of its filters. Rotate or "
-               "mirror the image in the sidebar: the panels turn with it and trade places, exactly (the proof tab "
-               "measures it).")
+    if view == VARIANTS:
+        st.caption("One image through every attention variant of the paper's Table 1 at once: where each kind of "
+                   "attention looks, per orientation. Rotate or mirror the image in the sidebar: every row turns "
+                   "with it.")
+    else:
+        st.caption("Each panel shows where the chosen layer attends for one orientation of its filters. Rotate or "
+                   "mirror the image in the sidebar: the panels turn with it and trade places, exactly (the proof "
+                   "tab measures it).")
     chosen = image_ui(card)
     if chosen is None:
         display_ui()
@@ -132,6 +132,9 @@ def main() -> None:
     image, first = chosen.pixels, element
     if degrees:
         image, first = rotate_by_angle(apply_element(chosen.pixels, element), degrees), 0
+    if view == VARIANTS:
+        variants_page(loaded, entries, image, first, display)
+        return
     with st.spinner(f"Analysing the image with {loaded.name}: every group transform, every layer ..."):
         current, key = analysed(loaded, image, first, {})
         borders = padding_of(loaded.model_id, loaded)
@@ -161,7 +164,7 @@ def main() -> None:
     pathology = is_pathology(card)
     names = ["Arrow field", "Equivariance proof", "Predictions per transform"]
     names += ["Attention on nuclei", "Calibration"] if pathology else []
-    pair = comparison_pair(list_checkpoints(checkpoint_folder()))
+    pair = comparison_pair(entries)
     names += (["Plain CNN vs equivariant"] if pair else []) + ["Export", "About the model"]
     tabs = dict(zip(names, st.tabs(names), strict=True))
 

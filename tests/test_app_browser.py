@@ -36,6 +36,7 @@ except ImportError:  # skipped (or failed under CI) with a message below
 REPO = Path(__file__).resolve().parents[1]
 VIEWPORT = dict(width=1400, height=1000)
 FIRST_SCREEN = dict(width=1440, height=900)  # what the first page must fit
+VARIANTS_SCREEN = dict(width=1440, height=1400)  # five variant rows in one picture
 TIMEOUT_S = 180  # the trainings of the machines this runs on can slow the first analysis down a lot
 ARCH = "p4cnn"
 
@@ -185,3 +186,36 @@ def test_region_view_scores_the_mosaic_and_a_click_opens_a_cell(tmp_path):
         with Image.open(screenshot) as shot:
             small = shot.convert("RGB").resize((1080, 675), Image.LANCZOS).quantize(colors=224, dither=Image.NONE)
             small.save(REPO / "docs" / "region.png", optimize=True)
+
+
+def test_variants_view_shows_every_shipped_attention_variant_in_rows(tmp_path):
+    """The shipped rot-MNIST variants on a rotated gallery digit, one row each. With ``UPDATE_DOCS_SCREENSHOT=1``
+    the page becomes ``docs/variants.png``."""
+    names = sorted(path.stem for path in (REPO / "checkpoints").glob("*_p4cnn_rot_mnist.safetensors")
+                   if not path.stem.startswith(("p4cnn", "big")))
+    require(len(names) >= 2, "fewer than two attentive rot-MNIST checkpoints shipped")
+    screenshot = tmp_path / "variants-screenshot.png"
+    with app_page(REPO / "checkpoints", tmp_path, VARIANTS_SCREEN) as page:
+        wait_for_panels(page, 5)
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        sidebar.get_by_text("rot-MNIST", exact=True).click()
+        page.get_by_text("What the model sees").wait_for()
+        sidebar.get_by_text("Variants", exact=True).click()
+        page.get_by_text("All variants", exact=True).wait_for()
+        charts = page.locator('[data-testid="stPlotlyChart"]')
+        deadline = time.monotonic() + 60
+        while charts.count() < len(names) and time.monotonic() < deadline:
+            page.wait_for_timeout(250)
+        assert charts.count() == len(names), f"{charts.count()} rows drawn for {names}"
+        charts.last.locator(".main-svg").first.wait_for(state="visible")
+        page.wait_for_timeout(1000)
+        body = page.inner_text("body")
+        assert all(name in body for name in names) and "Table 1:" in body
+        assert page.locator('[data-testid="stException"]').count() == 0
+        page.screenshot(path=str(screenshot), full_page=True)
+    check_and_keep(screenshot, "variants-screenshot.png", VARIANTS_SCREEN)
+    if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
+        with Image.open(screenshot) as shot:
+            small = shot.convert("RGB")
+            small = small.resize((1080, round(small.height * 1080 / small.width)), Image.LANCZOS)
+            small.quantize(colors=224, dither=Image.NONE).save(REPO / "docs" / "variants.png", optimize=True)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from test_app_region import mosaic_of
+from test_app_ui import checkpoint_box
 
 import models
 from app.analysis.images import read_image
@@ -38,7 +39,7 @@ def region_app(monkeypatch, tmp_path) -> AppTest:
     monkeypatch.setenv("APP_CHECKPOINTS", str(REPO / "checkpoints"))
     monkeypatch.setenv("PCAM_PUBLIC_DIR", str(tmp_path / "no_pcam_public"))
     at = AppTest.from_file(MAIN, default_timeout=300).run()
-    assert "pcam" in at.sidebar.selectbox(key="checkpoint").value.lower()
+    assert "pcam" in checkpoint_box(at).value.lower()
     at = at.sidebar.radio(key="view").set_value("Region").run()
     assert not at.exception, [e.message for e in at.exception]
     return at
@@ -150,7 +151,7 @@ def test_a_picked_cell_is_forgotten_when_the_region_changes(region_app):
 
 
 def test_the_model_without_attention_uses_the_exact_shared_trunk(region_app):
-    at = region_app.sidebar.selectbox(key="checkpoint").set_value("p4m_densenet_pcam").run()
+    at = checkpoint_box(region_app).set_value("p4m_densenet_pcam").run()
     at = at.sidebar.radio(key="view").set_value("Region").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.sidebar.radio(key="region_method-p4m_densenet_pcam").value == "tiles"

@@ -129,7 +129,7 @@ PCAM_MODEL = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
 @pytest.mark.skipif(not PCAM_MODEL.exists(), reason=f"{PCAM_MODEL.name} not shipped")
 def test_opens_on_the_pcam_model_and_shows_every_pcam_patch_with_its_true_label(monkeypatch):
     at = ok(app(monkeypatch, REPO / "checkpoints"))
-    assert at.sidebar.selectbox(key="checkpoint").value == PCAM_MODEL.stem, "the H&E model on real labels opens"
+    assert checkpoint_box(at).value == PCAM_MODEL.stem, "the H&E model on real labels opens"
     picker = at.sidebar.selectbox[1]
     pcam = {item.caption: item for item in list_gallery(kind="he") if item.label}
     assert len(pcam) == 12 and sorted(i.label for i in pcam.values()).count("tumor") == 6
@@ -172,9 +172,22 @@ def test_no_checkpoint_says_how_to_get_one(tmp_path, monkeypatch):
     assert "No model checkpoint found" in at.info[0].value and "python -m training" in at.info[0].value
 
 
+def checkpoint_box(at: AppTest):
+    """The sidebar's checkpoint picker (one per dataset, each with its own key)."""
+    return next(box for box in at.sidebar.selectbox if box.label == "Checkpoint")
+
+
 def select_model(at: AppTest, arch: str) -> AppTest:
-    box = at.sidebar.selectbox(key="checkpoint")
-    return ok(box.select_index(next(i for i, o in enumerate(box.options) if o.startswith(arch + "_"))).run())
+    """Pick the checkpoint of ``arch``, switching the dataset first where the folder holds several."""
+    datasets = [r for r in at.sidebar.radio if r.key == "dataset"]
+    for dataset in datasets[0].options if datasets else [None]:
+        if dataset is not None:
+            at = ok(at.sidebar.radio(key="dataset").set_value(dataset).run())
+        box = checkpoint_box(at)
+        found = [i for i, o in enumerate(box.options) if o.startswith(arch + "_")]
+        if found:
+            return ok(box.select_index(found[0]).run())
+    raise AssertionError(f"no checkpoint of {arch}")
 
 
 def chart(at: AppTest, key: str):

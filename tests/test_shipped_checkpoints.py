@@ -17,6 +17,7 @@ import pytest
 from models import load_checkpoint
 from training.data import DataError, load_dataset
 from training.evaluation import evaluate_checkpoint
+from training.report import PAPER_TABLE1, seed_table, spread_text, table1_summary
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "checkpoints").glob("*.safetensors"))
@@ -74,6 +75,27 @@ def test_card_is_complete(path):
         nuclei = card["attention_on_nuclei"]
         assert nuclei["patches"] == card["dataset"]["splits"]["test"]
         assert nuclei["spearman_with_haematoxylin"]["std"] > 0 and len(nuclei["by_layer"]) > 1
+
+
+ROT_MNIST = [path for path in SHIPPED if path.stem.endswith("_rot_mnist")]
+TABLE1_RESULTS = REPO / "results" / "rot_mnist"
+
+
+@pytest.mark.parametrize("path", ROT_MNIST, ids=lambda p: p.stem)
+def test_rot_mnist_card_carries_what_the_seeds_report_prints_for_its_table1_row(path):
+    _, card = load_checkpoint(path)
+    row = card["table1"]
+    measured = table1_summary(TABLE1_RESULTS, card["arch"])
+    assert row["source"] == "results/rot_mnist" and measured.pop("source") == TABLE1_RESULTS.as_posix()
+    assert {key: value for key, value in row.items() if key not in ("command", "source")} == measured
+    assert row["seeds"] == [0, 1, 2] and row["parameters"] == card["parameters"]
+    printed = next(line for line in seed_table(TABLE1_RESULTS).splitlines() if line.startswith(f"| {card['arch']} |"))
+    assert f"| {spread_text(row['test_error'])} | {spread_text(row['valid_error'])} |" in printed
+
+
+def test_every_table1_network_is_shipped_with_its_row():
+    shipped = {load_checkpoint(path)[1]["arch"] for path in ROT_MNIST}
+    assert shipped == set(PAPER_TABLE1), f"missing: {sorted(set(PAPER_TABLE1) - shipped)}"
 
 
 @pytest.mark.parametrize("path", [p for p in SHIPPED if p not in PCAM], ids=lambda p: p.stem)

@@ -11,6 +11,7 @@
     python -m training report results/rot_mnist --seeds                    # mean +- std over seeds
     python -m training report results/rot_mnist --claims                   # the paper's claims on our seeds
     python -m training report results/rot_mnist --readme README.md         # both, rewritten into the README
+    python -m training report results/rot_mnist --seeds --write-cards checkpoints  # Table 1 into the cards
 
 Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
 """
@@ -38,6 +39,7 @@ from .presets import PRESET_NOTES, PRESETS, recipe
 from .readme_tables import refresh_readme
 from .report import interval_table, results_table, seed_table
 from .sweep import SWEEPS, run_sweep
+from .table1_cards import write_table1_cards
 
 __all__ = ["main"]
 
@@ -93,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one row per model: test error mean +- std over the seeds' cards, beside the paper")
     report.add_argument("--claims", action="store_true",
                         help="the paper's Table 1 claims, each tested on the seeds' cards (permutation test)")
+    report.add_argument("--write-cards", metavar="CHECKPOINTS",
+                        help="with --seeds: put each architecture's row into the cards of its checkpoints there")
     report.add_argument("--readme", metavar="README",
                         help="rewrite this markdown file's seeds and claims tables from the cards, in place")
 
@@ -141,6 +145,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {error}", file=sys.stderr)
                 return 2
             print(f"{args.readme}: tables {'rewritten from' if changed else 'already match'} {args.folder}")
+            return 0
+        if args.write_cards:
+            if not args.seeds:
+                print("error: --write-cards goes with --seeds", file=sys.stderr)
+                return 2
+            try:
+                written = write_table1_cards(args.folder, args.write_cards)
+            except (OSError, CheckpointError, ValueError) as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 2
+            print(f"{args.write_cards}: Table 1 rows written into {', '.join(written) if written else 'no card'}")
             return 0
         table = (claims_table if args.claims else seed_table if args.seeds else interval_table if args.intervals
                  else results_table)

@@ -15,7 +15,7 @@ from .config import DATA_SOURCE_FIELDS, config_differences, config_from_dict
 from .presets import recipe
 
 __all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table", "recipe_changes",
-           "cards_by_seed", "mean_std"]
+           "cards_by_seed", "mean_std", "table1_summary", "spread_text"]
 
 # Test error (%) as published: the paper's Table 1 for rot-MNIST (Z2CNN: Cohen & Welling 2016, Table 1).
 PAPER_TEST_ERROR = {
@@ -167,6 +167,7 @@ def seed_table(folder: str | Path) -> str:
     """One row per architecture over every card in ``folder``: test error mean +- std over seeds, beside Table 1.
 
     Rows follow the paper's Table 1 order, then any other architecture by name; a card counts once per seed.
+    Each row is :func:`table1_summary`, the entry shipped cards carry as ``table1``.
     """
     by_arch = cards_by_seed(folder)
     order = [arch for arch in PAPER_TABLE1 if arch in by_arch] + sorted(set(by_arch) - set(PAPER_TABLE1))
@@ -175,13 +176,48 @@ def seed_table(folder: str | Path) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for arch in order:
-        cards = [by_arch[arch][seed] for seed in sorted(by_arch[arch])]
-        paper = PAPER_TABLE1.get(arch)
-        paper_text = "-" if paper is None else f"{paper[0]:.3f}" + ("" if paper[1] is None else f" +- {paper[1]:.3f}")
-        epochs = sorted({card["training"]["epochs_completed"] for card in cards})
+        row = table1_summary(folder, arch)
         rows.append(
-            f"| {arch} | {cards[0]['parameters']:,} | {', '.join(str(s) for s in sorted(by_arch[arch]))} "
-            f"| {'/'.join(map(str, epochs))} | {mean_std([c['metrics']['test_error'] for c in cards])} "
-            f"| {mean_std([c['metrics']['valid_error'] for c in cards])} | {paper_text} |"
+            f"| {arch} | {row['parameters']:,} | {', '.join(map(str, row['seeds']))} "
+            f"| {'/'.join(map(str, row['epochs']))} | {spread_text(row['test_error'])} "
+            f"| {spread_text(row['valid_error'])} | {spread_text(row['paper_test_error'], places=3)} |"
         )
     return "\n".join(rows)
+
+
+def spread_text(spread: dict | None, places: int = 3) -> str:
+    """``mean +- sd`` in percent of a :func:`table1_summary` entry (``-`` for None, no sd for one seed)."""
+    if spread is None:
+        return "-"
+    mean = f"{100 * spread['mean']:.{places}f}"
+    return mean if spread["sd"] is None else f"{mean} +- {100 * spread['sd']:.{places}f}"
+
+
+def _spread(values: list[float]) -> dict:
+    """Mean and sample standard deviation (n - 1; None for one value), as fractions."""
+    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else None}
+
+
+def table1_summary(folder: str | Path, arch: str) -> dict:
+    """``arch``'s Table 1 row over the seeds' cards in ``folder``: test and validation error, mean and sd.
+
+    Raises:
+        ValueError: no card of ``arch`` in ``folder``.
+    """
+    by_seed = cards_by_seed(folder).get(arch)
+    if not by_seed:
+        raise ValueError(f"no card of {arch} in {folder}")
+    cards = [by_seed[seed] for seed in sorted(by_seed)]
+    paper = PAPER_TABLE1.get(arch)
+    return {
+        "source": Path(folder).as_posix(),
+        "seeds": sorted(by_seed),
+        "epochs": sorted({card["training"]["epochs_completed"] for card in cards}),
+        "parameters": cards[0]["parameters"],
+        "test_error": _spread([card["metrics"]["test_error"] for card in cards]),
+        "valid_error": _spread([card["metrics"]["valid_error"] for card in cards]),
+        "test_count": cards[0]["metrics"]["test_count"],
+        # The paper's figures are in percent; kept as fractions like ours.
+        "paper_test_error": None if paper is None else {"mean": paper[0] / 100,
+                                                        "sd": None if paper[1] is None else paper[1] / 100},
+    }

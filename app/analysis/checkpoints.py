@@ -23,7 +23,7 @@ from models import CheckpointError, Network, import_reference_checkpoint, load_c
 from models.checkpoint import CARD_KEY, card_path
 
 __all__ = ["CheckpointEntry", "list_checkpoints", "load_listed", "load_uploaded_checkpoint", "MAX_CHECKPOINT_BYTES",
-           "CheckpointError"]
+           "CheckpointError", "by_dataset", "DATASET_TITLES"]
 
 MAX_CHECKPOINT_BYTES = 200 * 2**20
 
@@ -51,12 +51,36 @@ class CheckpointEntry:
     error: str = ""
 
     @property
+    def dataset_title(self) -> str:
+        """What the picker calls the entry's dataset, e.g. ``"rot-MNIST"``."""
+        if self.error:
+            return "unreadable"
+        return DATASET_TITLES.get(self.dataset, self.dataset or "unknown dataset")
+
+    @property
     def label(self) -> str:
         """e.g. ``"fa_p4cnn_rot_mnist: fa_p4cnn, rot-MNIST, p4, test error 1.6 %"``."""
         if self.error:
             return f"{self.name}: unreadable ({self.error})"
         err = f"test error {100 * self.test_error:.2f} %" if self.test_error is not None else "no test error"
         return f"{self.name}: {self.arch}, {self.dataset or 'unknown dataset'}, {self.group or 'planar'}, {err}"
+
+
+# The picker's names of the datasets checkpoints are trained on; others show their card's name.
+DATASET_TITLES = {"rot_mnist": "rot-MNIST", "pcam_public": "PCam (H&E)", "pcam_subset": "PCam subset (H&E)",
+                  "he_demo": "H&E proxy", "cifar10": "CIFAR-10"}
+
+
+def by_dataset(entries: list[CheckpointEntry],
+               first: CheckpointEntry | None = None) -> dict[str, list[CheckpointEntry]]:
+    """The entries grouped by :attr:`~CheckpointEntry.dataset_title`: ``first``'s group first, the others by title,
+    unreadable files last; entries keep their order within a group."""
+    groups: dict[str, list[CheckpointEntry]] = {}
+    for entry in entries:
+        groups.setdefault(entry.dataset_title, []).append(entry)
+    lead = first.dataset_title if first is not None else None
+    order = sorted(groups, key=lambda title: (title != lead, title == "unreadable", title))
+    return {title: groups[title] for title in order}
 
 
 def list_checkpoints(folder: str | Path = "checkpoints") -> list[CheckpointEntry]:

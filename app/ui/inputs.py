@@ -23,13 +23,19 @@ from models import Group, Network, list_models, load_checkpoint
 from models.reference_import import PAPER_NAMES
 
 from ..analysis.cache import LRUCache, image_digest
-from ..analysis.checkpoints import CheckpointEntry, CheckpointError, list_checkpoints, load_uploaded_checkpoint
+from ..analysis.checkpoints import (
+    CheckpointEntry,
+    CheckpointError,
+    by_dataset,
+    list_checkpoints,
+    load_uploaded_checkpoint,
+)
 from ..analysis.images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image, to_channels
 from ..analysis.pathology import is_pathology, is_proxy
 from ..gallery import list_patches
 
 __all__ = ["LoadedModel", "ChosenImage", "default_checkpoint", "model_ui", "image_ui", "transform_ui",
-           "checkpoint_folder", "load_entry", "NO_CHECKPOINT_HELP"]
+           "checkpoint_folder", "load_entry", "checkpoint_key", "NO_CHECKPOINT_HELP"]
 
 REGION_CELL_KEY = "region_cell"  # a cell the region view hands over (app.ui.region_page.RegionCell)
 REGION_CELL_SOURCE = "Cell from the region"
@@ -108,6 +114,34 @@ def load_entry(entry: CheckpointEntry) -> LoadedModel:
     return LoadedModel(f"{entry.path.resolve()}@{mtime_ns}", entry.name, model, card)
 
 
+def _pick_checkpoint(entries: list[CheckpointEntry]) -> CheckpointEntry:
+    """Sidebar: the dataset (when the folder holds models of several), then a checkpoint trained on it.
+
+    Grouping keeps a dozen rot-MNIST variants from burying the H&E models; the app opens on the default checkpoint
+    (:func:`default_checkpoint`) and its dataset.
+    """
+    default = entries[default_checkpoint(entries)]
+    groups = by_dataset(entries, default)
+    if len(groups) > 1:
+        title = st.sidebar.radio("Dataset", list(groups), horizontal=True, key="dataset",
+                                 help="Checkpoints are listed by the data they were trained on.")
+    else:
+        title = next(iter(groups))
+    by_name = {e.name: e for e in groups[title]}
+    names = list(by_name)
+    # One picker per dataset: a keyed widget whose options change keeps showing its old choice in the browser,
+    # and going back to a dataset finds the model picked there before.
+    name = st.sidebar.selectbox("Checkpoint", names, format_func=lambda n: by_name[n].label,
+                                index=names.index(default.name) if default.name in by_name else 0,
+                                key=checkpoint_key(title))
+    return by_name[name]
+
+
+def checkpoint_key(dataset_title: str) -> str:
+    """The widget key of the checkpoint picker of a dataset (e.g. ``"checkpoint-rot-MNIST"``)."""
+    return f"checkpoint-{dataset_title}"
+
+
 def model_ui(folder: Path) -> LoadedModel | None:
     """Sidebar: a shipped checkpoint or an uploaded one. None (after a message) when there is no usable model."""
     entries = list_checkpoints(folder)
@@ -118,9 +152,7 @@ def model_ui(folder: Path) -> LoadedModel | None:
         if not entries:
             st.info(NO_CHECKPOINT_HELP.format(folder=folder))
             return None
-        by_name = {e.name: e for e in entries}
-        entry = by_name[st.sidebar.selectbox("Checkpoint", list(by_name), format_func=lambda n: by_name[n].label,
-                                             index=default_checkpoint(entries), key="checkpoint")]
+        entry = _pick_checkpoint(entries)
         if entry.error:
             st.error(f"{entry.name}: {entry.error}")
             return None

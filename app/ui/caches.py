@@ -1,0 +1,40 @@
+"""The process-wide caches every page shares: analyses by (model, image, element, selections) and each model's
+padding borders. Models themselves are cached where they are loaded (:mod:`app.ui.inputs`)."""
+
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+from ..analysis.cache import LRUCache, analysis_key
+from ..analysis.compute import Analysis, analyse
+from ..analysis.padding import constant_images, padding_borders
+from .inputs import LoadedModel
+
+__all__ = ["analyses", "analysed", "padding_of"]
+
+
+@st.cache_resource
+def analyses() -> LRUCache:
+    """Analyses by (model id, image digest, element, selections), and plain-versus-equivariant comparisons by
+    (both model ids, image digest, element): one process-wide LRU.
+
+    ``$APP_CONCURRENT_ANALYSES`` (default 2) analyses run at once, whatever the number of sessions, which bounds
+    the server's memory (``python -m benchmarks.concurrent_sessions``). Eight entries hold the Variants view's five
+    digit models beside the patch page's analyses.
+    """
+    return LRUCache(maxsize=8, concurrency=int(os.environ.get("APP_CONCURRENT_ANALYSES", "2")))
+
+
+def analysed(loaded: LoadedModel, image, element: int, selections: dict) -> tuple[Analysis, tuple]:
+    """``loaded``'s analysis of ``image`` moved by ``element``, computed once, and its cache key."""
+    key = analysis_key(loaded.model_id, image, element, selections)
+    return analyses().get_or_compute(key, lambda: analyse(loaded.model, loaded.card, image, element, selections)), key
+
+
+@st.cache_resource(max_entries=16)
+def padding_of(model_id: str, _loaded: LoadedModel) -> dict[str, int]:
+    """Once per model: every layer's padding border, measured on a constant image (:mod:`app.analysis.padding`)."""
+    return padding_borders([analyse(_loaded.model, _loaded.card, image, 0, {})
+                            for image in constant_images(_loaded.card)])

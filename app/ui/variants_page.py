@@ -1,0 +1,98 @@
+"""The Variants page: one image through every attention variant of Table 1 at once, one row each.
+
+Each row shows the layer's effective attention per orientation over the image, on the row's own colour range
+(so a nearly flat variant is not painted one colour by a livelier neighbour), beside the prediction, the
+architecture's Table 1 test error over seeds, this checkpoint's own, the parameter count and the deviation
+from equivariance measured on this very image. The sidebar's transform moves the image for every row alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from ..analysis.checkpoints import CheckpointEntry, CheckpointError
+from ..analysis.compute import Analysis, LayerMaps
+from ..analysis.variants import FIRST_ORIENTED, Variant, common_layers, own_error_text, table1_text, variant_layer
+from ..analysis.variants import variants_of as find_variants
+from ..pictures.map_style import display_maps
+from ..pictures.plots import map_panels
+from .caches import analysed, padding_of
+from .inputs import LoadedModel, load_entry
+from .views import Display, orientation_titles, value_range
+
+__all__ = ["variants_page", "ROW_WIDTH_PX"]
+
+ROW_WIDTH_PX = 640  # four orientation panels beside the row's facts, at 1440 px with the sidebar open
+COLOUR_TITLES = {"deviation": "attention - mean", "equalised": "attention: quantile"}
+
+
+def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np.ndarray, element: int,
+                  display: Display) -> None:
+    """Every variant of ``loaded``'s dataset on ``image`` (moved by ``element``), one row each."""
+    variants = find_variants(loaded.card, entries)
+    if len(variants) < 2:
+        st.info("The Variants view needs at least two attentive checkpoints trained on the same data; "
+                f"{len(variants)} found for {loaded.name}.")
+        return
+    rows: list[tuple[Variant, LoadedModel, Analysis]] = []
+    with st.spinner(f"Analysing the image with {len(variants)} attention variants ..."):
+        for variant in variants:
+            try:
+                model = loaded if variant.entry.name == loaded.name else load_entry(variant.entry)
+            except (CheckpointError, OSError) as err:
+                st.error(f"Cannot load {variant.entry.name}: {err}")
+                continue
+            rows.append((variant, model, analysed(model, image, element, {})[0]))
+    layers = common_layers([analysis for _, _, analysis in rows])
+    picker, _ = st.columns([1, 2])
+    choice = picker.selectbox("Layer", [FIRST_ORIENTED] + layers, key="variants_layer",
+                          help="The same layer of every variant, or each variant's first layer with an "
+                               "orientation axis (alpha_F and rotation attention act on the image itself first).")
+    st.caption("Each row: one checkpoint's effective attention (alpha-plus in [0, 1], what the network multiplies "
+               "by) per orientation of its filters, over the image, on the row's own colour range. Table 1: the "
+               "architecture's test error on the 50,000 test digits, mean ± sd over seeds of the paper's recipe "
+               "(`python -m training report results/rot_mnist --seeds`); this checkpoint's own error beside it. "
+               "Deviation: how far the row's maps and probabilities move from exact equivariance over every "
+               "group element, measured on this image.")
+    summary = []
+    for variant, model, analysis in rows:
+        layer = variant_layer(analysis, choice)
+        summary.append(_row(variant, model, analysis, layer, display))
+    st.markdown("**All variants**")
+    st.dataframe(pd.DataFrame(summary), hide_index=True, key="variants_table",
+                 column_config={"maps deviation": st.column_config.NumberColumn(format="%.1e"),
+                                "probability deviation": st.column_config.NumberColumn(format="%.1e")})
+
+
+def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerMaps, display: Display) -> dict:
+    """One variant's row: its facts on the left, its maps on the right. Returns the row for the summary table."""
+    size = analysis.images.shape[-1]
+    border = padding_of(model.model_id, model).get(f"attention/{layer.name}", 0)
+    zrange = value_range(layer, display, size, border)
+    probabilities = analysis.probabilities[0]
+    top = int(probabilities.argmax())
+    deviation = float(layer.relative_error.max())
+    card = model.card
+    facts, maps = st.columns([1.25, 4])
+    with facts:
+        st.markdown(f"**{variant.entry.name}**  \n{variant.description}")
+        st.markdown(f"Predicts **{analysis.class_names[top]}** (p = {probabilities[top]:.3f})  \n"
+                    f"{table1_text(card) or 'no Table 1 row on its card'}; {own_error_text(card)}  \n"
+                    f"{card.get('parameters', 0):,} parameters · layer {layer.name}  \n"
+                    f"deviation {deviation:.1e} (maps), {analysis.probability_error:.1e} (probabilities)")
+    with maps:
+        shown = display_maps(layer, size, display.range_mode, border, transform=0)  # (H, S, S)
+        fig = map_panels(analysis.images[0], shown, orientation_titles(analysis, layer),
+                         colorscale=display.shown_colorscale, opacity=display.opacity, zmin=zrange[0],
+                         zmax=zrange[1], colour_title=COLOUR_TITLES.get(display.range_mode, "attention"),
+                         style=display.style, signed=display.signed, border=border, width_px=ROW_WIDTH_PX)
+        st.plotly_chart(fig, key=f"variant-{variant.entry.name}", config={"displaylogo": False})
+    table1 = card.get("table1") or {}
+    return {"checkpoint": variant.entry.name, "attention": variant.kind, "layer": layer.name,
+            "prediction": analysis.class_names[top], "p": round(float(probabilities[top]), 4),
+            "Table 1 error %": (round(100 * table1["test_error"]["mean"], 3) if table1 else None),
+            "sd %": (round(100 * table1["test_error"]["sd"], 3) if table1.get("test_error", {}).get("sd") else None),
+            "parameters": card.get("parameters"), "maps deviation": deviation,
+            "probability deviation": analysis.probability_error}
