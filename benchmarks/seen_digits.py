@@ -8,7 +8,7 @@ interpolation, as the dataset's digits; ``augment="redraw"``), beside its error 
 
 Run from the repository root (rot-MNIST rebuilt from MNIST under data/rot_mnist)::
 
-    python -m benchmarks.seen_digits
+    python -m benchmarks.seen_digits                    # or --models a_p4cnn
 """
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default="data/rot_mnist")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS),
+                        help="shipped models to measure (default: all four)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     splits = load_dataset("rot_mnist", args.data_dir)
     print(f"{'model':<10} {'trained on':>11} {'error % on them, fresh angles':>30} {'test error % (50k, unseen)':>27}")
-    for arch in MODELS:
+    for arch in args.models:
         model, card = load_checkpoint(REPO / "checkpoints" / f"{arch}_rot_mnist.safetensors")
         model.eval()
         both = card["training"]["config"]["train_on_valid"]

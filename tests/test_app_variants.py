@@ -31,7 +31,7 @@ TABLE1_ORDER = ["a_p4cnn", "fa_p4cnn", "ach_p4cnn", "asp_p4cnn", "arh_p4cnn"]
 def variants_folder(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("variants")
     write_dev_checkpoints(folder, VARIANT_ARCHS + ["p4cnn", "fa_p4m_densenet"])
-    for arch in VARIANT_ARCHS:
+    for arch in VARIANT_ARCHS + ["p4cnn"]:
         path = folder / f"{arch}_dev.safetensors"
         model, card = models.load_checkpoint(path)
         models.save_checkpoint(model, path, {**card, "table1": table1_summary(RESULTS, arch)})
@@ -108,6 +108,8 @@ def test_one_row_per_variant_with_its_facts_and_its_own_colour_range(variants_fo
         assert f"| {arch} | {card['parameters']:,} |" in report and spread_text(card["table1"]["test_error"]) in report
         assert row["parameters"] == card["parameters"]
         assert row["maps deviation"] < 1e-5 and row["probability deviation"] < 1e-5, arch
+    assert "p4cnn_dev, 24,610 parameters, Table 1: 2.35 ± 0.07 %" in " ".join(c.value for c in at.caption), \
+        "the P4CNN without attention beside them"
     channel = heatmaps(charts["ach_p4cnn_dev"])
     spatial = heatmaps(charts["asp_p4cnn_dev"])
     assert all(np.ptp(m) < 1e-6 for m in channel), "channel attention has no spatial extent: one value a panel"

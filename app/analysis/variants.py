@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from .checkpoints import CheckpointEntry
 from .compute import Analysis, LayerMaps
 
-__all__ = ["ATTENTION_KINDS", "FIRST_ORIENTED", "Variant", "attention_kind", "variants_of", "variant_layer",
-           "common_layers", "table1_text", "own_error_text"]
+__all__ = ["ATTENTION_KINDS", "FIRST_ORIENTED", "Variant", "attention_kind", "variants_of", "baselines_of",
+           "variant_layer", "common_layers", "table1_text", "own_error_text"]
 
 # The card's config "attention" -> what the variant attends to, in Table 1's order.
 ATTENTION_KINDS = {
@@ -48,14 +48,27 @@ def attention_kind(card: dict | None) -> str:
 def variants_of(card: dict, entries: list[CheckpointEntry]) -> list[Variant]:
     """Every readable checkpoint in ``entries`` with attention, trained on ``card``'s dataset with its input and
     group: the rows of the Variants view, in Table 1's order of attention kinds, then by name."""
-    def same(other: dict) -> bool:
-        return all(other.get(key) == card.get(key) for key in ("input", "group")) and \
-            (other.get("dataset") or {}).get("name") == (card.get("dataset") or {}).get("name")
-
-    found = [Variant(entry, attention_kind(entry.card)) for entry in entries
-             if not entry.error and attention_kind(entry.card) in ATTENTION_KINDS and same(entry.card)]
+    found = [Variant(entry, attention_kind(entry.card)) for entry in _siblings(card, entries)
+             if attention_kind(entry.card) in ATTENTION_KINDS and entry.card.get("group") == card.get("group")]
     order = list(ATTENTION_KINDS)
     return sorted(found, key=lambda v: (order.index(v.kind), v.entry.name))
+
+
+def baselines_of(card: dict, entries: list[CheckpointEntry]) -> list[CheckpointEntry]:
+    """The checkpoints without attention trained on ``card``'s dataset with its input (P4CNNs of each attentive
+    model's size, the planar Z2CNN) that carry a Table 1 row: what the variants are measured against."""
+    found = [entry for entry in _siblings(card, entries)
+             if attention_kind(entry.card) == "none" and isinstance(entry.card.get("table1"), dict)]
+    return sorted(found, key=lambda entry: entry.card["table1"]["parameters"])
+
+
+def _siblings(card: dict, entries: list[CheckpointEntry]) -> list[CheckpointEntry]:
+    """Readable entries trained on ``card``'s dataset that take its input."""
+    def dataset(other: dict) -> str | None:
+        return (other.get("dataset") or {}).get("name")
+
+    return [entry for entry in entries if not entry.error and entry.card.get("input") == card.get("input")
+            and dataset(entry.card) == dataset(card)]
 
 
 def common_layers(analyses: list[Analysis]) -> list[str]:

@@ -14,7 +14,15 @@ import streamlit as st
 
 from ..analysis.checkpoints import CheckpointEntry, CheckpointError
 from ..analysis.compute import Analysis, LayerMaps
-from ..analysis.variants import FIRST_ORIENTED, Variant, common_layers, own_error_text, table1_text, variant_layer
+from ..analysis.variants import (
+    FIRST_ORIENTED,
+    Variant,
+    baselines_of,
+    common_layers,
+    own_error_text,
+    table1_text,
+    variant_layer,
+)
 from ..analysis.variants import variants_of as find_variants
 from ..pictures.map_style import display_maps
 from ..pictures.plots import map_panels
@@ -64,6 +72,11 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
     st.dataframe(pd.DataFrame(summary), hide_index=True, key="variants_table",
                  column_config={"maps deviation": st.column_config.NumberColumn(format="%.1e"),
                                 "probability deviation": st.column_config.NumberColumn(format="%.1e")})
+    baselines = baselines_of(loaded.card, entries)
+    if baselines:
+        st.caption("Without attention, for comparison (Table 1 pairs each attentive model with the P4CNN of its "
+                   "size): " + "; ".join(f"{entry.name}, {entry.card['parameters']:,} parameters, "
+                                         f"{table1_text(entry.card)}" for entry in baselines) + ".")
 
 
 def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerMaps, display: Display) -> dict:
