@@ -8,6 +8,7 @@ view gathers only attentive models of one dataset.
 from __future__ import annotations
 
 import base64
+import io
 import json
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def test_one_row_per_variant_with_its_facts_and_its_own_colour_range(variants_fo
         assert row["maps deviation"] < 1e-5 and row["probability deviation"] < 1e-5, arch
     assert "p4cnn_dev, 24,610 parameters, Table 1: 2.35 ± 0.07 %" in " ".join(c.value for c in at.caption), \
         "the P4CNN without attention beside them"
+    assert len(at.get("download_button")) == 1, "all rows as one PNG"
     channel = heatmaps(charts["ach_p4cnn_dev"])
     spatial = heatmaps(charts["asp_p4cnn_dev"])
     assert all(np.ptp(m) < 1e-6 for m in channel), "channel attention has no spatial extent: one value a panel"
@@ -138,6 +140,21 @@ def test_the_layer_picker_shows_one_layer_of_every_variant(variants_folder, monk
         "alpha_F's first layer attends over the image itself, with no orientations: its first oriented one is c2"
     at = ok(picker.set_value("c3").run())
     assert set(at.dataframe[0].value["layer"]) == {"c3"}
+    at = ok(at.selectbox(key="variants_layer").set_value("c1").run())
+    assert set(at.dataframe[0].value["layer"]) == {"c1"}, "alpha_F's and rotation attention's c1: one map each"
+
+
+def test_all_rows_in_one_png(variants_folder):
+    """The download: a row per variant, each with its own colour bar; a row with one panel leaves the rest empty."""
+    from PIL import Image
+
+    from app.pictures.figures import MapRow, render_map_grid_png
+    rng = np.random.default_rng(0)
+    image = rng.random((1, 28, 28))
+    rows = [MapRow(rng.random((4, 28, 28)), 0.0, 1.0, ("a", "b", "c", "d"), "a_p4cnn\nfull · c1"),
+            MapRow(rng.random((1, 28, 28)), 0.2, 0.4, ("on the image",), "fa_p4cnn\ninput · c1")]
+    one, two = (Image.open(io.BytesIO(render_map_grid_png(r, image, dpi=50))) for r in (rows[:1], rows))
+    assert one.format == two.format == "PNG" and two.width == one.width and two.height > 1.8 * one.height
 
 
 def test_variants_need_two_attentive_models(monkeypatch, tmp_path):

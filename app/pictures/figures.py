@@ -7,6 +7,7 @@ state is shared between the app's sessions, which run in threads.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -17,8 +18,8 @@ from matplotlib.path import Path
 from ..analysis.images import to_channels
 from .arrows import ArrowField, PanelMosaic, arrow_polygons
 
-__all__ = ["render_map_png", "render_map_row_png", "render_arrow_field_png", "render_arrow_fields_png",
-           "png_bytes", "ORIENTATION_COLOURS"]
+__all__ = ["render_map_png", "render_map_row_png", "render_map_grid_png", "MapRow", "render_arrow_field_png",
+           "render_arrow_fields_png", "png_bytes", "ORIENTATION_COLOURS"]
 
 # One colour per orientation (tab10 without grey); mirrored ones are also drawn hollow.
 ORIENTATION_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22")
@@ -161,15 +162,52 @@ def render_map_row_png(
         titles: one per panel.
         cmap, vmin, vmax, opacity, dpi: as :func:`render_map_png`.
     """
-    count = len(values)
-    fig = Figure(figsize=(2.2 * count + 0.6, 2.5))
-    axes = fig.subplots(1, count, squeeze=False)[0]
-    shown = None
-    for p, ax in enumerate(axes):
-        _background(ax, image)
-        shown = ax.imshow(values[p], cmap=cmap, vmin=vmin, vmax=vmax,
-                          alpha=opacity if image is not None else 1.0, interpolation="nearest")
-        ax.set_title(titles[p] if titles else "", fontsize=8)
-        ax.set_axis_off()
-    fig.colorbar(shown, ax=list(axes), fraction=0.02, pad=0.01)
+    return render_map_grid_png([MapRow(values, vmin, vmax, titles=tuple(titles or ()))], image, cmap=cmap,
+                               opacity=opacity, dpi=dpi)
+
+
+@dataclass(frozen=True)
+class MapRow:
+    """One row of :func:`render_map_grid_png`: ``(P, X, Y)`` maps on their own range, a title per panel and a
+    label on the left."""
+
+    values: np.ndarray
+    vmin: float
+    vmax: float
+    titles: tuple[str, ...] = ()
+    label: str = ""
+
+
+def render_map_grid_png(
+    rows: list[MapRow],
+    image: np.ndarray | None = None,
+    *,
+    cmap: str = "viridis",
+    opacity: float = 0.6,
+    dpi: int = 100,
+) -> bytes:
+    """Rows of maps, each on its own colour scale with its colour bar and label, each map over the image.
+
+    Args:
+        rows: the rows; one with fewer panels than the widest leaves the rest of its line empty.
+        image: ``(C, X, Y)`` in [0, 1], under every panel, or None.
+        cmap, opacity, dpi: as :func:`render_map_png`.
+    """
+    count = max(len(row.values) for row in rows)
+    labelled = any(row.label for row in rows)
+    fig = Figure(figsize=(2.2 * count + 0.6 + 1.6 * labelled, 2.5 + 2.4 * (len(rows) - 1)))
+    grid = fig.subplots(len(rows), count, squeeze=False)
+    for row, axes in zip(rows, grid, strict=True):
+        shown = None
+        for p, ax in enumerate(axes):
+            ax.set_axis_off()
+            if p >= len(row.values):
+                continue
+            _background(ax, image)
+            shown = ax.imshow(row.values[p], cmap=cmap, vmin=row.vmin, vmax=row.vmax,
+                              alpha=opacity if image is not None else 1.0, interpolation="nearest")
+            ax.set_title(row.titles[p] if p < len(row.titles) else "", fontsize=8)
+        if row.label:
+            axes[0].text(-0.08, 0.5, row.label, transform=axes[0].transAxes, ha="right", va="center", fontsize=8)
+        fig.colorbar(shown, ax=list(axes), fraction=0.02, pad=0.01)
     return png_bytes(fig, dpi)

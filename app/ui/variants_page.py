@@ -8,6 +8,8 @@ from equivariance measured on this very image. The sidebar's transform moves the
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -24,6 +26,7 @@ from ..analysis.variants import (
     variant_layer,
 )
 from ..analysis.variants import variants_of as find_variants
+from ..pictures.figures import MapRow, render_map_grid_png
 from ..pictures.map_style import display_maps
 from ..pictures.plots import map_panels
 from .caches import analysed, padding_of
@@ -56,22 +59,30 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
     layers = common_layers([analysis for _, _, analysis in rows])
     picker, _ = st.columns([1, 2])
     choice = picker.selectbox("Layer", [FIRST_ORIENTED] + layers, key="variants_layer",
-                          help="The same layer of every variant, or each variant's first layer with an "
-                               "orientation axis (alpha_F and rotation attention act on the image itself first).")
+                              help="The same layer of every variant, or each variant's first layer with an "
+                                   "orientation axis (alpha_F and rotation attention act on the image itself "
+                                   "first).")
     st.caption("Each row: one checkpoint's effective attention (alpha-plus in [0, 1], what the network multiplies "
                "by) per orientation of its filters, over the image, on the row's own colour range. Table 1: the "
                "architecture's test error on the 50,000 test digits, mean ± sd over seeds of the paper's recipe "
                "(`python -m training report results/rot_mnist --seeds`); this checkpoint's own error beside it. "
                "Deviation: how far the row's maps and probabilities move from exact equivariance over every "
                "group element, measured on this image.")
-    summary = []
+    summary, pictures = [], []
     for variant, model, analysis in rows:
         layer = variant_layer(analysis, choice)
-        summary.append(_row(variant, model, analysis, layer, display))
+        facts, picture = _row(variant, model, analysis, layer, display)
+        summary.append(facts)
+        pictures.append(picture)
     st.markdown("**All variants**")
     st.dataframe(pd.DataFrame(summary), hide_index=True, key="variants_table",
                  column_config={"maps deviation": st.column_config.NumberColumn(format="%.1e"),
                                 "probability deviation": st.column_config.NumberColumn(format="%.1e")})
+    st.download_button("All rows (PNG)", functools.partial(render_map_grid_png, pictures, rows[0][2].images[0],
+                                                           cmap=display.matplotlib_colormap,
+                                                           opacity=display.opacity, dpi=110),
+                       file_name=f"variants_{choice.replace(' ', '_')}.png", mime="image/png", key="export_variants",
+                       help="Every row's maps over the image, each on its own colour range, in one picture.")
     baselines = baselines_of(loaded.card, entries)
     if baselines:
         st.caption("Without attention, for comparison (Table 1 pairs each attentive model with the P4CNN of its "
@@ -79,8 +90,10 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
                                          f"{table1_text(entry.card)}" for entry in baselines) + ".")
 
 
-def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerMaps, display: Display) -> dict:
-    """One variant's row: its facts on the left, its maps on the right. Returns the row for the summary table."""
+def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerMaps,
+         display: Display) -> tuple[dict, MapRow]:
+    """One variant's row: its facts on the left, its maps on the right. Returns the row for the summary table and
+    its maps for the PNG."""
     size = analysis.images.shape[-1]
     border = padding_of(model.model_id, model).get(f"attention/{layer.name}", 0)
     zrange = value_range(layer, display, size, border)
@@ -88,24 +101,27 @@ def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerM
     top = int(probabilities.argmax())
     deviation = float(layer.relative_error.max())
     card = model.card
-    facts, maps = st.columns([1.25, 4])
-    with facts:
+    left, right = st.columns([1.25, 4])
+    with left:
         st.markdown(f"**{variant.entry.name}**  \n{variant.description}")
         st.markdown(f"Predicts **{analysis.class_names[top]}** (p = {probabilities[top]:.3f})  \n"
                     f"{table1_text(card) or 'no Table 1 row on its card'}; {own_error_text(card)}  \n"
                     f"{card.get('parameters', 0):,} parameters · layer {layer.name}  \n"
                     f"deviation {deviation:.1e} (maps), {analysis.probability_error:.1e} (probabilities)")
-    with maps:
-        shown = display_maps(layer, size, display.range_mode, border, transform=0)  # (H, S, S)
+    shown = display_maps(layer, size, display.range_mode, border, transform=0)  # (H, S, S)
+    with right:
         fig = map_panels(analysis.images[0], shown, orientation_titles(analysis, layer),
                          colorscale=display.shown_colorscale, opacity=display.opacity, zmin=zrange[0],
                          zmax=zrange[1], colour_title=COLOUR_TITLES.get(display.range_mode, "attention"),
                          style=display.style, signed=display.signed, border=border, width_px=ROW_WIDTH_PX)
         st.plotly_chart(fig, key=f"variant-{variant.entry.name}", config={"displaylogo": False})
     table1 = card.get("table1") or {}
-    return {"checkpoint": variant.entry.name, "attention": variant.kind, "layer": layer.name,
-            "prediction": analysis.class_names[top], "p": round(float(probabilities[top]), 4),
-            "Table 1 error %": (round(100 * table1["test_error"]["mean"], 3) if table1 else None),
-            "sd %": (round(100 * table1["test_error"]["sd"], 3) if table1.get("test_error", {}).get("sd") else None),
-            "parameters": card.get("parameters"), "maps deviation": deviation,
-            "probability deviation": analysis.probability_error}
+    picture = MapRow(shown, zrange[0], zrange[1], tuple(orientation_titles(analysis, layer)),
+                     f"{variant.entry.name}\n{variant.kind} · {layer.name}")
+    facts = {"checkpoint": variant.entry.name, "attention": variant.kind, "layer": layer.name,
+             "prediction": analysis.class_names[top], "p": round(float(probabilities[top]), 4),
+             "Table 1 error %": (round(100 * table1["test_error"]["mean"], 3) if table1 else None),
+             "sd %": (round(100 * table1["test_error"]["sd"], 3) if table1.get("test_error", {}).get("sd") else None),
+             "parameters": card.get("parameters"), "maps deviation": deviation,
+             "probability deviation": analysis.probability_error}
+    return facts, picture

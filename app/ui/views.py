@@ -66,6 +66,11 @@ class Display:
         return self.range_mode == "deviation"
 
     @property
+    def matplotlib_colormap(self) -> str:
+        """The colour map of the PNG exports: matplotlib's name of the shown one."""
+        return DIVERGING if self.signed else MPL_COLOUR_MAPS.get(self.colorscale, "viridis")
+
+    @property
     def shown_colorscale(self) -> str:
         """Deviations get a diverging map whatever the choice: blue below the orientations' mean, red above."""
         return DIVERGING if self.signed else self.colorscale
@@ -358,10 +363,9 @@ def show_angle_deviation(deviation: AngleDeviation) -> None:
 def maps_png(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
              border: int = 0) -> bytes:
     size = analysis.images.shape[-1]
-    cmap = DIVERGING if display.signed else MPL_COLOUR_MAPS.get(display.colorscale, "viridis")
     return render_map_row_png(display_maps(layer, size, display.range_mode, border, transform=0), analysis.images[0],
-                              orientation_titles(analysis, layer), cmap=cmap, vmin=zrange[0], vmax=zrange[1],
-                              opacity=display.opacity)
+                              orientation_titles(analysis, layer), cmap=display.matplotlib_colormap, vmin=zrange[0],
+                              vmax=zrange[1], opacity=display.opacity)
 
 
 def show_export(analysis: Analysis, layer: LayerMaps, field: ArrowField | None, field_layer: str, display: Display,
