@@ -20,6 +20,7 @@ from test_app_ui import AppTest, app, checkpoint_box, dev_card, ok, write_dev_ch
 import models
 from app.analysis.checkpoints import by_dataset, list_checkpoints
 from app.analysis.variants import ATTENTION_KINDS, table1_text, variants_of
+from app.ui.views import FLAT_SPAN
 from training.report import seed_table, spread_text, table1_summary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,7 +96,9 @@ def test_one_row_per_variant_with_its_facts_and_its_own_colour_range(variants_fo
     table = at.dataframe[0].value
     assert list(table["checkpoint"]) == list(charts) and list(table["attention"]) == list(ATTENTION_KINDS)
     text = " ".join(m.value for m in at.markdown)
+    captions = " ".join(c.value for c in at.caption)
     report = seed_table(RESULTS)
+    flat = []
     for arch, (_, row) in zip(TABLE1_ORDER, table.iterrows(), strict=True):
         spec = charts[f"{arch}_dev"]
         maps = heatmaps(spec)
@@ -104,6 +107,11 @@ def test_one_row_per_variant_with_its_facts_and_its_own_colour_range(variants_fo
         axis = spec["layout"]["coloraxis"]
         assert {t.get("coloraxis") for t in spec["data"] if t["type"] == "heatmap"} == {"coloraxis"}
         assert axis["cmin"] < axis["cmax"], arch
+        maps_span = max(float(m.max()) for m in maps) - min(float(m.min()) for m in maps)
+        if axis["cmax"] - axis["cmin"] == pytest.approx(FLAT_SPAN):
+            flat.append(arch)
+        else:
+            assert maps_span >= FLAT_SPAN, f"{arch}: a row that varies by {maps_span:.1e} must be drawn flat"
         card = models.load_checkpoint(variants_folder / f"{arch}_dev.safetensors")[1]
         assert table1_text(card) in text, "the row states its Table 1 error"
         assert f"| {arch} | {card['parameters']:,} |" in report and spread_text(card["table1"]["test_error"]) in report
@@ -112,6 +120,8 @@ def test_one_row_per_variant_with_its_facts_and_its_own_colour_range(variants_fo
     assert "p4cnn_dev, 24,610 parameters, Table 1: 2.35 ± 0.07 %" in " ".join(c.value for c in at.caption), \
         "the P4CNN without attention beside them"
     assert len(at.get("download_button")) == 1, "all rows as one PNG"
+    assert "ach_p4cnn" in flat, "a random channel attention is near 0.5 everywhere: drawn flat"
+    assert captions.count("Nearly flat") == len(flat), "each flat row says so"
     channel = heatmaps(charts["ach_p4cnn_dev"])
     spatial = heatmaps(charts["asp_p4cnn_dev"])
     assert all(np.ptp(m) < 1e-6 for m in channel), "channel attention has no spatial extent: one value a panel"

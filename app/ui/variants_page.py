@@ -31,7 +31,7 @@ from ..pictures.map_style import display_maps
 from ..pictures.plots import map_panels
 from .caches import analysed, padding_of
 from .inputs import LoadedModel, load_entry
-from .views import Display, orientation_titles, value_range
+from .views import FLAT_SPAN, Display, orientation_titles, value_range
 
 __all__ = ["variants_page", "ROW_WIDTH_PX"]
 
@@ -63,7 +63,8 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
                                    "orientation axis (alpha_F and rotation attention act on the image itself "
                                    "first).")
     st.caption("Each row: one checkpoint's effective attention (alpha-plus in [0, 1], what the network multiplies "
-               "by) per orientation of its filters, over the image, on the row's own colour range. Table 1: the "
+               "by), the mean over its channels, per orientation of its filters, over the image, on the row's own "
+               f"colour range (a row that varies by less than {FLAT_SPAN} is drawn on a range that wide). Table 1: the "
                "architecture's test error on the 50,000 test digits, mean ± sd over seeds of the paper's recipe "
                "(`python -m training report results/rot_mnist --seeds`); this checkpoint's own error beside it. "
                "Deviation: how far the row's maps and probabilities move from exact equivariance over every "
@@ -97,6 +98,11 @@ def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerM
     size = analysis.images.shape[-1]
     border = padding_of(model.model_id, model).get(f"attention/{layer.name}", 0)
     zrange = value_range(layer, display, size, border)
+    span = zrange[1] - zrange[0]
+    flat = display.range_mode in ("robust", "full") and span < FLAT_SPAN
+    if flat:
+        # Stretched over the colour bar, round-off would look like attention: a flat row is drawn flat.
+        zrange = ((zrange[0] + zrange[1] - FLAT_SPAN) / 2, (zrange[0] + zrange[1] + FLAT_SPAN) / 2)
     probabilities = analysis.probabilities[0]
     top = int(probabilities.argmax())
     deviation = float(layer.relative_error.max())
@@ -108,6 +114,9 @@ def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerM
                     f"{table1_text(card) or 'no Table 1 row on its card'}; {own_error_text(card)}  \n"
                     f"{card.get('parameters', 0):,} parameters · layer {layer.name}  \n"
                     f"deviation {deviation:.1e} (maps), {analysis.probability_error:.1e} (probabilities)")
+        if flat:
+            st.caption(f"Nearly flat: these maps vary by {span:.1e}, so they are drawn on a range {FLAT_SPAN} wide "
+                       "around their middle (one colour), not stretched over the colour bar.")
     shown = display_maps(layer, size, display.range_mode, border, transform=0)  # (H, S, S)
     with right:
         fig = map_panels(analysis.images[0], shown, orientation_titles(analysis, layer),
