@@ -36,7 +36,7 @@ except ImportError:  # skipped (or failed under CI) with a message below
 REPO = Path(__file__).resolve().parents[1]
 VIEWPORT = dict(width=1400, height=1000)
 FIRST_SCREEN = dict(width=1440, height=900)  # what the first page must fit
-VARIANTS_SCREEN = dict(width=1440, height=1800)  # five variant rows and their table in one picture
+VARIANTS_SCREEN = dict(width=1440, height=2150)  # five variant rows and their table in one picture
 TIMEOUT_S = 180  # the trainings of the machines this runs on can slow the first analysis down a lot
 ARCH = "p4cnn"
 
