@@ -36,7 +36,7 @@ def test_verdicts():
 
 def _write_card(folder, arch, seed, error):
     card = {"arch": arch, "parameters": 73130, "training": {"config": {"seed": seed}, "epochs_completed": 100},
-            "metrics": {"test_error": error, "valid_error": error}}
+            "metrics": {"test_error": error, "valid_error": error, "test_count": 50000}}
     folder.mkdir(exist_ok=True)
     (folder / f"{arch}-seed{seed}.json").write_text(json.dumps(card))
 

@@ -1,7 +1,9 @@
 """Each shipped rot-MNIST checkpoint makes no more errors than the paper's released checkpoint of the same model.
 
-Both are measured here, on the same real rotated MNIST test digits (the first ``DIGITS`` of our 50,000-digit test
-split; ``python -m benchmarks.rot_mnist_vs_paper --count 50000`` measures all of them), each fed as it was trained.
+Both are measured here, on the same real rotated MNIST test digits (all 50,000 of our test split, as
+``python -m benchmarks.rot_mnist_vs_paper --count 50000`` prints them), each fed as it was trained. All of them, not
+a sample: the shipped fa_p4cnn and the release differ by 40 digits in 50,000 (859 against 899 errors), and the
+first 10,000 alone rank them the other way (179 against 173), so a sample this size cannot tell them apart.
 The paper's checkpoints are read from ``../shared/reference/checkpoints``: without it these tests skip, or fail
 under ``REQUIRE_REFERENCE=1``.
 """
@@ -17,7 +19,7 @@ from benchmarks.rot_mnist_vs_paper import test_error as error_on  # renamed: pyt
 from models import import_reference_checkpoint, load_checkpoint
 from training.data import load_dataset
 
-DIGITS = 10_000
+DIGITS = 50_000
 # Shipped checkpoints that do not meet the bar yet (issue 16), and why: strict, so that one that starts to meet
 # it fails here until it is taken off this list.
 NOT_YET: dict[str, str] = {}
