@@ -5,7 +5,7 @@ temporary folder holding one small dev checkpoint. The test switches the image
 source to upload, uploads a PNG, waits until the orientation panels are drawn,
 and saves a screenshot (``tmp_path``, and ``out/browser-screenshot.png`` with
 ``SAVE_SCREENSHOT=1``), which must be a non-blank PNG of the window's width.
-With ``UPDATE_DOCS_SCREENSHOT=1`` the pathology test also rewrites the README's
+With ``UPDATE_DOCS_SCREENSHOT=1`` the pathology test also rewrites docs/pathology_tumour.png and the README's
 picture, ``docs/app.png``.
 
 Playwright's own browser download does not work on these machines, so it drives
@@ -150,6 +150,10 @@ def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
         with Image.open(screenshot) as shot:
             small = shot.convert("RGB").resize((1080, 675), Image.LANCZOS).quantize(colors=192, dither=Image.NONE)
             small.save(REPO / "docs" / "app.png", optimize=True)
+        # docs/pathology.md's picture: the same patch's attention-on-nuclei tab.
+        with Image.open(tmp_path / "pathology-nuclei-screenshot.png") as shot:
+            small = shot.convert("RGB").resize((1080, 675), Image.LANCZOS).quantize(colors=192, dither=Image.NONE)
+            small.save(REPO / "docs" / "pathology_tumour.png", optimize=True)
     check_and_keep(tmp_path / "pathology-nuclei-screenshot.png", "pathology-nuclei-screenshot.png", FIRST_SCREEN)
 
 
