@@ -103,6 +103,15 @@ def check_and_keep(screenshot: Path, name: str, viewport: dict = VIEWPORT) -> No
         shutil.copyfile(screenshot, REPO / "out" / name)
 
 
+def write_docs_picture(screenshot: Path, name: str, colors: int) -> None:
+    """``docs/NAME``: the screenshot 1080 px wide (its aspect kept: 1440 x 900 becomes 1080 x 675) in a palette of
+    ``colors``, small enough to commit."""
+    with Image.open(screenshot) as shot:
+        small = shot.convert("RGB")
+    small = small.resize((1080, round(small.height * 1080 / small.width)), Image.LANCZOS)
+    small.quantize(colors=colors, dither=Image.NONE).save(REPO / "docs" / name, optimize=True)
+
+
 def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
@@ -147,13 +156,9 @@ def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
     check_and_keep(screenshot, "pathology-screenshot.png", FIRST_SCREEN)
     if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
         # The README's first picture: the first screen, in a small palette PNG.
-        with Image.open(screenshot) as shot:
-            small = shot.convert("RGB").resize((1080, 675), Image.LANCZOS).quantize(colors=192, dither=Image.NONE)
-            small.save(REPO / "docs" / "app.png", optimize=True)
+        write_docs_picture(screenshot, "app.png", colors=192)
         # docs/pathology.md's picture: the same patch's attention-on-nuclei tab.
-        with Image.open(tmp_path / "pathology-nuclei-screenshot.png") as shot:
-            small = shot.convert("RGB").resize((1080, 675), Image.LANCZOS).quantize(colors=192, dither=Image.NONE)
-            small.save(REPO / "docs" / "pathology_tumour.png", optimize=True)
+        write_docs_picture(tmp_path / "pathology-nuclei-screenshot.png", "pathology_tumour.png", colors=192)
     check_and_keep(tmp_path / "pathology-nuclei-screenshot.png", "pathology-nuclei-screenshot.png", FIRST_SCREEN)
 
 
@@ -187,9 +192,7 @@ def test_region_view_scores_the_mosaic_and_a_click_opens_a_cell(tmp_path):
         assert "PCam test mosaic, cell (3, 3)" in page.inner_text("body")
     check_and_keep(screenshot, "region-screenshot.png", FIRST_SCREEN)
     if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
-        with Image.open(screenshot) as shot:
-            small = shot.convert("RGB").resize((1080, 675), Image.LANCZOS).quantize(colors=224, dither=Image.NONE)
-            small.save(REPO / "docs" / "region.png", optimize=True)
+        write_docs_picture(screenshot, "region.png", colors=224)
 
 
 def test_variants_view_shows_every_shipped_attention_variant_in_rows(tmp_path):
@@ -220,7 +223,4 @@ def test_variants_view_shows_every_shipped_attention_variant_in_rows(tmp_path):
         page.screenshot(path=str(screenshot), full_page=True)
     check_and_keep(screenshot, "variants-screenshot.png", VARIANTS_SCREEN)
     if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
-        with Image.open(screenshot) as shot:
-            small = shot.convert("RGB")
-            small = small.resize((1080, round(small.height * 1080 / small.width)), Image.LANCZOS)
-            small.quantize(colors=224, dither=Image.NONE).save(REPO / "docs" / "variants.png", optimize=True)
+        write_docs_picture(screenshot, "variants.png", colors=224)
