@@ -20,7 +20,6 @@ if __package__ in (None, ""):
 
 import streamlit as st  # noqa: E402
 
-from app.analysis.allocator import retain_freed_memory  # noqa: E402
 from app.analysis.angles import angle_deviation  # noqa: E402
 from app.analysis.cache import image_digest  # noqa: E402
 from app.analysis.checkpoints import CheckpointError, list_checkpoints  # noqa: E402
@@ -53,6 +52,7 @@ from app.ui.views import (  # noqa: E402
     show_true_label,
     value_range,
 )
+from models.allocator import retain_freed_memory  # noqa: E402
 
 
 @st.cache_resource

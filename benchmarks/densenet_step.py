@@ -4,13 +4,20 @@ peak memory.
     python -m benchmarks.densenet_step [--baseline 4ba8abb] [--models densenet p4m_densenet fa_p4m_densenet]
         [--batch 64] [--threads 2] [--repeats 3] [--rounds 2] [--json out.json]
 
-"Before" is the ``models`` package of a baseline commit (default: the code before the speed work), extracted
-with ``git archive`` into a temporary folder; "after" is this tree's. Every measurement runs in a fresh process
-(this file with ``--worker``) with the one package on its path: a training step (forward, cross-entropy,
-backward; median of ``--repeats`` after one warm-up) and an inference batch (eval mode, ``inference_mode``),
-each with the process's peak RSS above its baseline after building the model and the batch. Rounds alternate
-before and after, so that a machine whose speed drifts (other work, a training run beside it) affects both
-alike; the ratio of the medians over rounds is the figure to read.
+Three set-ups, each as ``python -m training`` ran or runs with it:
+
+* "before": the ``models`` package of a baseline commit (default: the code before the speed work), extracted
+  with ``git archive`` into a temporary folder, with glibc's default allocator (freed activations go back to
+  the system and are faulted in afresh next step);
+* "after, glibc default": this tree's ``models``, same allocator: what the code changes alone give;
+* "after": this tree's ``models`` with freed memory kept for reuse (:mod:`models.allocator`), as training
+  runs since 2026-11-27.
+
+Every measurement runs in a fresh process (this file with ``--worker``) with the one package on its path: a
+training step (forward, cross-entropy, backward; median of ``--repeats`` after one warm-up) and an inference
+batch (eval mode, ``inference_mode``), each with the process's peak RSS above its baseline after building the
+model and the batch. Rounds alternate the set-ups, so that a machine whose speed drifts (other work, a training
+run beside it) affects all alike; the ratio of the medians over rounds to "before" is the figure to read.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ REPO = Path(__file__).resolve().parent.parent
 BASELINE = "4ba8abb"  # main before the DenseNet speed work (2026-11-26)
 MODELS = ["densenet", "p4m_densenet", "fa_p4m_densenet"]
 MODES = ("train", "infer")
+# (label, which tree's models, keep freed memory)
+SETUPS = (("before", "baseline", False), ("after_default_malloc", "tree", False), ("after", "tree", True))
+SHOWN = {"after_default_malloc": "after, glibc default", "after": "after"}
 
 
 def build_step(name: str, mode: str, batch: int, threads: int):
@@ -62,10 +72,15 @@ def build_step(name: str, mode: str, batch: int, threads: int):
     return model, step
 
 
-def measure(name: str, mode: str, batch: int, threads: int, repeats: int) -> dict:
+def measure(name: str, mode: str, batch: int, threads: int, repeats: int, keep_freed: bool = False) -> dict:
     """One model's training step or inference batch, in this process (a worker)."""
     import models
 
+    if keep_freed:  # only this tree's models has the allocator module
+        from models.allocator import retain_freed_memory
+
+        if not retain_freed_memory():
+            raise RuntimeError("glibc did not accept the allocator settings")
     _, step = build_step(name, mode, batch, threads)
     base = max_rss_mib()
 
@@ -91,9 +106,10 @@ def worker_result(code: Path, script: str, *worker_args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_worker(code: Path, name: str, mode: str, args: argparse.Namespace) -> dict:
+def run_worker(code: Path, name: str, mode: str, args: argparse.Namespace, keep_freed: bool = False) -> dict:
     result = worker_result(code, str(Path(__file__).resolve()), name, "--mode", mode, "--batch", str(args.batch),
-                           "--threads", str(args.threads), "--repeats", str(args.repeats))
+                           "--threads", str(args.threads), "--repeats", str(args.repeats),
+                           *(["--keep-freed"] if keep_freed else []))
     if "error" not in result and Path(result["models_from"]).resolve() != code.resolve():
         return {"error": f"the worker imported models from {result['models_from']}, not {code}"}
     return result
@@ -116,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--keep-freed", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(measure(args.worker, args.mode, args.batch, args.threads, args.repeats)))
+        print(json.dumps(measure(args.worker, args.mode, args.batch, args.threads, args.repeats, args.keep_freed)))
         return 0
 
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
@@ -131,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         extract(args.baseline, before)
         for name in args.models:
             for mode in MODES:
-                runs = {"before": [], "after": []}
+                runs = {label: [] for label, _, _ in SETUPS}
                 for _ in range(args.rounds):
-                    for label, code in (("before", before), ("after", REPO)):
-                        runs[label].append(run_worker(code, name, mode, args))
+                    for label, tree, keep_freed in SETUPS:
+                        code = before if tree == "baseline" else REPO
+                        runs[label].append(run_worker(code, name, mode, args, keep_freed))
                 row = {"model": name, "mode": mode, "runs": runs}
                 failed = [r["error"] for rs in runs.values() for r in rs if "error" in r]
                 if failed:
@@ -143,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                     for label, rs in runs.items():
                         row[f"{label}_s"] = statistics.median(r["seconds"] for r in rs)
                         row[f"{label}_mib"] = max(r["delta_mib"] for r in rs)
-                    row["speedup"] = row["before_s"] / row["after_s"]
+                    for label, _, _ in SETUPS[1:]:
+                        row[f"{label}_speedup"] = row["before_s"] / row[f"{label}_s"]
                 results.append(row)
                 print(line(row), flush=True)
     if args.json:
@@ -155,8 +174,11 @@ def main(argv: list[str] | None = None) -> int:
 def line(row: dict) -> str:
     if "error" in row:
         return f"{row['model']:16s} {row['mode']:5s} FAILED: {row['error']}"
-    return (f"{row['model']:16s} {row['mode']:5s} before {row['before_s']:7.3f} s {row['before_mib']:6.0f} MiB | "
-            f"after {row['after_s']:7.3f} s {row['after_mib']:6.0f} MiB | {row['speedup']:.2f}x faster")
+    parts = [f"{row['model']:16s} {row['mode']:5s} before {row['before_s']:6.3f} s {row['before_mib']:5.0f} MiB"]
+    for label, _, _ in SETUPS[1:]:
+        parts.append(f"{SHOWN[label]} {row[f'{label}_s']:6.3f} s "
+                     f"{row[f'{label}_mib']:5.0f} MiB {row[f'{label}_speedup']:.2f}x")
+    return " | ".join(parts)
 
 
 if __name__ == "__main__":

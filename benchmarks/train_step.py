@@ -11,6 +11,10 @@ process max RSS (``getrusage``); the reported "delta" is max RSS after the timed
 steps minus max RSS right after building the model and the input batch, i.e. the
 extra memory the training step itself needs (activations, gradients, workspace).
 
+``--allocator kept`` (the default) keeps freed memory in the process for reuse, as ``python -m training`` does
+since 2026-11-27 (:mod:`models.allocator`); ``--allocator glibc`` measures glibc's default, which every figure
+before that date used.
+
 ``p4cnn`` is always measured as well, and every row shows its time and delta
 memory relative to p4cnn's from the same run, which is the figure to compare
 across machines. Beside it are the figures measured with the authors' code on
@@ -78,12 +82,15 @@ def training_step(model, x, labels=None):
     return labels, logits.shape[1]
 
 
-def measure(name: str, batch: int, threads: int, repeats: int) -> dict:
+def measure(name: str, batch: int, threads: int, repeats: int, allocator: str = "kept") -> dict:
     """Build ``name`` and time its training step; meant to run alone in a fresh process."""
     import torch
 
     import models
+    from models.allocator import retain_freed_memory
 
+    if allocator == "kept" and not retain_freed_memory():
+        raise RuntimeError("glibc did not accept the allocator settings (use --allocator glibc)")
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     info = models.model_info(name)
@@ -128,6 +135,8 @@ def run_worker(name: str, args: argparse.Namespace) -> dict:
         str(args.threads),
         "--repeats",
         str(args.repeats),
+        "--allocator",
+        args.allocator,
     ]
     try:
         proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.timeout)
@@ -180,7 +189,8 @@ def header(args: argparse.Namespace) -> str:
     cpu = platform.processor() or platform.machine()
     return (
         f"machine: {cpu}, {os.cpu_count()} CPUs ({platform.system()}) | torch {torch.__version__} | "
-        f"threads {args.threads} | batch {args.batch} | median of {args.repeats} after 1 warm-up | "
+        f"threads {args.threads} | batch {args.batch} | allocator {args.allocator} | "
+        f"median of {args.repeats} after 1 warm-up | "
         # Other processes competing for the cores make the timings unreliable; show how busy the machine was.
         f"load avg {os.getloadavg()[0]:.1f}"
     )
@@ -243,6 +253,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in each worker")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per model; the median is reported")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per model")
+    parser.add_argument("--allocator", choices=["kept", "glibc"], default="kept",
+                        help="kept: freed memory reused, as training runs (default); glibc: glibc's default")
     parser.add_argument("--json", metavar="PATH", help="also write the raw results here")
     parser.add_argument("--worker", metavar="NAME", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -251,7 +263,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.worker:
-        print(json.dumps(measure(args.worker, args.batch, args.threads, args.repeats)))
+        print(json.dumps(measure(args.worker, args.batch, args.threads, args.repeats, args.allocator)))
         return
 
     head = header(args)

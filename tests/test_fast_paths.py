@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from app.analysis.allocator import retain_freed_memory
+from models.allocator import retain_freed_memory
 from models.attention.statistics import maximum
 from models.gconv import conv2d
 from models.pooling import spatial_avg_pool

@@ -356,3 +356,16 @@ def test_redraw_trains_on_fresh_rotations_of_the_upright_digits_and_needs_them(a
     assert cli_main(train_args(amat_dir, tmp_path / "amat", "--max-steps", "3", "--augment", "redraw")) != 0
     assert "no upright images" in capsys.readouterr().err
     assert not (tmp_path / "amat" / "state.pt").exists()  # refused before the first step
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_training_and_evaluation_keep_freed_memory_for_reuse(command, tmp_path, monkeypatch):
+    # Without it every step faults its activations in afresh: a p4m DenseNet step took twice as long
+    # (benchmarks.densenet_step). The call comes before anything can fail, so every run gets it.
+    calls = []
+    monkeypatch.setattr("training.cli.retain_freed_memory", lambda: calls.append(command) or True)
+    missing = tmp_path / "missing"
+    args = (train_args(missing, tmp_path / "run") if command == "train"
+            else ["evaluate", str(missing / "model.safetensors"), "--data-dir", str(missing)])
+    assert cli_main(args) == 1
+    assert calls == [command]

@@ -1,17 +1,22 @@
-"""Keep freed memory in the process, so that each forward pass reuses pages instead of faulting in new ones.
+"""Keep freed memory in the process, so that each forward (and backward) pass reuses pages instead of faulting in
+new ones.
 
 glibc's malloc serves large blocks (above a threshold that starts at 128 KiB
 and rises to at most 32 MiB) with fresh ``mmap`` pages and returns them to the
 system when they are freed; it also trims the top of the heap. A forward pass
-allocates and frees hundreds of megabytes of activations, so the next pass
-touches every page anew, one page fault per 4 KiB. For the p4m DenseNet over
-the 8 transforms of a 96 x 96 patch those faults take about a third of the
+allocates and frees hundreds of megabytes of activations (a training step of
+the p4m DenseNet at batch 64, gigabytes), so the next pass touches every page
+anew, one page fault per 4 KiB, each zeroed by the kernel. For the p4m DenseNet
+over the 8 transforms of a 96 x 96 patch those faults take about a third of the
 forward pass (``python -m benchmarks.app_latency`` prints the forward pass
-before and after, side by side).
+before and after, side by side); in its training step, more than half
+(``python -m benchmarks.densenet_step``).
 
 With ``mmap`` off and trimming off, freed memory stays in the heap for the
 next request. The price: the process keeps the memory of its largest request
-(about 600 MB with the DenseNet) instead of shrinking between requests.
+(about 600 MB for the app's DenseNet, the peak of a step in training) instead
+of shrinking between requests. The app and ``python -m training`` call
+:func:`retain_freed_memory` once at start-up.
 """
 
 from __future__ import annotations
