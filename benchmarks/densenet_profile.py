@@ -3,8 +3,9 @@
     python -m benchmarks.densenet_profile [--baseline 4ba8abb] [--models densenet p4m_densenet fa_p4m_densenet]
         [--batch 64] [--threads 2] [--top 8] [--markdown out.md]
 
-For each model and for the models package of this tree and (with ``--baseline``) of a baseline commit, in a
-fresh process each (as ``benchmarks.densenet_step``): one warm-up, then
+For each model and for the models package of this tree (freed memory kept, as training runs) and (with
+``--baseline``) of a baseline commit (glibc's default allocator), in a fresh process each (as
+``benchmarks.densenet_step``): one warm-up, then
 
 * by operator: ``torch.profiler`` over one step, the operators with the most self CPU time;
 * by layer: one step timed with hooks, not profiled (the profiler's own cost would be counted): each top-level
@@ -75,11 +76,11 @@ def layer_times(model, step) -> dict[str, dict[str, float]]:
     return times
 
 
-def measure(name: str, mode: str, batch: int, threads: int, top: int) -> dict:
+def measure(name: str, mode: str, batch: int, threads: int, top: int, keep_freed: bool = False) -> dict:
     """A worker: operator and layer profile of one model's training step or inference batch."""
     from torch.profiler import ProfilerActivity, profile
 
-    model, step = build_step(name, mode, batch, threads)
+    model, step = build_step(name, mode, batch, threads, keep_freed)
     step()
     start = time.perf_counter()
     step()
@@ -93,9 +94,10 @@ def measure(name: str, mode: str, batch: int, threads: int, top: int) -> dict:
     return {"seconds": total, "profiled_seconds": profiled, "operators": operators, "layers": layers}
 
 
-def run_worker(code: Path, name: str, mode: str, args) -> dict:
+def run_worker(code: Path, name: str, mode: str, args, keep_freed: bool) -> dict:
     return worker_result(code, str(Path(__file__).resolve()), name, "--mode", mode, "--batch", str(args.batch),
-                         "--threads", str(args.threads), "--top", str(args.top))
+                         "--threads", str(args.threads), "--top", str(args.top),
+                         *(["--keep-freed"] if keep_freed else []))
 
 
 def tables(name: str, mode: str, results: dict[str, dict]) -> list[str]:
@@ -133,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--keep-freed", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(measure(args.worker, args.mode, args.batch, args.threads, args.top)))
+        print(json.dumps(measure(args.worker, args.mode, args.batch, args.threads, args.top, args.keep_freed)))
         return 0
     out = [f"batch {args.batch}, {args.threads} threads, load avg {os.getloadavg()[0]:.1f}; a layer's time is "
            "forward + backward", ""]
@@ -147,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             codes = {f"before ({args.baseline})": Path(scratch), "after": REPO}
         for name in args.models:
             for mode in args.modes:
-                results = {label: run_worker(code, name, mode, args) for label, code in codes.items()}
+                # "after" keeps freed memory as training does; the baseline ran with glibc's default
+                results = {label: run_worker(code, name, mode, args, keep_freed=label == "after")
+                           for label, code in codes.items()}
                 errors = [r["error"] for r in results.values() if "error" in r]
                 if errors:
                     out.append(f"{name} {mode}: FAILED: {errors[0]}")

@@ -47,13 +47,20 @@ SETUPS = (("before", "baseline", False), ("after_default_malloc", "tree", False)
 SHOWN = {"after_default_malloc": "after, glibc default", "after": "after"}
 
 
-def build_step(name: str, mode: str, batch: int, threads: int):
+def build_step(name: str, mode: str, batch: int, threads: int, keep_freed: bool = False):
     """``(model, step)``: a fresh model and its training step (forward, cross-entropy, backward) or inference
-    batch (eval, ``inference_mode``) on a fixed random batch of 96 x 96 RGB patches."""
+    batch (eval, ``inference_mode``) on a fixed random batch of 96 x 96 RGB patches; ``keep_freed``: freed
+    memory kept for reuse, as training does (only this tree's ``models`` has the allocator)."""
     import torch
     import torch.nn.functional as F
 
     import models
+
+    if keep_freed:
+        from models.allocator import retain_freed_memory
+
+        if not retain_freed_memory():
+            raise RuntimeError("glibc did not accept the allocator settings")
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -76,12 +83,7 @@ def measure(name: str, mode: str, batch: int, threads: int, repeats: int, keep_f
     """One model's training step or inference batch, in this process (a worker)."""
     import models
 
-    if keep_freed:  # only this tree's models has the allocator module
-        from models.allocator import retain_freed_memory
-
-        if not retain_freed_memory():
-            raise RuntimeError("glibc did not accept the allocator settings")
-    _, step = build_step(name, mode, batch, threads)
+    _, step = build_step(name, mode, batch, threads, keep_freed)
     base = max_rss_mib()
 
     def once() -> float:
@@ -139,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    print(f"before: models of {args.baseline} | after: this tree (HEAD {head.stdout.strip()}) | batch {args.batch} "
+    print(f"before: models of {args.baseline}, glibc's default allocator | after: this tree (HEAD "
+          f"{head.stdout.strip()}), glibc's default and freed memory kept (as training) | batch {args.batch} "
           f"| threads {args.threads} | median of {args.repeats} per process, {args.rounds} alternating rounds | "
           f"load avg {os.getloadavg()[0]:.1f}")
     results = []

@@ -112,3 +112,24 @@ def test_test_set_summary_counts_only_patches_with_tissue_and_background():
     # The fourth patch is glass only (no tissue): it has no tissue-minus-background gap.
     assert layer_table({"c1": results})["c1"]["tissue_minus_background_mean"] == pytest.approx(0.0)
     assert summarise(results, list("abcd"))["tissue_minus_background"]["count"] == 2
+
+
+def test_the_test_set_measure_equals_the_apps_on_every_layer():
+    # The benchmark runs only the image as given, several patches per pass; the app analyses all eight
+    # transforms of one. Same maps and numbers to round-off, in every attentive layer, across batch boundaries.
+    from benchmarks.attention_on_nuclei import measure
+
+    model, card = calibrated("fa_p4m_densenet"), card_for("fa_p4m_densenet")
+    images = np.stack([he_patch(seed=seed, glass_columns=10 * seed) for seed in range(3)])
+    by_layer = measure(model, card, images, batch=2)
+    assert len(by_layer) > 1
+    for i, image in enumerate(images):
+        analysis = analyse(model, card, image)
+        assert list(by_layer) == list(analysis.attention)
+        for name, results in by_layer.items():
+            expected, got = attention_on_nuclei(analysis, layer=name), results[i]
+            np.testing.assert_allclose(got.attention, expected.attention, atol=1e-5, err_msg=name)
+            if name == "c1":  # deeper maps, stretched from a few pixels, are near-ties whose ranks round-off decides
+                assert got.spearman == pytest.approx(expected.spearman, abs=1e-4)
+            assert got.tissue_mean == pytest.approx(expected.tissue_mean, abs=1e-5), name
+            assert (got.background_mean is None) == (expected.background_mean is None), name

@@ -210,8 +210,7 @@ def analyse(
 def _attention_maps(name: str, parts: AttentionParts, frame: InputFrame, group: Group,
                     selection: MapSelection) -> LayerMaps:
     axes = tuple(parts.group_axes)
-    user = AttentionParts(*(None if t is None else frame.to_user(t, axes) for t in (parts.channel, parts.spatial)),
-                          group_axes=axes)
+    user = frame.attention_to_user(parts)
     # The identity's parts moved by every g (batch T), reduced in one call.
     moved = AttentionParts(*(None if t is None else moved_by_every_element(t[:1], group, axes)
                              for t in (user.channel, user.spatial)), group_axes=axes)

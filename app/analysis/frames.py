@@ -22,6 +22,7 @@ from functools import cached_property
 import torch
 
 from models import Group
+from models.attention.parts import AttentionParts
 
 __all__ = ["InputFrame", "transpose_conjugation"]
 
@@ -77,6 +78,12 @@ class InputFrame:
         for axis in group_axes:
             out = out.index_select(axis, self._conjugation)
         return out
+
+    def attention_to_user(self, parts: AttentionParts) -> AttentionParts:
+        """A layer's attention parts (channel, spatial; either may be None) in the user's frame."""
+        axes = tuple(parts.group_axes)
+        return AttentionParts(*(None if t is None else self.to_user(t, axes) for t in (parts.channel, parts.spatial)),
+                              group_axes=axes)
 
     @cached_property
     def _conjugation(self) -> torch.Tensor:

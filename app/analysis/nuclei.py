@@ -25,7 +25,8 @@ from models.stain import region_tissue_mask, rgb_to_hed
 
 from .compute import Analysis
 
-__all__ = ["NucleiAttention", "attention_on_nuclei", "spearman", "first_attention_layer", "MIN_BACKGROUND"]
+__all__ = ["NucleiAttention", "attention_on_nuclei", "nuclei_statistics", "spearman", "first_attention_layer",
+           "MIN_BACKGROUND"]
 
 MIN_BACKGROUND = 0.05  # share of the patch: with less background than this, its mean is not reported
 
@@ -92,8 +93,12 @@ def attention_on_nuclei(analysis: Analysis, transform: int = 0, layer: str | Non
     image = analysis.images[transform]  # (C, S, S) in [0, 1]
     if layer is None or image.shape[0] != 3:
         return None
-    size = image.shape[-1]
-    attention = analysis.attention[layer].upsampled(size)[transform].mean(axis=0)  # (H, S, S) -> (S, S)
+    attention = analysis.attention[layer].upsampled(image.shape[-1])[transform].mean(axis=0)  # (H, S, S) -> (S, S)
+    return nuclei_statistics(image, attention, layer)
+
+
+def nuclei_statistics(image: np.ndarray, attention: np.ndarray, layer: str) -> NucleiAttention:
+    """The Fig. 5 numbers of one RGB patch ``(3, S, S)`` in [0, 1] and its attention map ``(S, S)``."""
     rgb = 255.0 * image.transpose(1, 2, 0)  # (S, S, 3) on 0..255
     haematoxylin = rgb_to_hed(rgb)[..., 0]
     tissue = region_tissue_mask(rgb)

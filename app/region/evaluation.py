@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from models import Network
-from models.attention.parts import AttentionParts, AttentiveLayer
+from models.attention.parts import AttentiveLayer
 from models.stain import TISSUE_OD, optical_density
 
 from ..analysis.frames import InputFrame
@@ -352,10 +352,7 @@ class _Runner:
                 cells = out[:, None, None, :]
             attention = None
             if self.layer:
-                parts = trace.attention[self.layer]
-                axes = tuple(parts.group_axes)
-                user = AttentionParts(*(None if t is None else self.frame.to_user(t, axes)
-                                        for t in (parts.channel, parts.spatial)), group_axes=axes)
+                user = self.frame.attention_to_user(trace.attention[self.layer])
                 attention = reduce_attention(user).mean(dim=1)  # (B, X, Y): mean over orientations
         return cells.double(), attention
 
