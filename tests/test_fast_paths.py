@@ -68,3 +68,8 @@ def test_retain_freed_memory_is_accepted_by_glibc_and_idempotent():
     assert retain_freed_memory() is True
     # Allocation still works after it, for blocks above glibc's largest mmap threshold too.
     assert torch.ones(64 * 2**20, dtype=torch.uint8).sum().item() == 64 * 2**20
+
+
+def test_keeping_freed_memory_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("AAGC_KEEP_FREED_MEMORY", "0")
+    assert retain_freed_memory() is False
