@@ -32,6 +32,7 @@ from app.analysis.frames import InputFrame
 from app.analysis.nuclei import nuclei_statistics
 from app.analysis.reductions import reduce_attention, upsample
 from models import load_checkpoint, save_checkpoint
+from models.allocator import retain_freed_memory
 from training.data import load_dataset
 
 
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed")
     parser.add_argument("--write-card", action="store_true")
     args = parser.parse_args(argv)
+    retain_freed_memory()  # as the app: every batch reuses the last one's pages
     model, card = load_checkpoint(args.checkpoint)
     model.eval()
     data_dir = args.data_dir or Path(card["training"]["config"]["data_dir"])
