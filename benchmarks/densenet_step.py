@@ -36,7 +36,7 @@ if __package__ in (None, ""):
     # Appended, not prepended: a worker's PYTHONPATH names the models package it measures, which must win.
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.train_step import describe_failure, max_rss_mib  # noqa: E402
+from benchmarks.train_step import describe_failure, keep_freed_memory, max_rss_mib  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = "4ba8abb"  # main before the DenseNet speed work (2026-11-26)
@@ -57,10 +57,7 @@ def build_step(name: str, mode: str, batch: int, threads: int, keep_freed: bool 
     import models
 
     if keep_freed:
-        from models.allocator import retain_freed_memory
-
-        if not retain_freed_memory():
-            raise RuntimeError("glibc did not accept the allocator settings")
+        keep_freed_memory()
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

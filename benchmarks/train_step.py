@@ -87,10 +87,9 @@ def measure(name: str, batch: int, threads: int, repeats: int, allocator: str = 
     import torch
 
     import models
-    from models.allocator import retain_freed_memory
 
-    if allocator == "kept" and not retain_freed_memory():
-        raise RuntimeError("glibc did not accept the allocator settings (use --allocator glibc)")
+    if allocator == "kept":
+        keep_freed_memory()
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     info = models.model_info(name)
@@ -120,6 +119,16 @@ def measure(name: str, batch: int, threads: int, repeats: int, allocator: str = 
         "rss_peak_mib": peak,
         "delta_mib": peak - base,
     }
+
+
+def keep_freed_memory() -> None:
+    """Keep freed memory for reuse in this worker, as training does, or stop: a benchmark must not silently
+    measure glibc's default instead."""
+    from models.allocator import retain_freed_memory
+
+    if not retain_freed_memory():
+        raise RuntimeError("freed memory cannot be kept here (not glibc, or AAGC_KEEP_FREED_MEMORY=0): "
+                           "measure glibc's default allocator instead")
 
 
 def run_worker(name: str, args: argparse.Namespace) -> dict:

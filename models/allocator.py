@@ -17,8 +17,8 @@ next request. The price: the process keeps the memory of its largest request
 (about 600 MB for the app's DenseNet) instead of shrinking between requests,
 and freed blocks of other sizes leave holes: a p4m DenseNet training step at
 batch 64 holds about twice the memory it does with glibc's default (4.3 against
-2.0 GiB). ``AAGC_KEEP_FREED_MEMORY=0`` keeps glibc's default. The app and ``python -m training`` call
-:func:`retain_freed_memory` once at start-up.
+2.0 GiB). ``AAGC_KEEP_FREED_MEMORY=0`` keeps glibc's default. The app and
+``python -m training`` call :func:`retain_freed_memory` once at start-up.
 """
 
 from __future__ import annotations
