@@ -26,6 +26,7 @@ from .groups import Group, get_group
 from .pooling import spatial_avg_pool
 
 __all__ = [
+    "forget_filter_banks",
     "PooledConv2d",
     "conv2d",
     "lifting_filters",
@@ -209,8 +210,13 @@ class _GConvBase(nn.Module):
         """The weight expanded over the group into one planar filter bank (``lifting_bank``/``group_bank``).
 
         Without gradients (eval, inference) the bank is kept and reused until the weight changes: the key is the
-        weight's storage, version counter (bumped by every in-place change: optimiser steps, ``load_state_dict``),
+        weight's storage, version counter (bumped by in-place changes: optimiser steps, ``load_state_dict``),
         dtype and device. With gradients it is expanded on every call, so that they flow back to the weight.
+
+        Some in-place writes leave the version counter alone: through ``.data``, and (measured on an H200, PyTorch
+        2.11) CUDA's ``torch._foreach_lerp_``, with which ``torch.optim.swa_utils``' exponential moving average
+        updates its weights. After such a change call :func:`forget_filter_banks`; ``training`` does so before
+        every evaluation.
         """
         if torch.is_grad_enabled():
             return self._expand(self.weight)
@@ -301,3 +307,12 @@ def check_group_input(x: torch.Tensor, channels: int, group: Group, who: str) ->
             f"{who} expects a {group.name} feature map (B, {channels}, {group.order}, X, Y), "
             f"got {tuple(x.shape)}"
         )
+
+
+def forget_filter_banks(module: nn.Module) -> int:
+    """Drop the kept filter bank of every group convolution in ``module`` (for weights changed behind the version
+    counter's back: :meth:`_GConvBase.filter_bank`); returns how many convolutions there are."""
+    layers = [layer for layer in module.modules() if isinstance(layer, _GConvBase)]
+    for layer in layers:
+        layer._bank_cache = None  # the next call without gradients expands the weight as it is now
+    return len(layers)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.gconv import GroupConv, LiftingConv, group_conv, lifting_conv
+from models.gconv import GroupConv, LiftingConv, forget_filter_banks, group_conv, lifting_conv
 
 
 @pytest.fixture(params=["lifting", "group"])
@@ -62,3 +62,16 @@ def test_expanded_every_call_with_gradients(layer_and_input):
     assert layer.filter_bank() is not layer.filter_bank()
     layer(x).sum().backward()
     assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+
+
+def test_a_write_behind_the_version_counter_needs_forget_filter_banks(layer_and_input):
+    """Writes through ``.data`` (and CUDA's ``_foreach_lerp_``, PyTorch 2.11) leave the version counter alone."""
+    layer, x, conv = layer_and_input
+    model = torch.nn.Sequential(layer)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.data.mul_(2)
+        assert not torch.equal(layer(x), fresh(layer, x, conv)), "the kept bank is stale, as documented"
+    assert forget_filter_banks(model) == 1
+    with torch.no_grad():
+        assert torch.equal(layer(x), fresh(layer, x, conv))

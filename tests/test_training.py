@@ -183,6 +183,24 @@ def test_presets_lists_every_recipe(capsys):
         assert f"{name}:" in text
 
 
+def test_validation_of_an_ema_sees_its_latest_weights_on_cuda_too(amat_dir, tmp_path, monkeypatch):
+    """CUDA's ``_foreach_lerp_`` (PyTorch 2.11, measured on an H200) updates the average without bumping the
+    version counter that keys the group convolutions' kept filter banks; mimicked here on the CPU, validation
+    must still see each epoch's averaged weights, not the first epoch's (the bug a GPU sweep found)."""
+    def lerp_behind_the_version_counter(targets, sources, weight):
+        for target, source in zip(targets, sources, strict=True):
+            target.data.lerp_(source, weight)
+
+    monkeypatch.setattr(torch, "_foreach_lerp_", lerp_behind_the_version_counter)
+    out = tmp_path / "averaged"
+    args = ["--epochs", "2", "--threads", "1", "--lr", "0.1", "--ema", "0.5", "--select-on", "last"]
+    assert cli_main(train_args(amat_dir, out, *args)) == 0
+    in_run = history(out)[-1]["valid_nll"]  # measured as the run went, on the averaged module it kept
+    card = json.loads((out / "best.json").read_text())  # measured afresh on the saved weights of that epoch
+    assert card["training"]["best_epoch"] == 2
+    assert in_run == pytest.approx(card["metrics"]["valid_nll"], rel=1e-6, abs=1e-7)
+
+
 def test_two_processes_under_torchrun_agree(amat_dir, tmp_path):
     out = tmp_path / "ddp"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]

@@ -11,6 +11,7 @@ from torch import nn
 
 from models import get_group
 from models.equivariance import equivariance_errors
+from models.gconv import forget_filter_banks
 
 from .data import DatasetSpec, Split, load_dataset
 from .distributed import Context, shard, unshard
@@ -55,6 +56,9 @@ def predict(
     if max_batches:
         total = min(total, max_batches * batch_size)
     mine = shard(np.arange(total), ctx)
+    # The weights have changed since the last evaluation, and not always visibly to the kept filter banks: an
+    # EMA's update on CUDA does not bump the version counter that keys them (models.gconv.filter_bank).
+    forget_filter_banks(model)
     was_training = model.training
     model.eval()
     probs, labels = [], []
