@@ -14,7 +14,14 @@ Why: a lent GPU comes for minutes, not hours, and one fa_p4m_densenet run keeps 
    had to be stopped at the deadline (its checkpoint is then the best so far, its card provisional).
 
 Each run is an ordinary training run (seeded, resumable, its card naming the command), so any of them can be
-continued or repeated anywhere with ``--resume``.
+continued or repeated anywhere with ``--resume``. ``python -m tools.device_chunks`` stages the data for the
+machine (the device tool does not send ``../shared``).
+
+What :data:`RUNS` gave on an H200 (2026-11-27, docs/pathology.md): a step of 118 ms alone, 320 ms with four at
+once (1.5x the throughput of one), so 9 epochs each in 8 minutes; none beat the shipped model on validation.
+Its in-run validation of the moving average was wrong then (a stale filter bank: ``models.gconv.
+forget_filter_banks``, now called before every evaluation), and the average's weights, measured afterwards, were
+worse than the last ones in every run: EMA is not worth keeping at these lengths.
 """
 
 from __future__ import annotations
