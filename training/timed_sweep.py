@@ -17,8 +17,9 @@ Each run is an ordinary training run (seeded, resumable, its card naming the com
 continued or repeated anywhere with ``--resume``. ``python -m tools.device_chunks`` stages the data for the
 machine (the device tool does not send ``../shared``).
 
-What :data:`RUNS` gave on an H200 (2026-11-27, docs/pathology.md): a step of 118 ms alone, 320 ms with four at
-once (1.5x the throughput of one), so 9 epochs each in 8 minutes; none beat the shipped model on validation.
+What :data:`RUNS` gave on an H200 (2026-11-27, docs/pathology.md; then with ``--ema 0.999`` in :data:`COMMON`):
+a step of 118 ms alone, 320 ms with four at once (1.5x the throughput of one), so 9 epochs each in 8 minutes;
+none beat the shipped model on validation.
 Its in-run validation of the moving average was wrong then (a stale filter bank: ``models.gconv.
 forget_filter_banks``, now called before every evaluation), and the average's weights, measured afterwards, were
 worse than the last ones in every run: EMA is not worth keeping at these lengths.
@@ -56,7 +57,7 @@ RUNS: dict[str, list[str]] = {
     "fa_from_p4m": ["--init-from", "checkpoints/p4m_densenet_pcam.safetensors", "--lr", "1e-3",
                     "--augment", "group_stain_jpeg"],
 }
-COMMON = ["--model", "fa_p4m_densenet", "--precision", "bf16", "--ema", "0.999"]
+COMMON = ["--model", "fa_p4m_densenet", "--precision", "bf16"]
 MAX_EPOCHS = 200
 
 
