@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,8 +33,6 @@ def packed_size(path: Path) -> int:
 
 def tracked_size() -> int:
     """Packed bytes of the files git tracks (they travel with every call)."""
-    import subprocess
-
     names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     return sum(packed_size(REPO / n) for n in names.decode().split("\0") if n and (REPO / n).is_file())
 

@@ -59,6 +59,7 @@ RUNS: dict[str, list[str]] = {
 }
 COMMON = ["--model", "fa_p4m_densenet", "--precision", "bf16"]
 MAX_EPOCHS = 200
+VALID_PATCHES = 2907  # pcam_public's validation split, evaluated after every epoch
 
 
 def step_seconds(extra: list[str], steps: int, device: str) -> float:
@@ -130,7 +131,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-seconds", default="", help=argparse.SUPPRESS)  # a calibration worker
     args = parser.parse_args(argv)
     if args.step_seconds:
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "0")) or torch.get_num_threads())
         print(step_seconds(RUNS[args.step_seconds], args.calibration_steps, args.device))
         return 0
     started = time.time()
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir.mkdir(parents=True, exist_ok=True)
     workers = {}
     for name in names:
-        epochs = epochs_that_fit(step_s[name], seconds_left, preset.batch_size, preset.epoch_size, 2907,
+        epochs = epochs_that_fit(step_s[name], seconds_left, preset.batch_size, preset.epoch_size, VALID_PATCHES,
                                  preset.eval_batch_size)
         command = [sys.executable, "-m", "training", "train", "pcam_public", "--out", str(runs_dir / name),
                    "--data-dir", args.data_dir, "--device", args.device, "--threads", str(args.threads),
