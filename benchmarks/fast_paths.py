@@ -73,6 +73,13 @@ def cases() -> list[tuple[str, str, Callable[[], object], Callable[[], object]]]
         rows.append(("2x2 avg pool, no grad", "8x144x92x92",
                      lambda: F.avg_pool2d(x, 2), lambda: spatial_avg_pool(x, 2)))
 
+    for batch in (8, 16):  # the app's 8 transforms of a patch; region mode's 16 contexts
+        planes, bank = torch.relu(torch.randn(batch, 72, 94, 94)), torch.randn(72, 72, 3, 3)  # the first dense layer
+        with torch.inference_mode():
+            rows.append(("3x3 conv (NNPACK), no grad", f"{batch}x72x94x94",
+                         lambda planes=planes, bank=bank: F.conv2d(planes, bank),
+                         lambda planes=planes, bank=bank: conv2d(planes, bank)))
+
     f = torch.randn(8, 18, 8, 92, 92)  # an alpha_F layer's input: (B, C, G, X, Y)
     channel, spatial = torch.rand(8, 18, 8, 1, 1), torch.rand(8, 1, 8, 92, 92)
     with torch.inference_mode():

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import nnpack
 from .groups import Group, get_group
 from .pooling import spatial_avg_pool
 
@@ -63,16 +64,19 @@ def group_filters(weight: torch.Tensor, group: Group) -> torch.Tensor:
 
 
 def conv2d(x: torch.Tensor, filters: torch.Tensor, stride: int = 1, padding: int = 0, dilation: int = 1):
-    """``F.conv2d`` without bias; a 1x1 convolution as a matrix product.
+    """``F.conv2d`` without bias; a 1x1 convolution as a matrix product, a large 3x3 one in inference by FFT.
 
     On NCHW float32 tensors the matrix product runs 1.5-2x faster than oneDNN's
     1x1 convolution here, forward and backward (``python -m benchmarks.fast_paths``);
-    the DenseNet's transition layers are such convolutions.
+    the DenseNet's transition layers are such convolutions. Its first dense layer
+    runs through NNPACK in inference (see :mod:`models.nnpack`).
     """
     if filters.shape[-2:] == (1, 1) and stride == 1 and padding == 0:
         b, c, rows, cols = x.shape
         out = torch.matmul(filters.flatten(1), x.reshape(b, c, rows * cols))  # (B, C_out, X * Y)
         return out.view(b, -1, rows, cols)
+    if nnpack.applies(x, filters, stride, padding, dilation):
+        return nnpack.conv3x3(x, filters, padding)
     return F.conv2d(x, filters, stride=stride, padding=padding, dilation=dilation)
 
 
