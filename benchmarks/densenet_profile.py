@@ -61,6 +61,7 @@ def layer_times(model, step) -> dict[str, dict[str, float]]:
 
         def after(module, args, out):
             times[name]["forward"] += time.perf_counter() - marks.pop(name)
+            out = out[0] if isinstance(out, tuple) else out  # a dense block's parts: the gradient reaches both at once
             if out.requires_grad:
                 out.register_hook(lambda grad: marks.__setitem__(name + "/bwd", time.perf_counter()))
         return before, after
