@@ -2,8 +2,9 @@
 
 Where it applies, the PCam DenseNets' first dense layer (72 -> 72 channels on 94 x 94 planes), NNPACK
 convolves 1.6x (8 images) to 2.1x (16) faster than oneDNN's direct convolution here
-(``python -m benchmarks.fast_paths``), as accurately: it works in 16 x 16 FFT tiles, exact but for round-off, which is then of the direct sum's
-size (errors against float64 of about 1e-7 of the sum of absolute terms, tests/test_nnpack.py).
+(``python -m benchmarks.fast_paths``), as accurately: it works in 16 x 16 FFT tiles, exact but for
+round-off, which is then of the direct sum's size (errors against float64 of about 1e-7 of the sum of
+absolute terms, tests/test_nnpack.py).
 
 When it applies: no gradient wanted (NNPACK's backward pass is not used), float32 on the CPU, a 3x3
 filter, stride 1, no dilation, at least 64 input channels, at least 2 images and both output sides at
