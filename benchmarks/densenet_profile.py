@@ -44,6 +44,12 @@ def top_layers(model) -> list[tuple[str, object]]:
     return [(name, model.get_submodule(name)) for name in names]
 
 
+def tensor_of(value):
+    """A layer's input or output, or the first of a dense block's parts (their gradients come and go together:
+    the concatenation's backward hands both out at once)."""
+    return value[0] if isinstance(value, tuple) else value
+
+
 def layer_times(model, step) -> dict[str, dict[str, float]]:
     """Seconds per top-level layer, forward and backward, over one call of ``step``."""
     times = {name: {"forward": 0.0, "backward": None} for name, _ in top_layers(model)}
@@ -53,15 +59,16 @@ def layer_times(model, step) -> dict[str, dict[str, float]]:
     def watch(name):
         def before(module, args):
             marks[name] = time.perf_counter()
-            if args and args[0].requires_grad:
+            first = tensor_of(args[0]) if args else None
+            if first is not None and first.requires_grad:
                 # Fires when the gradient leaves this layer's input: its backward is done.
                 # (None where the input needs no gradient, as the image entering c1.)
-                args[0].register_hook(lambda grad: times[name].__setitem__(
+                first.register_hook(lambda grad: times[name].__setitem__(
                     "backward", time.perf_counter() - marks.pop(name + "/bwd")))
 
         def after(module, args, out):
             times[name]["forward"] += time.perf_counter() - marks.pop(name)
-            out = out[0] if isinstance(out, tuple) else out  # a dense block's parts: the gradient reaches both at once
+            out = tensor_of(out)
             if out.requires_grad:
                 out.register_hook(lambda grad: marks.__setitem__(name + "/bwd", time.perf_counter()))
         return before, after
