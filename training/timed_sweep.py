@@ -41,6 +41,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .data.base import DataError
+from .data.pcam_public import read_labels
+
 # name -> extra arguments of ``python -m training train pcam_public`` (the preset gives the rest: Adam,
 # weight decay 1e-4, batch 64, epochs of 7,456 draws, selection on validation NLL, a cosine schedule).
 RUNS: dict[str, list[str]] = {
@@ -59,7 +62,6 @@ RUNS: dict[str, list[str]] = {
 }
 COMMON = ["--model", "fa_p4m_densenet", "--precision", "bf16"]
 MAX_EPOCHS = 200
-VALID_PATCHES = 2907  # pcam_public's validation split, evaluated after every epoch
 
 
 def step_seconds(extra: list[str], steps: int, device: str) -> float:
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.time()
     deadline = started + args.budget_s
+    # The validation split, evaluated after every epoch, counted from the data the runs will read.
+    try:
+        valid_size = sum(record.split == "valid" for record in read_labels(Path(args.data_dir)))
+    except DataError as error:
+        parser.error(str(error))
     names = [n for n in RUNS if not args.only or n in args.only.split(",")]
     unknown = set(args.only.split(",")) - set(RUNS) if args.only else set()
     if unknown:
@@ -154,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir.mkdir(parents=True, exist_ok=True)
     workers = {}
     for name in names:
-        epochs = epochs_that_fit(step_s[name], seconds_left, preset.batch_size, preset.epoch_size, VALID_PATCHES,
+        epochs = epochs_that_fit(step_s[name], seconds_left, preset.batch_size, preset.epoch_size, valid_size,
                                  preset.eval_batch_size)
         command = [sys.executable, "-m", "training", "train", "pcam_public", "--out", str(runs_dir / name),
                    "--data-dir", args.data_dir, "--device", args.device, "--threads", str(args.threads),
