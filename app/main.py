@@ -52,7 +52,7 @@ from app.ui.views import (  # noqa: E402
     show_true_label,
     value_range,
 )
-from models.allocator import retain_freed_memory  # noqa: E402
+from models.cpu.allocator import retain_freed_memory  # noqa: E402
 
 
 @st.cache_resource

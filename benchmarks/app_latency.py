@@ -19,7 +19,7 @@ without Streamlit:
 Besides, ``forward`` times the network's traced forward pass over the same
 batch on its own (not part of the total): the part of ``analyse`` that the app
 cannot make faster. The app keeps freed memory for reuse
-(:mod:`models.allocator`); ``default malloc`` times the same forward passes,
+(:mod:`models.cpu.allocator`); ``default malloc`` times the same forward passes,
 measured first in the same run, with glibc's default allocator.
 
 Every repeat uses a new image (a gallery image of the model's kind, shifted
@@ -82,7 +82,7 @@ from app.ui.views import (  # noqa: E402
     proof_range,
     value_range,
 )
-from models.allocator import retain_freed_memory  # noqa: E402
+from models.cpu.allocator import retain_freed_memory  # noqa: E402
 
 GOAL_MODEL = "fa_p4m_densenet"
 GOAL_SECONDS = 0.3

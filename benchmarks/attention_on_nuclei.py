@@ -32,7 +32,7 @@ from app.analysis.frames import InputFrame
 from app.analysis.nuclei import nuclei_statistics
 from app.analysis.reductions import reduce_attention, upsample
 from models import load_checkpoint, save_checkpoint
-from models.allocator import retain_freed_memory
+from models.cpu.allocator import retain_freed_memory
 from training.data import load_dataset
 
 

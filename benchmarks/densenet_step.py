@@ -10,7 +10,7 @@ Three set-ups, each as ``python -m training`` ran or runs with it:
   with ``git archive`` into a temporary folder, with glibc's default allocator (freed activations go back to
   the system and are faulted in afresh next step);
 * "after, glibc default": this tree's ``models``, same allocator: what the code changes alone give;
-* "after": this tree's ``models`` with freed memory kept for reuse (:mod:`models.allocator`), as training
+* "after": this tree's ``models`` with freed memory kept for reuse (:mod:`models.cpu.allocator`), as training
   runs since 2026-11-27.
 
 Every measurement runs in a fresh process (this file with ``--worker``) with the one package on its path: a

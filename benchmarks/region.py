@@ -22,7 +22,7 @@ cells under the tissue threshold; the table says how many): close to the worst c
 Each model and method runs in its own fresh process (this file with a hidden ``--worker`` flag), so that its
 peak memory is its own: the process's peak RSS (``getrusage``) and its RSS just after loading the model and
 building the region ("base"), their difference being what the evaluation needs. The workers keep freed memory
-for reuse as the app does (:mod:`models.allocator`). Before the timed call each runs one untimed evaluation of a
+for reuse as the app does (:mod:`models.cpu.allocator`). Before the timed call each runs one untimed evaluation of a
 160 x 160 corner (first-call allocations, lazy imports). Seconds are the wall time of the timed
 ``evaluate_region`` call; ms per cell divides it by the cells evaluated. The goal of region mode is a 2048 x
 2048 region in at most 30 s on a 2-core CPU; rows of that size say PASS or FAIL.
@@ -225,7 +225,7 @@ def run_worker(which: str, method: str, args: argparse.Namespace, folder: Path) 
 
 def worker_main(args: argparse.Namespace) -> int:
     """The worker: as the app runs (freed memory retained), one measurement; JSON on the last line of stdout."""
-    from models.allocator import retain_freed_memory
+    from models.cpu.allocator import retain_freed_memory
 
     retained = retain_freed_memory()
     torch.set_num_threads(args.threads)

@@ -12,7 +12,7 @@ steps minus max RSS right after building the model and the input batch, i.e. the
 extra memory the training step itself needs (activations, gradients, workspace).
 
 ``--allocator kept`` (the default) keeps freed memory in the process for reuse, as ``python -m training`` does
-since 2026-11-27 (:mod:`models.allocator`); ``--allocator glibc`` measures glibc's default, which every figure
+since 2026-11-27 (:mod:`models.cpu.allocator`); ``--allocator glibc`` measures glibc's default, which every figure
 before that date used.
 
 ``p4cnn`` is always measured as well, and every row shows its time and delta
@@ -124,7 +124,7 @@ def measure(name: str, batch: int, threads: int, repeats: int, allocator: str = 
 def keep_freed_memory() -> None:
     """Keep freed memory for reuse in this worker, as training does, or stop: a benchmark must not silently
     measure glibc's default instead."""
-    from models.allocator import retain_freed_memory
+    from models.cpu.allocator import retain_freed_memory
 
     if not retain_freed_memory():
         raise RuntimeError("freed memory cannot be kept here (not glibc, or AAGC_KEEP_FREED_MEMORY=0): "

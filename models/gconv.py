@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import nnpack
+from .cpu import nnpack
 from .groups import Group, get_group
 from .pooling import spatial_avg_pool
 
@@ -69,7 +69,7 @@ def conv2d(x: torch.Tensor, filters: torch.Tensor, stride: int = 1, padding: int
     On NCHW float32 tensors the matrix product runs 1.5-2x faster than oneDNN's
     1x1 convolution here, forward and backward (``python -m benchmarks.fast_paths``);
     the DenseNet's transition layers are such convolutions. Its first dense layer
-    runs through NNPACK in inference (see :mod:`models.nnpack`).
+    runs through NNPACK in inference (see :mod:`models.cpu.nnpack`).
     """
     if filters.shape[-2:] == (1, 1) and stride == 1 and padding == 0:
         b, c, rows, cols = x.shape

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.allocator import retain_freed_memory
 from models.attention.statistics import maximum
+from models.cpu.allocator import retain_freed_memory
 from models.gconv import conv2d
 from models.pooling import spatial_avg_pool
 

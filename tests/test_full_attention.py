@@ -3,7 +3,7 @@
 Outputs, attention maps and gradients (input and every parameter) are compared
 in float64 against ``full_attentive_conv_reference.py``, which materialises the
 un-summed responses as the paper's code does. Every test runs twice: with the
-compiled CPU kernels (``native.py``) and with the PyTorch path that replaces them
+compiled CPU kernels (``models/cpu/attention_kernels.py``) and with the PyTorch path that replaces them
 where they cannot run.
 """
 
@@ -22,8 +22,8 @@ from models.attention import (
     FullSpatialAttention,
     ReferenceAttentiveGroupConv,
     ReferenceAttentiveLiftingConv,
-    native,
 )
+from models.cpu import attention_kernels
 from models.groups import P4, P4M
 
 TOL = 1e-6
@@ -39,11 +39,12 @@ CASES = list(itertools.product(
 def kernels(request, monkeypatch):
     """Run each test with the compiled kernels, then without them."""
     if request.param == "pytorch":
-        monkeypatch.setattr(native, "_library", lambda: None)
+        monkeypatch.setattr(attention_kernels, "_library", lambda: None)
     elif shutil.which(os.environ.get("CXX", "g++")) is None:
         pytest.skip("no C++ compiler here to build the attention kernels")
     else:
-        assert native._library() is not None, "a C++ compiler is here but the attention kernels did not build"
+        assert attention_kernels._library() is not None, \
+            "a C++ compiler is here but the attention kernels did not build"
     return request.param
 
 

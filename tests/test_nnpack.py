@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models import build_model, nnpack
+from models import build_model
+from models.cpu import nnpack
 from models.gconv import conv2d
 from tests.equivariance_helpers import assert_equivariant
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-import models.relu_bn as relu_bn_module
+import models.cpu.relu_bn as relu_bn_module
 from models import build_model
+from models.cpu.relu_bn import relu_bn
 from models.normalization import GroupBatchNorm
-from models.relu_bn import relu_bn
 
 needs_kernels = pytest.mark.skipif(relu_bn_module.build_library(relu_bn_module.SOURCE) is None,
                                    reason="no C++ compiler here (or AAGC_NATIVE=0): the PyTorch path runs")

@@ -2,10 +2,11 @@
 
 The rule is an allow-list by module prefix: a module may import the project modules under the prefixes its
 entry lists (the longest entry that names it applies), and a third-party module only where
-:data:`THIRD_PARTY` allows it. Together they say: the library (``models``) stands alone; ``training`` and the
-app build on it and never on each other; inside the app, imports run ``ui -> region -> pictures -> analysis ->
-models``, the gallery sits beside the pictures, and only ``app.ui`` (and the entry ``app/main.py``) touches
-Streamlit. Benchmarks and tests may use everything, but nothing imports them.
+:data:`THIRD_PARTY` allows it. Together they say: the library (``models``) stands alone, its CPU fast paths
+(``models.cpu``) below everything else in it; ``training`` and the app build on it and never on each other;
+inside the app, imports run ``ui -> region -> pictures -> analysis -> models``, the gallery sits beside the
+pictures, and only ``app.ui`` (and the entry ``app/main.py``) touches Streamlit. Benchmarks and tests may use
+everything, but nothing imports them.
 
 A cycle is a loop of imports among project modules, whatever the rule allows; each is reported with the file
 and line of every import that closes it.
@@ -24,6 +25,8 @@ _APP_BELOW_UI = ("app.region", "app.pictures", "app.gallery", "app.analysis", "m
 # Importing module prefix -> the project prefixes it may import (besides itself, where listed).
 ALLOWED: dict[str, tuple[str, ...]] = {
     "models": ("models",),
+    # The optional CPU fast paths, the library's bottom layer: the concepts import them, never the other way.
+    "models.cpu": ("models.cpu",),
     "training": ("training", "models"),
     "app": (),
     "app.analysis": ("app.analysis", "models"),

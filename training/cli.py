@@ -28,7 +28,7 @@ import typing
 import torch
 
 from models import CheckpointError, load_checkpoint
-from models.allocator import retain_freed_memory
+from models.cpu.allocator import retain_freed_memory
 
 from . import provenance
 from .claims import claims_table

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..cpu.relu_bn import relu_bn
 from ..network import Network, Trace, call
 from ..pooling import spatial_avg_pool
-from ..relu_bn import relu_bn
 from .layer_factory import LayerFactory, he_normal_init_
 
 __all__ = ["DenseNetConfig", "DenseNet"]

@@ -25,7 +25,7 @@ and keeps it for the backward pass; here it is never stored whole:
 * The max over c of alpha_c f~ is computed a few samples at a time and
   recomputed in the backward pass (activation checkpointing), so memory holds
   f~ of one chunk at a time.
-* On the CPU, compiled kernels (``native.py``) find both maxima and S without
+* On the CPU, compiled kernels (:mod:`models.cpu.attention_kernels`) find both maxima and S without
   writing f~ at all (weighting the filters by alpha_c as they go). Everything
   after alpha_c (S, the max over c, the spatial attention's convolutions, its
   sigmoid and the weighted sum over h) is one kernel that goes sample by
@@ -43,9 +43,9 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from ..cpu import attention_kernels
 from ..gconv import GroupConv, LiftingConv, check_group_input, group_filters, lifting_filters
 from ..pooling import spatial_avg_pool
-from . import native
 from .parts import AttentionParts, AttentiveLayer
 from .recompute import recomputed
 
@@ -118,7 +118,7 @@ class _EfficientFullAttention(AttentiveLayer):
         """sum_h alpha_s S ``(B, O, G, X', Y')``, alpha_c and alpha_s (or None) from the compiled kernels.
 
         alpha_c comes from statistics of f~ computed first; the branch after it is one kernel
-        (``native.attention_branch``) that works sample by sample and, in training, keeps
+        (``attention_kernels.attention_branch``) that works sample by sample and, in training, keeps
         nothing the size of f~'s sum but recomputes it in the backward pass, except in layers
         small enough (RECOMPUTE_ABOVE_VALUES).
         """
@@ -130,12 +130,13 @@ class _EfficientFullAttention(AttentiveLayer):
         b, o, n, c, h, kk = geo.b, geo.o, geo.n, geo.c, geo.h, geo.k * geo.k
         alpha = None if channel is None else channel.reshape(b, o * n, c, h)
         if attention is None:  # channel attention only: the branch is sum_h S
-            attended, _ = native.attention_branch(padded, filters.reshape(o * n, c, h, kk), alpha, None, 1.0, h,
-                                                  geo.out, geo.stride, geo.dilation, 0, 1, keep=False)
+            attended, _ = attention_kernels.attention_branch(padded, filters.reshape(o * n, c, h, kk), alpha, None,
+                                                             1.0, h, geo.out, geo.stride, geo.dilation, 0, 1,
+                                                             keep=False)
             return attended.view(b, o, n, *geo.out), channel, None
         small = b * h * o * n * geo.out[0] * geo.out[1] <= RECOMPUTE_ABOVE_VALUES
         keep = keep_spatial or (small and _needs_grad(padded, filters, channel, *attention.parameters()))
-        attended, gate = native.attention_branch(
+        attended, gate = attention_kernels.attention_branch(
             padded, filters.reshape(o * n, c, h, kk), alpha, attention.filter_pairs(), 1.0 / c, h, geo.out,
             geo.stride, geo.dilation, attention.padding, attention.dilation, keep,
         )
@@ -144,8 +145,8 @@ class _EfficientFullAttention(AttentiveLayer):
 
     def _compiled(self, planes, filters, channels) -> bool:
         attention = self.spatial_attention
-        return native.available(planes, filters, channels=channels) and (
-            attention is None or native.branch_supported(attention.weight.shape[-1])
+        return attention_kernels.available(planes, filters, channels=channels) and (
+            attention is None or attention_kernels.branch_supported(attention.weight.shape[-1])
         )
 
     def _pytorch_attention(self, planes, filters, geo):
@@ -278,11 +279,12 @@ def _spatial_statistics(planes, filters, geo, padded=None):
     padded = F.pad(planes, (p, p, p, p)) if padded is None else padded  # (B, C * H, Xp, Yp)
     kernels = filters.reshape(o * n, c * h, kk)
     # Mean: the filter applied to the mean patch (B, C * H, k * k).
-    if native.available(planes, kernels, channels=c):  # max and its gradient from the one patch where it lies
+    if attention_kernels.available(planes, kernels, channels=c):
+        # Max and its gradient from the one patch where it lies.
         # With the max, so that the backward pass adds the max's sparse gradient into the mean
         # patch's: one tensor the size of the input rather than two, and one sum fewer.
         pair = functools.partial(_mean_patch, geo=geo), functools.partial(_mean_patch_grad, geo=geo)
-        mean_patch, peak, _ = native.spatial_max(padded, kernels, h, geo.out, geo.stride, geo.dilation, pair)
+        mean_patch, peak, _ = attention_kernels.spatial_max(padded, kernels, h, geo.out, geo.stride, geo.dilation, pair)
         mean = torch.einsum("bpu,qpu->bqp", mean_patch, kernels)  # (B, O * G, C * H)
         return mean.view(geo.b, o, n, c, h), peak.transpose(1, 2).reshape(geo.b, o, n, c, h)
     mean = torch.einsum("bpu,qpu->bqp", _MeanPatch.apply(padded, geo), kernels)

@@ -11,11 +11,22 @@ from __future__ import annotations
 
 import torch
 
+from ..cpu import input_attention_kernels
 from ..gconv import GroupConv, LiftingConv
-from . import input_native
-from .parts import AttentiveLayer
+from .channel import InputChannelAttention
+from .parts import AttentionParts, AttentiveLayer
+from .spatial import InputSpatialAttention
 
-__all__ = ["InputAttentiveLiftingConv", "InputAttentiveGroupConv"]
+__all__ = ["InputAttentiveLiftingConv", "InputAttentiveGroupConv", "kernels_cover"]
+
+
+def kernels_cover(layer, f: torch.Tensor) -> bool:
+    """Whether the compiled kernels (:mod:`models.cpu.input_attention_kernels`) cover this layer and input:
+    alpha_F with both parts, statistics-based spatial attention, and an input the kernels take
+    (``input_attention_kernels.supported``: at most 256 channels, float32/64 or bfloat16 on the CPU)."""
+    return (isinstance(layer.channel_attention, InputChannelAttention)
+            and isinstance(layer.spatial_attention, InputSpatialAttention) and layer.spatial_attention.statistics
+            and input_attention_kernels.supported(f))
 
 
 class _InputAttention(AttentiveLayer):
@@ -23,8 +34,9 @@ class _InputAttention(AttentiveLayer):
 
     def attend(self, f: torch.Tensor):
         # The compiled kernels where they apply (same function, a fraction of the memory traffic).
-        if input_native.supported(self, f):
-            return input_native.attend(self, f)
+        if kernels_cover(self, f):
+            out, channel, spatial = input_attention_kernels.attend(self, f)
+            return out, AttentionParts(channel, spatial, self.attention_group_axes)
         return super().attend(f)
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):

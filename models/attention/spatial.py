@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..cpu import attention_kernels
 from ..gconv import group_conv, group_filters, lifting_conv, lifting_filters, uniform_init_
 from ..groups import Group, get_group
-from . import native
 from .statistics import channel_statistics, maximum
 
 __all__ = ["InputSpatialAttention", "FullSpatialAttention"]
@@ -144,13 +144,13 @@ class FullSpatialAttention(nn.Module):
         b, size, lead = mean.shape[0], mean.shape[-2:], mean.shape[1:-2]
 
         weights = filters[:, 0] * mean_scale, filters[:, 1]
-        compiled = native.available(mean, filters) and native.depthwise_pair_supported(groups, k)
+        compiled = attention_kernels.available(mean, filters) and attention_kernels.depthwise_pair_supported(groups, k)
         # The kernels, and oneDNN's depthwise convolutions (the weight gradient above all) run
         # faster on channels-last float32 tensors; without oneDNN (float64) slower.
         layout = torch.channels_last if compiled or mean.dtype == torch.float32 else torch.contiguous_format
         mean, peak = (stat.reshape(b, groups, *size).contiguous(memory_format=layout) for stat in (mean, peak))
         if compiled:  # both convolutions in one pass, both ways
-            out = native.depthwise_pair(mean, peak, *weights, self.padding, self.dilation)
+            out = attention_kernels.depthwise_pair(mean, peak, *weights, self.padding, self.dilation)
         else:
             conv = dict(padding=self.padding, dilation=self.dilation, groups=groups)
             out = F.conv2d(mean, weights[0][:, None], **conv) + F.conv2d(peak, weights[1][:, None], **conv)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.user_cache import cache_root
+from models.cpu.user_cache import cache_root
 
 from .base import ArraySplit, DataError, DatasetSpec, Splits
 from .pcam import CLASS_NAMES, SIZE, read_patch

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.attention import native
-from models.native_build import build_library
+from models.cpu import attention_kernels
+from models.cpu.native_build import build_library
 
 pytestmark = pytest.mark.skipif(
     shutil.which(os.environ.get("CXX", "g++")) is None, reason="no C++ compiler here to build the attention kernels"
@@ -61,8 +61,8 @@ def test_spatial_max_is_the_first_maximum_with_gradients(geometry, dtype):
     h, stride, dilation, q = geometry[2], geometry[5], geometry[6], geometry[8]
     leaves = [t.clone().requires_grad_() for t in (padded, kernels)]
     size = unsummed(padded, kernels, h, stride, dilation).shape[-2:]
-    value, where = native.spatial_max(leaves[0], leaves[1].reshape(q, -1, kernels.shape[-1]), h, size, stride,
-                                      dilation)
+    value, where = attention_kernels.spatial_max(leaves[0], leaves[1].reshape(q, -1, kernels.shape[-1]), h, size,
+                                                 stride, dilation)
 
     oracle = [t.clone().requires_grad_() for t in (padded, kernels)]
     expected = unsummed(*oracle, h, stride, dilation).flatten(-2).max(dim=-1)  # torch.max: the first maximum
@@ -99,9 +99,9 @@ def test_spatial_max_with_a_dense_statistic_equals_the_two_apart(geometry):
         leaves = [t.clone().requires_grad_() for t in (padded, kernels)]
         args = leaves[0], leaves[1].reshape(q, -1, kernels.shape[-1]), h, size, stride, dilation
         if dense is None:
-            statistic, (value, where) = weighted_sum(leaves[0]), native.spatial_max(*args)
+            statistic, (value, where) = weighted_sum(leaves[0]), attention_kernels.spatial_max(*args)
         else:
-            statistic, value, where = native.spatial_max(*args, dense)
+            statistic, value, where = attention_kernels.spatial_max(*args, dense)
         generator = torch.Generator().manual_seed(1)
         upstream = [torch.randn(t.shape, dtype=t.dtype, generator=generator) for t in (statistic, value)]
         (statistic * upstream[0]).sum().add((value * upstream[1]).sum()).backward()
@@ -149,7 +149,7 @@ def test_attention_branch_with_gradients(geometry, dtype, channel_attention, spa
     leaves, oracle = ({k: None if t is None else t.clone().requires_grad_() for k, t in arguments.items()}
                       for _ in range(2))
 
-    branch, gate = native.attention_branch(*leaves.values(), 1.0 / c, h, size, stride, dilation,
+    branch, gate = attention_kernels.attention_branch(*leaves.values(), 1.0 / c, h, size, stride, dilation,
                                            spatial_dilation * (k_s // 2), spatial_dilation, keep)
     expected_branch, expected_gate = branch_oracle(*oracle.values(), geometry)
     tol = TOLERANCE[dtype]
@@ -170,17 +170,17 @@ def test_attention_branch_with_gradients(geometry, dtype, channel_attention, spa
 
 
 def test_attention_branch_cover():
-    assert native.branch_supported(7) and native.branch_supported(3)
-    assert not native.branch_supported(9) and not native.branch_supported(4)
+    assert attention_kernels.branch_supported(7) and attention_kernels.branch_supported(3)
+    assert not attention_kernels.branch_supported(9) and not attention_kernels.branch_supported(4)
 
 
 def test_unavailable_on_other_dtypes_and_devices():
     x = torch.zeros(1, 2, 3, 3)
-    assert native.available(x, channels=2)
-    assert not native.available(x.half(), channels=2)
-    assert not native.available(x, x.double(), channels=2)
-    assert not native.available(x, channels=256)  # the winner is kept in one byte
-    assert not native.available(x.to("meta"), channels=2)
+    assert attention_kernels.available(x, channels=2)
+    assert not attention_kernels.available(x.half(), channels=2)
+    assert not attention_kernels.available(x, x.double(), channels=2)
+    assert not attention_kernels.available(x, channels=256)  # the winner is kept in one byte
+    assert not attention_kernels.available(x.to("meta"), channels=2)
 
 
 def test_a_failed_build_warns_and_falls_back(tmp_path, monkeypatch):
@@ -188,9 +188,9 @@ def test_a_failed_build_warns_and_falls_back(tmp_path, monkeypatch):
     monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
     build_library.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match="could not build the kernels native_kernels.cpp"):
-            assert native._library() is None
-        assert not native.available(torch.zeros(1), channels=1)
+        with pytest.warns(RuntimeWarning, match="could not build the kernels attention_kernels.cpp"):
+            assert attention_kernels._library() is None
+        assert not attention_kernels.available(torch.zeros(1), channels=1)
         assert list(tmp_path.glob("*.so")) == []
     finally:
         build_library.cache_clear()
@@ -202,7 +202,7 @@ def test_switched_off_by_environment(monkeypatch):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert native._library() is None
+            assert attention_kernels._library() is None
     finally:
         build_library.cache_clear()
 
@@ -221,10 +221,10 @@ def test_depthwise_pair_equals_two_conv2d(batch, channels, size, k, dilation, dt
     planes = [torch.randn(batch, channels, size, size, dtype=dtype, generator=generator) for _ in range(2)]
     weights = [torch.randn(channels, k, k, dtype=dtype, generator=generator) for _ in range(2)]
     padding = dilation * (k // 2)
-    assert native.depthwise_pair_supported(channels, k)
+    assert attention_kernels.depthwise_pair_supported(channels, k)
     mine = [t.clone().requires_grad_() for t in (*planes, *weights)]
     theirs = [t.clone().requires_grad_() for t in (*planes, *weights)]
-    out = native.depthwise_pair(*mine, padding, dilation)
+    out = attention_kernels.depthwise_pair(*mine, padding, dilation)
     conv = dict(padding=padding, dilation=dilation, groups=channels)
     expected = F.conv2d(theirs[0], theirs[2][:, None], **conv) + F.conv2d(theirs[1], theirs[3][:, None], **conv)
     assert out.is_contiguous(memory_format=torch.channels_last)
@@ -237,6 +237,6 @@ def test_depthwise_pair_equals_two_conv2d(batch, channels, size, k, dilation, dt
 
 
 def test_depthwise_pair_cover():
-    assert native.depthwise_pair_supported(16, 7)
-    assert not native.depthwise_pair_supported(15, 7)  # fewer channels than one vector
-    assert not native.depthwise_pair_supported(40, 9)
+    assert attention_kernels.depthwise_pair_supported(16, 7)
+    assert not attention_kernels.depthwise_pair_supported(15, 7)  # fewer channels than one vector
+    assert not attention_kernels.depthwise_pair_supported(40, 9)

@@ -1,4 +1,4 @@
-"""Compiled CPU kernels for the full attentive convolution (``native_kernels.cpp``), and their autograd.
+"""Compiled CPU kernels for the full attentive convolution (``attention_kernels.cpp``), and their autograd.
 
 The kernels compute the max statistics of f~ and the channel-attended sum S
 without writing f~ to memory (see the C++ file for the loops). They are built
@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..native_build import build_library
+from .native_build import build_library
 
 __all__ = [
     "available", "spatial_max", "attention_branch", "branch_supported", "depthwise_pair", "depthwise_pair_supported",
 ]
 
-SOURCE = Path(__file__).with_name("native_kernels.cpp")
+SOURCE = Path(__file__).with_name("attention_kernels.cpp")
 LANES = 16  # filters per vector, as LANES in the C++ file
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _CTYPE = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}

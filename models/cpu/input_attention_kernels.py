@@ -8,8 +8,10 @@ of their own and differentiated inside this function's backward pass. The result
 ``AttentiveLayer.attend`` up to the order of the additions in the statistics (tested in float64), and
 gradients reach the same maxima (ties go to the first, as torch.max).
 
-Used where the kernels build (see ``models.native_build``) and the tensors are float32 or float64 on the CPU;
-elsewhere the layers run their PyTorch path.
+Used where the kernels build (see :mod:`models.cpu.native_build`) and the tensors are float32 or float64 on the
+CPU; elsewhere the layers run their PyTorch path. Which layers the kernels cover (alpha_F with both parts and
+statistics-based spatial attention) the layers decide (``models.attention.input_attentive_conv.kernels_cover``):
+this package imports nothing of the attention modules.
 """
 
 from __future__ import annotations
@@ -20,10 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..native_build import build_library
-from .channel import InputChannelAttention
-from .parts import AttentionParts
-from .spatial import InputSpatialAttention
+from .native_build import build_library
 
 __all__ = ["supported", "attend"]
 
@@ -31,13 +30,11 @@ SOURCE = Path(__file__).with_name("input_attention_kernels.cpp")
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
-def supported(layer, f: torch.Tensor) -> bool:
-    """Whether :func:`attend` covers this layer and input: alpha_F with both parts, statistics-based spatial
-    attention, at most 256 channels (the winning channel is kept in a byte), float32/64 on the CPU (bfloat16, as
-    training under CPU autocast hands it, is attended in float32)."""
-    return (isinstance(layer.channel_attention, InputChannelAttention)
-            and isinstance(layer.spatial_attention, InputSpatialAttention) and layer.spatial_attention.statistics
-            and f.device.type == "cpu" and f.dtype in (*_SUFFIX, torch.bfloat16) and f.shape[1] <= 256
+def supported(f: torch.Tensor) -> bool:
+    """Whether :func:`attend` covers this input (for a layer the kernels cover, see the module's docstring): at
+    most 256 channels (the winning channel is kept in a byte), float32/64 on the CPU (bfloat16, as training under
+    CPU autocast hands it, is attended in float32), and the kernels built."""
+    return (f.device.type == "cpu" and f.dtype in (*_SUFFIX, torch.bfloat16) and f.shape[1] <= 256
             and build_library(SOURCE) is not None)
 
 
@@ -47,11 +44,12 @@ def _run(name: str, geometry: torch.Tensor, *tensors: torch.Tensor) -> None:
              *(ctypes.c_void_p(t.data_ptr()) for t in tensors))
 
 
-def attend(layer, f: torch.Tensor) -> tuple[torch.Tensor, AttentionParts]:
+def attend(layer, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``layer.attend(f)`` through the kernels (see :func:`supported`).
 
-    Shape: f planar ``(B, C, X, Y)`` or group ``(B, C, G, X, Y)`` -> the attended f, same shape, and the parts
-    as the PyTorch path gives them.
+    Shape: f planar ``(B, C, X, Y)`` or group ``(B, C, G, X, Y)`` -> the attended f, same shape, and the
+    channel ``(B, C[, G], 1, 1)`` and spatial ``(B, 1[, G], X, Y)`` parts as the PyTorch path gives them (the
+    layer wraps them in its ``AttentionParts``).
     """
     if f.dtype == torch.bfloat16:
         f = f.float()  # the kernels' dtype; the convolution after casts back under autocast
@@ -62,9 +60,8 @@ def attend(layer, f: torch.Tensor) -> tuple[torch.Tensor, AttentionParts]:
     graph = torch.is_grad_enabled() and (f.requires_grad or any(p.requires_grad for p in params))
     flat = f.contiguous().view(b, c, h, -1)  # (B, C, H, P)
     out, channel, spatial = _InputAttention.apply(flat, layer, graph, tuple(plane), *params)
-    parts = AttentionParts(channel.view(b, c, *(() if planar else (h,)), 1, 1),
-                           spatial.view(b, 1, *(() if planar else (h,)), *plane), layer.attention_group_axes)
-    return out.view(f.shape), parts
+    return (out.view(f.shape), channel.view(b, c, *(() if planar else (h,)), 1, 1),
+            spatial.view(b, 1, *(() if planar else (h,)), *plane))
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""alpha_F through the compiled kernels (models/attention/input_native.py) equals the PyTorch path in float64:
+"""alpha_F through the compiled kernels (models/cpu/input_attention_kernels.py) equals the PyTorch path in float64:
 outputs, attention parts and every gradient, with ties (ReLU zeros) sent to the same maxima."""
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ import pytest
 import torch
 
 from models import build_model
-from models.attention import input_native
 from models.attention.channel import InputChannelAttention
-from models.attention.input_attentive_conv import InputAttentiveGroupConv, InputAttentiveLiftingConv
+from models.attention.input_attentive_conv import InputAttentiveGroupConv, InputAttentiveLiftingConv, kernels_cover
 from models.attention.spatial import InputSpatialAttention
+from models.cpu import input_attention_kernels
 
 pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
                                 reason="no C++ compiler here to build the alpha_F kernels")
 
 
 def pytorch_path(monkeypatch):
-    monkeypatch.setattr(input_native, "supported", lambda *args: False)
+    monkeypatch.setattr(input_attention_kernels, "supported", lambda *args: False)
 
 
 def layer(group: str, lifting: bool, channels: int = 6, dilation: int = 2) -> torch.nn.Module:
@@ -52,7 +52,7 @@ def test_kernels_equal_the_pytorch_path(group, lifting, ties, channels, monkeypa
     if ties:  # a post-ReLU input: many zeros, whole planes of them, so that maxima tie
         x = torch.relu(x)
         x[0, 1] = 0
-    assert input_native.supported(module, x)
+    assert kernels_cover(module, x)
     out, parts, grad_x, grads = run(module, x)
     pytorch_path(monkeypatch)
     out_ref, parts_ref, grad_x_ref, grads_ref = run(module, x)
@@ -104,12 +104,12 @@ def test_inference_without_gradients_gives_the_same_maps():
 def test_not_supported_outside_its_cases():
     module = layer("p4m", False)
     x = torch.zeros(1, 6, 8, 5, 5, dtype=torch.float64)
-    assert input_native.supported(module, x)
-    assert not input_native.supported(module, x.half())
-    assert not input_native.supported(module, x.to("meta"))
-    assert not input_native.supported(layer("p4m", False, channels=300), torch.zeros(1, 300, 8, 5, 5))
+    assert kernels_cover(module, x)
+    assert not kernels_cover(module, x.half())
+    assert not kernels_cover(module, x.to("meta"))
+    assert not kernels_cover(layer("p4m", False, channels=300), torch.zeros(1, 300, 8, 5, 5))
     rotation = build_model("arh_p4cnn").c1  # alpha_RH: spatial attention from all channels, no channel part
-    assert rotation.channel_attention is None and not input_native.supported(rotation, torch.zeros(1, 1, 9, 9))
+    assert rotation.channel_attention is None and not kernels_cover(rotation, torch.zeros(1, 1, 9, 9))
 
 
 def test_under_bfloat16_autocast_the_attention_runs_in_float32():
