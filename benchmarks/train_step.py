@@ -20,6 +20,15 @@ memory relative to p4cnn's from the same run, which is the figure to compare
 across machines. Beside it are the figures measured with the authors' code on
 the same kind of machine (CPU, 2 threads, batch 64), where known.
 
+Each model is measured twice, alternating: the default path (the compiled kernels
+where :mod:`models.cpu.native_build` uses them on this CPU) and PyTorch's own path
+(``AAGC_NATIVE=0``); ``x torch`` is the default's time over PyTorch's, which must not
+exceed 1 (``--paths default`` skips the second). The header names the CPU's
+instruction set as PyTorch dispatches it and as the kernels are built: a speed-up on
+one CPU can be a slow-down on another. ``ATEN_CPU_CAPABILITY=avx2
+ONEDNN_MAX_CPU_ISA=AVX2 AAGC_NATIVE_MARCH=x86-64-v3`` measures AVX2 code on an
+AVX-512 machine (all three: PyTorch's kernels, oneDNN's and ours).
+
 Run from the repository root::
 
     python -m benchmarks.train_step
@@ -131,8 +140,9 @@ def keep_freed_memory() -> None:
                            "measure glibc's default allocator instead")
 
 
-def run_worker(name: str, args: argparse.Namespace) -> dict:
-    """Measure ``name`` in a fresh interpreter; a failure becomes an ``error`` entry, not an exception."""
+def run_worker(name: str, args: argparse.Namespace, path: str = "default") -> dict:
+    """Measure ``name`` in a fresh interpreter on ``path`` (``default``, or ``pytorch``: ``AAGC_NATIVE=0``); a
+    failure becomes an ``error`` entry, not an exception."""
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -148,7 +158,8 @@ def run_worker(name: str, args: argparse.Namespace) -> dict:
         args.allocator,
     ]
     try:
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.timeout)
+        env = {**os.environ, **({"AAGC_NATIVE": "0"} if path == "pytorch" else {})}
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"model": name, "error": f"timed out after {args.timeout} s"}
     if proc.returncode != 0:
@@ -188,8 +199,23 @@ def add_ratios(results: list[dict]) -> None:
         if ref is None or "error" in r:
             continue
         r["time_ratio"] = r["seconds"] / ref["seconds"]
+        if "pytorch_seconds" in r:
+            r["pytorch_ratio"] = r["seconds"] / r["pytorch_seconds"]
         # A tiny model can show no RSS growth at all, so guard the division.
         r["mem_ratio"] = r["delta_mib"] / ref["delta_mib"] if ref["delta_mib"] > 0 else None
+
+
+def instruction_sets() -> str:
+    """The CPU's vector instruction set as PyTorch dispatches it and as the kernels are built, with the settings
+    that change either (set to measure a narrower CPU's code on this one)."""
+    import torch
+
+    from models.cpu.native_build import instruction_set
+
+    settings = [f"{key}={os.environ[key]}" for key in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "AAGC_NATIVE_MARCH",
+                                                       "AAGC_NATIVE") if key in os.environ]
+    return (f"instruction set: PyTorch {torch.backends.cpu.get_cpu_capability()}, kernels {instruction_set()}"
+            + (f" ({', '.join(settings)})" if settings else ""))
 
 
 def header(args: argparse.Namespace) -> str:
@@ -197,7 +223,8 @@ def header(args: argparse.Namespace) -> str:
 
     cpu = platform.processor() or platform.machine()
     return (
-        f"machine: {cpu}, {os.cpu_count()} CPUs ({platform.system()}) | torch {torch.__version__} | "
+        f"machine: {cpu}, {os.cpu_count()} CPUs ({platform.system()}) | {instruction_sets()} | "
+        f"torch {torch.__version__} | "
         f"threads {args.threads} | batch {args.batch} | allocator {args.allocator} | "
         f"median of {args.repeats} after 1 warm-up | "
         # Other processes competing for the cores make the timings unreliable; show how busy the machine was.
@@ -224,13 +251,15 @@ def fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-COLUMNS = "{:<12} {:>9} {:>10} {:>7} {:>10} {:>7} {:>9} {:>10}  {}"
+COLUMNS = "{:<12} {:>9} {:>10} {:>7} {:>10} {:>7} {:>9} {:>8} {:>9} {:>10}  {}"
 
 
 def table(results: list[dict]) -> list[str]:
     lines = [
-        COLUMNS.format("model", "params", "fwd+bwd s", "x p4", "delta MiB", "x p4", "paper s", "paper MiB", "note"),
-        COLUMNS.format("-" * 12, "-" * 9, "-" * 10, "-" * 7, "-" * 10, "-" * 7, "-" * 9, "-" * 10, "----"),
+        COLUMNS.format("model", "params", "fwd+bwd s", "x p4", "delta MiB", "x p4", "torch s", "x torch", "paper s",
+                       "paper MiB", "note"),
+        COLUMNS.format("-" * 12, "-" * 9, "-" * 10, "-" * 7, "-" * 10, "-" * 7, "-" * 9, "-" * 8, "-" * 9, "-" * 10,
+                       "----"),
     ]
     for r in results:
         paper_s, paper_mib = PAPER_FIGURES.get(r["model"], (None, None))
@@ -242,6 +271,8 @@ def table(results: list[dict]) -> list[str]:
                 fmt(r.get("time_ratio"), ".2f"),
                 fmt(r.get("delta_mib"), ".0f"),
                 fmt(r.get("mem_ratio"), ".2f"),
+                fmt(r.get("pytorch_seconds"), ".3f"),
+                fmt(r.get("pytorch_ratio"), ".2f"),
                 fmt(paper_s, "g"),
                 fmt(paper_mib, "d"),
                 note(r),
@@ -264,6 +295,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per model")
     parser.add_argument("--allocator", choices=["kept", "glibc"], default="kept",
                         help="kept: freed memory reused, as training runs (default); glibc: glibc's default")
+    parser.add_argument("--paths", choices=["both", "default"], default="both",
+                        help="both: the default path and PyTorch's (AAGC_NATIVE=0), alternating (default)")
     parser.add_argument("--json", metavar="PATH", help="also write the raw results here")
     parser.add_argument("--worker", metavar="NAME", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -280,7 +313,14 @@ def main(argv=None) -> None:
     results = []
     for name in select_models(args.models):
         print(f"  measuring {name} ...", file=sys.stderr, flush=True)
-        results.append(run_worker(name, args))
+        result = run_worker(name, args)
+        if args.paths == "both" and "error" not in result:
+            pytorch = run_worker(name, args, "pytorch")
+            if "error" in pytorch:
+                result["pytorch_error"] = pytorch["error"]
+            else:
+                result["pytorch_seconds"], result["pytorch_times"] = pytorch["seconds"], pytorch["times"]
+        results.append(result)
     add_ratios(results)
     print("\n".join(table(results)))
     if args.json:

@@ -13,13 +13,33 @@ import torch
 import torch.nn.functional as F
 
 from models.cpu import attention_kernels
-from models.cpu.native_build import build_library
+from models.cpu.native_build import build_library, instruction_set
 
 pytestmark = pytest.mark.skipif(
     shutil.which(os.environ.get("CXX", "g++")) is None, reason="no C++ compiler here to build the attention kernels"
 )
 
-# (B, C, H, size, k, stride, dilation, padding, Q): Q below, at and above one vector block (16)
+# The builds this CPU runs: its own, and on x86 the narrower ones (8 lanes and 16 registers for AVX2, 4 lanes for
+# SSE2, the width NEON has), so that every vector width and register tiling is tested on any x86 machine.
+NARROWER = {"avx512": ["x86-64-v3", "x86-64-v2"], "avx2": ["x86-64-v2"]}.get(instruction_set(), [])
+
+
+@pytest.fixture(autouse=True, params=[None, *NARROWER], ids=lambda march: march or "native")
+def kernel_build(request, monkeypatch):
+    """Every test once per build: the attention kernels as built for ``-march=param`` (None: this machine)."""
+    if request.param is None:
+        yield None
+        return
+    if "no_variants" in request.keywords:
+        pytest.skip("tests the machine's own build")
+    monkeypatch.setenv("AAGC_NATIVE", "1")  # the rule would keep SSE2 kernels off: they are tested all the same
+    library = build_library(attention_kernels.SOURCE, request.param)
+    assert library is not None, f"the kernels do not build for -march={request.param}"
+    monkeypatch.setattr(attention_kernels, "_library", lambda: library)
+    yield request.param
+
+# (B, C, H, size, k, stride, dilation, padding, Q): Q below, at and above one vector block of 16 lanes; 12 and 17
+# overlap the block before on 8 lanes too
 GEOMETRIES = [
     (3, 5, 4, 9, 3, 1, 1, 1, 40),
     (2, 3, 1, 10, 3, 2, 1, 0, 12),
@@ -183,6 +203,12 @@ def test_unavailable_on_other_dtypes_and_devices():
     assert not attention_kernels.available(x.to("meta"), channels=2)
 
 
+def test_each_build_has_its_vector_width(kernel_build):
+    expected = {"avx512": 16, "avx2": 8, "avx": 8, "sse2": 4, "neon": 4}[instruction_set(kernel_build)]
+    assert attention_kernels.lanes() == expected
+
+
+@pytest.mark.no_variants
 def test_a_failed_build_warns_and_falls_back(tmp_path, monkeypatch):
     monkeypatch.setenv("AAGC_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
@@ -196,6 +222,7 @@ def test_a_failed_build_warns_and_falls_back(tmp_path, monkeypatch):
         build_library.cache_clear()
 
 
+@pytest.mark.no_variants
 def test_switched_off_by_environment(monkeypatch):
     monkeypatch.setenv("AAGC_NATIVE", "0")
     build_library.cache_clear()
@@ -237,6 +264,7 @@ def test_depthwise_pair_equals_two_conv2d(batch, channels, size, k, dilation, dt
 
 
 def test_depthwise_pair_cover():
-    assert attention_kernels.depthwise_pair_supported(16, 7)
-    assert not attention_kernels.depthwise_pair_supported(15, 7)  # fewer channels than one vector
+    lanes = attention_kernels.lanes()
+    assert attention_kernels.depthwise_pair_supported(lanes, 7)
+    assert not attention_kernels.depthwise_pair_supported(lanes - 1, 7)  # fewer channels than one vector
     assert not attention_kernels.depthwise_pair_supported(40, 9)

@@ -12,8 +12,12 @@
 //   per-position outputs (B, X', Y', H, Q): channels last, as full_attentive_conv.py keeps them
 // geometry: {C, H, Xp, Yp, X', Y', k, stride, dilation, Q}, Q >= LANES (the caller pads)
 //
-// Vectors run over LANES filters (GCC/Clang vector extensions: AVX-512 registers where the
-// CPU has them, pairs of AVX2 ones otherwise). Where Q is not a multiple of LANES, the last
+// Vectors run over LANES filters (GCC/Clang vector extensions), LANES chosen for the instruction set
+// the library is built for: one AVX-512 register (16 floats), one AVX2 register (8), one NEON or SSE
+// register (4). A vector wider than the machine's registers is split into several by the compiler,
+// and the register tiles below, sized for 32 AVX-512 registers, then spill: built with 16 lanes for
+// AVX2, a_p4cnn's training step took 7.7x as long as with 16 lanes on AVX-512 (one thread, same
+// machine) and 1.8x as long as PyTorch's path. Where Q is not a multiple of LANES, the last
 // block starts at Q - LANES and overlaps the one before; forward results are then written
 // twice with equal values, and gradients mask the overlap out. Each loop keeps a small tile
 // of independent accumulators (positions x filter blocks) in registers: one chain of
@@ -27,35 +31,49 @@
 #include <cstring>
 #include <limits>
 #include <omp.h>
+#include <utility>
 #include <vector>
 
 namespace {
 
-constexpr int LANES = 16;
+#if defined(__AVX512F__)
+constexpr int LANES = 16, REGISTERS = 32;
+#elif defined(__AVX__)
+constexpr int LANES = 8, REGISTERS = 16;
+#elif defined(__aarch64__)
+constexpr int LANES = 4, REGISTERS = 32;
+#else
+constexpr int LANES = 4, REGISTERS = 16;
+#endif
 
-// Vector types of one dtype, and its register tiles (filter blocks; positions in the argmax
-// and in the forward loop; taps in the weight gradient; positions in the gathered input
-// gradient).
-template <typename T, typename Lane, int BLOCKS, int POSITIONS, int FORWARD, int TAPS, int GATHER>
+// Vector types of one dtype, and its register tiles: filter blocks and positions in the argmax,
+// filter blocks in the forward loop (one position), filter blocks and taps in the weight
+// gradient, positions in the gathered input gradient, positions in the depthwise convolutions
+// (the pair, and one input with two filters).
+template <typename T, typename Lane, int ARGMAX_BLOCKS, int POSITIONS, int FORWARD_BLOCKS, int GRADIENT_BLOCKS,
+          int TAPS, int GATHER, int PAIR_POSITIONS, int SPLIT_POSITIONS>
 struct Lanes {
-    static constexpr int blocks = BLOCKS, positions = POSITIONS, forward = FORWARD, taps = TAPS, gather = GATHER;
+    static constexpr int argmax_blocks = ARGMAX_BLOCKS, positions = POSITIONS, forward_blocks = FORWARD_BLOCKS,
+                         gradient_blocks = GRADIENT_BLOCKS, taps = TAPS, gather = GATHER,
+                         pair_positions = PAIR_POSITIONS, split_positions = SPLIT_POSITIONS;
     typedef Lane lane;
     typedef T type __attribute__((vector_size(LANES * sizeof(T))));
     typedef Lane index __attribute__((vector_size(LANES * sizeof(T))));
-    typedef T half __attribute__((vector_size(LANES / 2 * sizeof(T))));
-    typedef T quarter __attribute__((vector_size(LANES / 4 * sizeof(T))));
 };
-// float fills the 32 AVX-512 registers (3 filter blocks x 9 taps), except in the forward loop,
-// where the sum, max and winner of one position already take 9 of them: two positions there
+// 32 registers (AVX-512, NEON): float fills them (3 filter blocks x 9 taps), except in the forward
+// loop, where the sum, max and winner of one position already take 9 of them: two positions there
 // ran 1.5x slower (spills). The argmax runs fastest with 6 positions (1.7x faster than 4 on
-// a_p4cnn's second layer). float64 (for tests) runs untiled, which keeps the build short,
-// except for the gather (so that the tests cover its lane sums).
+// a_p4cnn's second layer). 16 registers (AVX2, SSE): two filter blocks of 4 positions in the
+// argmax (14 registers), two blocks in the forward loop (11), one block of 9 taps in the weight
+// gradient (10), 8 positions in the gather (10). float64 (for tests) runs untiled, which keeps the
+// build short, except for the gather (so that the tests cover its lane sums).
 template <typename T>
 struct Vec;
 template <>
-struct Vec<float> : Lanes<float, int32_t, 3, 6, 1, 9, 16> {};
+struct Vec<float> : std::conditional_t<REGISTERS == 32, Lanes<float, int32_t, 3, 6, 3, 3, 9, LANES, 8, 6>,
+                                       Lanes<float, int32_t, 2, 4, 2, 1, 9, LANES, 4, 4>> {};
 template <>
-struct Vec<double> : Lanes<double, int64_t, 1, 1, 1, 1, 16> {};
+struct Vec<double> : Lanes<double, int64_t, 1, 1, 1, 1, 1, LANES, 4, 4> {};
 template <typename T>
 using V = typename Vec<T>::type;
 template <typename T>
@@ -74,15 +92,14 @@ inline void store(S* p, const Vector& v) {
     std::memcpy(p, &v, sizeof v);
 }
 
+// The sum of v's lanes, by halves (the order of the lane-folding reduction below).
 template <typename T>
 inline T horizontal_sum(const V<T>& v) {
-    using Half = typename Vec<T>::half;
-    using Quarter = typename Vec<T>::quarter;
-    const auto* bytes = reinterpret_cast<const char*>(&v);
-    const Half h = load<Half>(bytes) + load<Half>(bytes + sizeof(Half));
-    const auto* hb = reinterpret_cast<const char*>(&h);
-    const Quarter q = load<Quarter>(hb) + load<Quarter>(hb + sizeof(Quarter));
-    return (q[0] + q[2]) + (q[1] + q[3]);
+    T lanes[LANES];
+    std::memcpy(lanes, &v, sizeof lanes);
+    for (int width = LANES / 2; width >= 1; width /= 2)
+        for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
+    return lanes[0];
 }
 
 struct Geometry {
@@ -162,7 +179,7 @@ void spatial_max(const int64_t* geometry, int64_t b0, int64_t b1, const T* plane
             const T* plane = planes + (b * g.c * g.h + ch) * g.plane();
             const T* w = kernels + ch * g.taps() * g.q;
             const int64_t at = (b * g.c * g.h + ch) * g.q;
-            over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+            over_blocks<Vec<T>::argmax_blocks>(g, [&]<int NB>(int64_t j0) {
                 V<T> best[NB];
                 Index<T> arg[NB];
                 for (int j = 0; j < NB; ++j) best[j] = V<T>{} - std::numeric_limits<T>::infinity(), arg[j] = Index<T>{};
@@ -239,9 +256,9 @@ void attended_max_item(const Geometry& g, int64_t b, int64_t h, const T* planes,
     const T* planes_bh = planes + (b * g.c * g.h + h) * g.plane();
     fold_channel_attention(g, kernels, channel, b, h, folded);  // the filters of one h stay in the L1 cache
     for (int64_t x = 0; x < g.out_x; ++x)
-        over_row<Vec<T>::forward>(g, [&]<int P>(int64_t y0) {
+        over_row<1>(g, [&]<int P>(int64_t y0) {
             const int64_t at = ((x * g.out_y + y0) * g.h + h) * g.q;
-            over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+            over_blocks<Vec<T>::forward_blocks>(g, [&]<int NB>(int64_t j0) {
                 V<T> sum[P][NB], best[P][NB], acc[P][NB];
                 Index<T> win[P][NB];
                 for (int i = 0; i < P; ++i)
@@ -355,24 +372,24 @@ inline void input_grad_scatter_tile(const Geometry& g, const ErrorLayout& layout
 }
 
 // Halves each group of W lanes of a and of b and adds the halves: the result holds, group by
-// group, the folded groups of a and then of b. Four such levels (W = 16, 8, 4, 2) reduce 16
-// vectors to one vector of their 16 lane sums, in bit-reversed order.
+// group, the folded groups of a and then of b. log2(LANES) such levels (W = LANES, ..., 2) reduce
+// LANES vectors to one vector of their lane sums, in bit-reversed order.
+template <int W>
+constexpr int fold_index(int lane, bool upper) {  // the source lane (of a, or LANES + that of b)
+    const int group = lane / W, within = lane % W, half = W / 2;
+    return (within < half ? 0 : LANES) + group * W + within % half + (upper ? half : 0);
+}
+template <int W, typename T, int... I>
+inline V<T> fold_lanes(const V<T>& a, const V<T>& b, std::integer_sequence<int, I...>) {
+    return __builtin_shufflevector(a, b, fold_index<W>(I, false)...) +
+           __builtin_shufflevector(a, b, fold_index<W>(I, true)...);
+}
 template <int W, typename T>
 inline V<T> fold(const V<T>& a, const V<T>& b) {
-    static_assert(LANES == 16);
-    if constexpr (W == 16)
-        return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-               __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    else if constexpr (W == 8)
-        return __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
-               __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-    else if constexpr (W == 4)
-        return __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
-               __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-    else
-        return __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
-               __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    return fold_lanes<W, T>(a, b, std::make_integer_sequence<int, LANES>{});
 }
+
+constexpr int log2_of(int n) { return n > 1 ? 1 + log2_of(n / 2) : 0; }
 
 constexpr int bit_reversed(int i, int bits) {
     int r = 0;
@@ -380,11 +397,11 @@ constexpr int bit_reversed(int i, int bits) {
     return r;
 }
 
-// The lane sums of N vectors (N = 1, 2, 4, 8, 16): lane L of the result holds the sum of
-// acc[L / (16 / N)] (each sum repeated 16 / N times).
+// The lane sums of N vectors (N = 1, 2, 4, ..., LANES): lane L of the result holds the sum of
+// acc[L / (LANES / N)] (each sum repeated LANES / N times).
 template <int N, typename T>
 inline V<T> lane_sums(const V<T> (&acc)[N]) {
-    constexpr int bits = N == 16 ? 4 : N == 8 ? 3 : N == 4 ? 2 : N == 2 ? 1 : 0;
+    constexpr int bits = log2_of(N);
     V<T> v[N];
     for (int i = 0; i < N; ++i) v[i] = acc[bit_reversed(i, bits)];  // so that the sums come out in order
     int count = N;
@@ -396,10 +413,9 @@ inline V<T> lane_sums(const V<T> (&acc)[N]) {
         for (int i = 0; i < count / 2; ++i) v[i] = fold<W, T>(v[2 * i], v[2 * i + 1]);
         count /= 2;
     };
-    level.template operator()<16>();
-    level.template operator()<8>();
-    level.template operator()<4>();
-    level.template operator()<2>();
+    [&]<int... S>(std::integer_sequence<int, S...>) {
+        (level.template operator()<(LANES >> S)>(), ...);  // W = LANES, LANES / 2, ..., 2, in order
+    }(std::make_integer_sequence<int, log2_of(LANES)>{});
     return v[0];
 }
 
@@ -489,7 +505,7 @@ class AttendedMaxBackward {
             const T* w = folded.data() + c * weight_step;
             T* dp = grad_planes + ch * g.plane();
             T* dw = grad_folded.data() + c * weight_step;
-            over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+            over_blocks<Vec<T>::gradient_blocks>(g, [&]<int NB>(int64_t j0) {
                 over_tap_groups<Vec<T>::taps>(g, [&]<int NT>(int64_t t0) {
                     weight_grad_tile<NT, NB>(g, layout, plane, e, t0, j0, keep_last, dw);
                 });
@@ -498,7 +514,7 @@ class AttendedMaxBackward {
             if (g.stride == 1) {
                 input_grad_gather(g, layout, w, e, keep_last, dp);
             } else {
-                over_blocks<Vec<T>::blocks>(g, [&]<int NB>(int64_t j0) {
+                over_blocks<Vec<T>::gradient_blocks>(g, [&]<int NB>(int64_t j0) {
                     over_tap_groups<Vec<T>::taps>(g, [&]<int NT>(int64_t t0) {
                         input_grad_scatter_tile<NT, NB>(g, layout, w, e, t0, j0, keep_last, dp);
                     });
@@ -690,7 +706,7 @@ void depthwise_pair(const int64_t* geometry, int64_t r0, int64_t r1, const T* in
         }
     };
     // The widest tile whose registers fit (the one-input pass keeps two accumulators per position).
-    constexpr int WIDE = PAIR ? 8 : 6;
+    constexpr int WIDE = PAIR ? Vec<T>::pair_positions : Vec<T>::split_positions;
     for (int64_t r = r0; r < r1; ++r)
         for (const int64_t c0 : blocks.start) {
             const int64_t b = r / size_x, x = r % size_x;
@@ -772,7 +788,7 @@ void depthwise_weight_grad(const int64_t* geometry, int64_t r0, int64_t r1, cons
 }
 
 // z <- sigmoid(z) = 1 / (1 + exp(-z)), the formula of torch.sigmoid. float: exp after Cephes' expf
-// (range reduction by ln 2 in two parts, a degree-5 polynomial), 16 values at a time, the tail
+// (range reduction by ln 2 in two parts, a degree-5 polynomial), LANES values at a time, the tail
 // through a padded vector. Over [-100, 100] the result is within 2.34 ulp of the exact sigmoid
 // (torch.sigmoid: 2.48).
 inline V<float> exp_of(V<float> x) {
@@ -991,3 +1007,6 @@ void split(int64_t workers, int64_t batch, Body&& body) {
 
 AAGC_EXPORT(float, f32)
 AAGC_EXPORT(double, f64)
+
+// Filters per vector in this build: the callers pad the filter axis to at least this many.
+extern "C" int64_t lanes() { return LANES; }

@@ -5,7 +5,8 @@ without writing f~ to memory (see the C++ file for the loops). They are built
 with the C++ compiler on first use (``$CXX``, else ``g++``; about five seconds),
 cached under ``$AAGC_CACHE`` (default ``~/.cache/aagc``) by a hash of the
 source, flags and CPU, and loaded with ctypes. Where there is no compiler, the
-tensors are not on the CPU or not float32/float64, or ``AAGC_NATIVE=0``, the
+tensors are not on the CPU or not float32/float64, the CPU's instruction set is not
+one where they were measured faster (``models.cpu.native_build``), or ``AAGC_NATIVE=0``, the
 callers use their PyTorch path, which computes the same function.
 
 The kernels run on ``torch.get_num_threads()`` OpenMP threads, those of PyTorch's
@@ -24,11 +25,11 @@ import torch.nn.functional as F
 from .native_build import build_library
 
 __all__ = [
-    "available", "spatial_max", "attention_branch", "branch_supported", "depthwise_pair", "depthwise_pair_supported",
+    "available", "lanes", "spatial_max", "attention_branch", "branch_supported", "depthwise_pair",
+    "depthwise_pair_supported",
 ]
 
 SOURCE = Path(__file__).with_name("attention_kernels.cpp")
-LANES = 16  # filters per vector, as LANES in the C++ file
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _CTYPE = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}
 
@@ -45,6 +46,13 @@ def available(*tensors: torch.Tensor, channels: int = 1) -> bool:
 
 def _library() -> ctypes.CDLL | None:
     return build_library(SOURCE)
+
+
+def lanes() -> int:
+    """Filters per vector in the kernels as built for this CPU (LANES in the C++ file: 16 on AVX-512, 8 on AVX2)."""
+    function = _library().lanes
+    function.restype = ctypes.c_int64
+    return function()
 
 
 def _pointer(t: torch.Tensor | None):
@@ -74,9 +82,10 @@ def _geometry(padded: torch.Tensor, c: int, h: int, out: tuple[int, int], k: int
 
 
 def _lanes_last(t: torch.Tensor, axis: int) -> torch.Tensor:
-    """The filter axis ``axis`` (length Q) moved last, contiguous, zero-padded to Q' = max(Q, LANES)."""
+    """The filter axis ``axis`` (length Q) moved last, contiguous, zero-padded to Q' = max(Q, lanes())."""
     moved = t.movedim(axis, -1)
-    return F.pad(moved, (0, LANES - moved.shape[-1])).contiguous() if moved.shape[-1] < LANES else moved.contiguous()
+    width = lanes()
+    return F.pad(moved, (0, width - moved.shape[-1])).contiguous() if moved.shape[-1] < width else moved.contiguous()
 
 
 def spatial_max(padded: torch.Tensor, kernels: torch.Tensor, h: int, out, stride: int, dilation: int, dense=None):
@@ -205,7 +214,7 @@ class _AttentionBranch(torch.autograd.Function):
 
 def depthwise_pair_supported(channels: int, k: int) -> bool:
     """Whether :func:`depthwise_pair` covers this channel count and filter size."""
-    return channels >= LANES and k in (3, 5, 7)
+    return channels >= lanes() and k in (3, 5, 7)
 
 
 def depthwise_pair(first, second, first_weight, second_weight, padding: int, dilation: int) -> torch.Tensor:
