@@ -11,7 +11,9 @@ Three set-ups, each as ``python -m training`` ran or runs with it:
   the system and are faulted in afresh next step);
 * "after, glibc default": this tree's ``models``, same allocator: what the code changes alone give;
 * "after": this tree's ``models`` with freed memory kept for reuse (:mod:`models.cpu.allocator`), as training
-  runs since 2026-11-27.
+  runs since 2026-11-27;
+* "after, PyTorch path": the same with ``AAGC_NATIVE=0`` (no compiled kernels); ``x torch``, "after" over it,
+  must not exceed 1 on the CPU at hand (the header names its instruction set, as in ``benchmarks.train_step``).
 
 Every measurement runs in a fresh process (this file with ``--worker``) with the one package on its path: a
 training step (forward, cross-entropy, backward; median of ``--repeats`` after one warm-up) and an inference
@@ -36,15 +38,16 @@ if __package__ in (None, ""):
     # Appended, not prepended: a worker's PYTHONPATH names the models package it measures, which must win.
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.train_step import describe_failure, keep_freed_memory, max_rss_mib  # noqa: E402
+from benchmarks.train_step import describe_failure, instruction_sets, keep_freed_memory, max_rss_mib  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = "4ba8abb"  # main before the DenseNet speed work (2026-11-26)
 MODELS = ["densenet", "p4m_densenet", "fa_p4m_densenet"]
 MODES = ("train", "infer")
-# (label, which tree's models, keep freed memory)
-SETUPS = (("before", "baseline", False), ("after_default_malloc", "tree", False), ("after", "tree", True))
-SHOWN = {"after_default_malloc": "after, glibc default", "after": "after"}
+# (label, which tree's models, keep freed memory, PyTorch's path only)
+SETUPS = (("before", "baseline", False, False), ("after_default_malloc", "tree", False, False),
+          ("after", "tree", True, False), ("after_pytorch", "tree", True, True))
+SHOWN = {"after_default_malloc": "after, glibc default", "after": "after", "after_pytorch": "after, PyTorch path"}
 
 
 def build_step(name: str, mode: str, batch: int, threads: int, keep_freed: bool = False):
@@ -94,10 +97,10 @@ def measure(name: str, mode: str, batch: int, threads: int, repeats: int, keep_f
             "models_from": str(Path(models.__file__).parent.parent)}
 
 
-def worker_result(code: Path, script: str, *worker_args: str) -> dict:
-    """Run ``script --worker ...`` in a fresh process whose ``models`` is the package in folder ``code``; its
-    last line of output, as JSON, or ``{"error": ...}``."""
-    env = dict(os.environ, PYTHONPATH=str(code))
+def worker_result(code: Path, script: str, *worker_args: str, pytorch_path: bool = False) -> dict:
+    """Run ``script --worker ...`` in a fresh process whose ``models`` is the package in folder ``code`` (with
+    ``AAGC_NATIVE=0`` if ``pytorch_path``); its last line of output, as JSON, or ``{"error": ...}``."""
+    env = dict(os.environ, PYTHONPATH=str(code), **({"AAGC_NATIVE": "0"} if pytorch_path else {}))
     proc = subprocess.run([sys.executable, script, "--worker", *worker_args], check=False, capture_output=True,
                           text=True, env=env, cwd=code)
     if proc.returncode != 0:
@@ -105,10 +108,11 @@ def worker_result(code: Path, script: str, *worker_args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_worker(code: Path, name: str, mode: str, args: argparse.Namespace, keep_freed: bool = False) -> dict:
+def run_worker(code: Path, name: str, mode: str, args: argparse.Namespace, keep_freed: bool = False,
+               pytorch_path: bool = False) -> dict:
     result = worker_result(code, str(Path(__file__).resolve()), name, "--mode", mode, "--batch", str(args.batch),
                            "--threads", str(args.threads), "--repeats", str(args.repeats),
-                           *(["--keep-freed"] if keep_freed else []))
+                           *(["--keep-freed"] if keep_freed else []), pytorch_path=pytorch_path)
     if "error" not in result and Path(result["models_from"]).resolve() != code.resolve():
         return {"error": f"the worker imported models from {result['models_from']}, not {code}"}
     return result
@@ -141,18 +145,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"before: models of {args.baseline}, glibc's default allocator | after: this tree (HEAD "
           f"{head.stdout.strip()}), glibc's default and freed memory kept (as training) | batch {args.batch} "
           f"| threads {args.threads} | median of {args.repeats} per process, {args.rounds} alternating rounds | "
-          f"load avg {os.getloadavg()[0]:.1f}")
+          f"load avg {os.getloadavg()[0]:.1f}\n{instruction_sets()}")
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         before = Path(scratch)
         extract(args.baseline, before)
         for name in args.models:
             for mode in MODES:
-                runs = {label: [] for label, _, _ in SETUPS}
+                runs = {label: [] for label, *_ in SETUPS}
                 for _ in range(args.rounds):
-                    for label, tree, keep_freed in SETUPS:
+                    for label, tree, keep_freed, pytorch_path in SETUPS:
                         code = before if tree == "baseline" else REPO
-                        runs[label].append(run_worker(code, name, mode, args, keep_freed))
+                        runs[label].append(run_worker(code, name, mode, args, keep_freed, pytorch_path))
                 row = {"model": name, "mode": mode, "runs": runs}
                 failed = [r["error"] for rs in runs.values() for r in rs if "error" in r]
                 if failed:
@@ -161,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                     for label, rs in runs.items():
                         row[f"{label}_s"] = statistics.median(r["seconds"] for r in rs)
                         row[f"{label}_mib"] = max(r["delta_mib"] for r in rs)
-                    for label, _, _ in SETUPS[1:]:
+                    for label, *_ in SETUPS[1:]:
                         row[f"{label}_speedup"] = row["before_s"] / row[f"{label}_s"]
+                    row["x_torch"] = row["after_s"] / row["after_pytorch_s"]
                 results.append(row)
                 print(line(row), flush=True)
     if args.json:
@@ -175,9 +180,10 @@ def line(row: dict) -> str:
     if "error" in row:
         return f"{row['model']:16s} {row['mode']:5s} FAILED: {row['error']}"
     parts = [f"{row['model']:16s} {row['mode']:5s} before {row['before_s']:6.3f} s {row['before_mib']:5.0f} MiB"]
-    for label, _, _ in SETUPS[1:]:
+    for label, *_ in SETUPS[1:]:
         parts.append(f"{SHOWN[label]} {row[f'{label}_s']:6.3f} s "
                      f"{row[f'{label}_mib']:5.0f} MiB {row[f'{label}_speedup']:.2f}x")
+    parts.append(f"x torch {row['x_torch']:.2f}")
     return " | ".join(parts)
 
 
