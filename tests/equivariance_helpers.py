@@ -20,14 +20,17 @@ def assert_equivariant(fn, x, group: Group, in_axes=(), out_axes=(2,), out_trans
     assert not bad, f"{what} is not {prop} under {group.name} to {tol:g} relative ({x.dtype}): {bad}"
 
 
-def assert_trace_equivariant(model, x, tol=None):
-    """Every group feature map and attention map of a traced model moves with its input."""
+def assert_trace_equivariant(model, x, tol=None, what="logits"):
+    """A traced model's logits are invariant (to :data:`TOLERANCE`), and every group feature map and attention map
+    moves with its input (to ``tol``): one traced pass per element serves all three. Returns the logits of x."""
     group = model.group
     tol = tol or TOLERANCE[x.dtype]
+    logits_errors = {}
     with torch.no_grad():
-        _, base = model.trace(x)
+        logits, base = model.trace(x)
         for g in group.elements():
-            _, moved = model.trace(group.act(x, g))
+            moved_logits, moved = model.trace(group.act(x, g))
+            logits_errors[group.describe(g)] = relative_error(moved_logits, logits)
             for name, feature in base.features.items():
                 if feature.dim() == 5:
                     err = relative_error(moved.features[name], group.act(feature, g, (2,)))
@@ -39,3 +42,6 @@ def assert_trace_equivariant(model, x, tol=None):
                     got = getattr(moved.attention[name], label)
                     err = relative_error(got, group.act(part, g, parts.group_axes))
                     assert err <= tol, f"{label} attention of {name} under {group.describe(g)}: {err:.2e} > {tol:g}"
+    bad = {name: f"{e:.2e}" for name, e in logits_errors.items() if not e <= TOLERANCE[x.dtype]}
+    assert not bad, f"{what} is not invariant under {group.name} to {TOLERANCE[x.dtype]:g} relative ({x.dtype}): {bad}"
+    return logits
