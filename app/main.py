@@ -22,7 +22,7 @@ import streamlit as st  # noqa: E402
 
 from app.analysis.angles import angle_deviation  # noqa: E402
 from app.analysis.cache import image_digest  # noqa: E402
-from app.analysis.checkpoints import CheckpointError, list_checkpoints  # noqa: E402
+from app.analysis.checkpoints import CheckpointError, error_text, list_checkpoints  # noqa: E402
 from app.analysis.compute import Analysis, display_group  # noqa: E402
 from app.analysis.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
 from app.analysis.reductions import MEANS  # noqa: E402
@@ -63,11 +63,8 @@ def allocator_tuned() -> bool:
 
 def model_summary(loaded: LoadedModel) -> str:
     card = loaded.card
-    metrics = card.get("metrics") or {}
-    error = metrics.get("test_error", metrics.get("test_error_logged_by_paper_code"))
-    parts = [f"**{loaded.name}**", card.get("arch", ""), card.get("group") or "planar (not equivariant)",
-             dataset_name(card) or "unknown dataset",
-             f"test error {100 * error:.2f} %" if error is not None else "no test error on its card"]
+    parts = [f"**{loaded.name}**", card["arch"], card["group"] or "planar (not equivariant)",
+             dataset_name(card) or "unknown dataset", error_text(card)]
     return " · ".join(p for p in parts if p)
 
 
@@ -243,11 +240,15 @@ def show_plain_versus_equivariant(pair, current: Analysis, display) -> None:
 
 
 def show_about(card: dict) -> None:
-    """The model's dataset and how far to trust it."""
-    dataset = card.get("dataset") or {}
-    st.write(f"Dataset: {dataset.get('source', 'not stated')}")
+    """The model's dataset, where it came from and how far to trust it."""
+    dataset = card["dataset"]
+    st.write(f"Dataset: {dataset.get('source', dataset['name'])}")
     if dataset.get("notes"):
         st.write(dataset["notes"] + ".")
+    if card.get("source"):
+        st.write(f"Source: {card['source']}.")
+    for note in card.get("notes", []):
+        st.caption(note)
     if is_pathology(card):
         st.write("A research model, not a diagnostic device.")
     training = card.get("training") or {}

@@ -9,17 +9,19 @@ pickled objects.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import zipfile
 from pathlib import Path
 
 import torch
 
+from .card import validate_card
 from .checkpoint import CheckpointError, load_state
 from .network import Network
 from .registry import build_model, model_info
 
-__all__ = ["import_reference_checkpoint", "reference_card", "PAPER_NAMES"]
+__all__ = ["import_reference_checkpoint", "reference_card", "PAPER_NAMES", "PAPER_LOG_NOTE"]
 
 # The paper code's --model names, for users who know those.
 PAPER_NAMES = {
@@ -46,6 +48,25 @@ _INPUTS = {
     "cifar10": None,  # no CIFAR-10 checkpoint was released
 }
 
+# The data the paper's code trained on, named as our cards name theirs; the class names are ours, so that a
+# release and our model of the same data label their predictions alike.
+_DATASETS = {
+    "rot_mnist": dict(
+        name="rot_mnist",
+        source="rot-MNIST (Larochelle et al. 2007): 12,000 train+valid and 50,000 test MNIST digits, each rotated "
+               "by a uniform random angle, read by the paper's code from the original .amat files",
+        notes="the paper's code validated on the test split",
+        class_names=[str(digit) for digit in range(10)],
+    ),
+    "pcam": dict(
+        name="pcam",
+        source="PatchCamelyon (Veeling et al. 2018): 96 x 96 H&E patches of lymph node sections, read by the "
+               "paper's code from PCam's HDF5 files",
+        notes="label: tumour tissue in the central 32x32 pixels",
+        class_names=["no_tumor", "tumor"],
+    ),
+}
+
 # Accuracies their training logs report (rot-MNIST checkpoints were selected on the test set).
 _LOGGED_TEST_ACCURACY = {
     "z2cnn": 0.9519,
@@ -55,22 +76,46 @@ _LOGGED_TEST_ACCURACY = {
     "p4m_densenet": 0.8912,
 }
 
+PAPER_LOG_NOTE = ("metrics.paper_logged_test_error is the test error the paper's training log reports for this "
+                  "release, not one measured by this project")
+
 
 def reference_card(arch: str, source: str = "") -> dict:
-    """The model card of a checkpoint of the paper's code for architecture ``arch``."""
+    """The model card of a checkpoint of the paper's code for architecture ``arch``.
+
+    The card has the fields and types of one of ours (:mod:`models.card`) and passes the same validator; the
+    figure of the paper's log is ``metrics["paper_logged_test_error"]``, never ``test_error`` (which we
+    measured), and its notes say how it was selected.
+
+    Args:
+        arch: our registry name (``p4m_densenet`` for the release called ``f_att_p4m_densenet``).
+        source: where the checkpoint came from (its folder's name), for the card's ``source``.
+
+    Raises:
+        ValueError: an architecture of a dataset the paper released no checkpoint for.
+    """
     info = model_info(arch)
     spec = _INPUTS.get(info.dataset)
     if spec is None:
         raise ValueError(f"the paper released no {info.dataset} checkpoint; cannot describe one for {arch}")
+    model = build_model(arch)
+    dataset = _DATASETS[info.dataset]
     card = {
-        "dataset": {"rot_mnist": "rot-MNIST (Larochelle et al. 2007)", "pcam": "PatchCamelyon"}[info.dataset],
-        "input": dict(spec),
+        "arch": arch,
+        "config": dataclasses.asdict(model.config),
+        "group": model.group.name if model.group else None,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "dataset": {**dataset, "class_names": list(dataset["class_names"])},
+        "class_names": list(dataset["class_names"]),
+        "input": {**spec, "mean": list(spec["mean"]), "std": list(spec["std"])},
         "metrics": {},
+        "equivariance_error": None,  # not measured on import: the app's proof measures it on every image
         "source": f"checkpoint released with the paper's code (dwromero/att_gconvs){': ' + source if source else ''}",
         "notes": [],
     }
     if arch in _LOGGED_TEST_ACCURACY:
-        card["metrics"]["test_error_logged_by_paper_code"] = round(1 - _LOGGED_TEST_ACCURACY[arch], 4)
+        card["metrics"]["paper_logged_test_error"] = round(1 - _LOGGED_TEST_ACCURACY[arch], 4)
+        card["notes"].append(PAPER_LOG_NOTE + ".")
     if info.dataset == "rot_mnist":
         card["notes"].append(
             "Selected on the test set by the paper's code (it used the test split for validation)."
@@ -83,6 +128,7 @@ def reference_card(arch: str, source: str = "") -> dict:
             "Released as 'f_att_p4m_densenet', but the paper's code built a plain P4MDenseNet "
             "for that name: no attention."
         )
+    validate_card(card, f"model card of the paper's {arch}")
     return card
 
 

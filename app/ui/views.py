@@ -398,8 +398,7 @@ def show_true_label(card: dict, analysis: Analysis, true_label: str | None) -> N
         text += (f" · the model gives it p = {probability[names.index(true_label)]:.3f} "
                  f"({'right' if right else 'wrong'} at the 0.5 threshold)")
     st.write(text)
-    dataset = card.get("dataset") or {}
-    if true_label and dataset.get("test_files"):
+    if true_label and card["dataset"].get("test_files"):
         st.caption("Gallery PCam patches come from PCam's test split: no shipped model trained on them.")
 
 
