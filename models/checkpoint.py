@@ -22,6 +22,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
+from .arch_detection import differences, shapes_of
 from .card import CheckpointError, validate_card
 from .equivariance import logit_invariance_error
 from .network import Network
@@ -125,17 +126,8 @@ def load_checkpoint(path: str | Path) -> tuple[Network, dict]:
 
 def load_state(model: torch.nn.Module, state: dict, source: str) -> None:
     """``load_state_dict(strict=True)`` with an error that lists what does not fit."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = sorted(
-        f"{key} {tuple(state[key].shape)} != {tuple(expected[key].shape)}"
-        for key in set(state) & set(expected)
-        if state[key].shape != expected[key].shape
-    )
-    if missing or unexpected or wrong:
+    wrong = differences(shapes_of(model.state_dict()), shapes_of(state))
+    if wrong:
         arch = getattr(model, "arch", type(model).__name__)
-        parts = [f"missing {missing[:5]}" * bool(missing), f"unexpected {unexpected[:5]}" * bool(unexpected),
-                 f"wrong shapes {wrong[:5]}" * bool(wrong)]
-        raise CheckpointError(f"{source} does not fit {arch}: " + "; ".join(p for p in parts if p))
+        raise CheckpointError(f"{source} does not fit {arch}: {wrong}")
     model.load_state_dict(state, strict=True)

@@ -2,7 +2,9 @@
 
 Their ``.pth`` files are plain state dicts whose names our architectures share
 (``c1.weight``, ``c2.channel_attention.weight_fc1``, ``bn1.running_mean``, ...),
-with a ``module.`` prefix where the model was wrapped in ``nn.DataParallel``.
+with a ``module.`` prefix where the model was wrapped in ``nn.DataParallel``;
+the names and shapes alone say which architecture a file holds
+(:mod:`models.arch_detection`).
 They are read with ``torch.load(weights_only=True)``, which refuses arbitrary
 pickled objects.
 """
@@ -10,18 +12,17 @@ pickled objects.
 from __future__ import annotations
 
 import dataclasses
-import pickle
-import zipfile
 from pathlib import Path
 
 import torch
 
+from .arch_detection import detect_architecture
 from .card import validate_card
 from .checkpoint import CheckpointError, load_state
 from .network import Network
 from .registry import build_model, model_info
 
-__all__ = ["import_reference_checkpoint", "reference_card", "PAPER_NAMES", "PAPER_LOG_NOTE"]
+__all__ = ["import_reference_checkpoint", "read_state_dict", "reference_card", "PAPER_NAMES", "PAPER_LOG_NOTE"]
 
 # The paper code's --model names, for users who know those.
 PAPER_NAMES = {
@@ -132,33 +133,53 @@ def reference_card(arch: str, source: str = "") -> dict:
     return card
 
 
-def import_reference_checkpoint(path: str | Path, arch: str) -> Network:
-    """Load a ``.pth`` of the paper's code into the registered architecture ``arch``.
-
-    Args:
-        path: the ``model.pth`` file.
-        arch: our registry name (``z2cnn``, ``p4cnn``, ``a_p4cnn``, ``fa_p4cnn``,
-            ``p4m_densenet``, ...) or the paper code's ``--model`` name.
-
-    Returns:
-        The network in eval mode, with its model card as ``model.card``.
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a ``.pth`` state dict, ``module.`` prefixes removed; nothing but tensors is unpickled.
 
     Raises:
-        CheckpointError: unreadable file, not a state dict, or weights that do not fit ``arch``.
+        CheckpointError: no such file, unreadable, or not a state dict of tensors.
     """
-    arch = PAPER_NAMES.get(arch, arch)
-    model_info(arch)
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint file at {path}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, OSError, ValueError) as err:
+    except Exception as err:
+        # Untrusted bytes: torch's restricted unpickler raises UnpicklingError, IndexError, KeyError, ... on junk,
+        # and any of them means the file is not a state dict it can read.
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{path} is not a loadable PyTorch state dict ({first_line})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path} does not hold a state dict of tensors")
-    state = {key.removeprefix("module."): value for key, value in state.items()}
+    return {key.removeprefix("module."): value for key, value in state.items()}
+
+
+def import_reference_checkpoint(path: str | Path, arch: str | None = None) -> Network:
+    """Load a ``.pth`` of the paper's code into a registered architecture.
+
+    Args:
+        path: the ``model.pth`` file.
+        arch: our registry name (``z2cnn``, ``p4cnn``, ``a_p4cnn``, ``fa_p4cnn``,
+            ``p4m_densenet``, ...) or the paper code's ``--model`` name; None: the one
+            architecture its weights fit (:mod:`models.arch_detection`).
+
+    Returns:
+        The network in eval mode, with its model card as ``model.card``.
+
+    Raises:
+        CheckpointError: unreadable file, not a state dict, weights that do not fit ``arch`` (or, without
+            ``arch``, fit no registered architecture, or several).
+    """
+    if arch is not None:
+        arch = PAPER_NAMES.get(arch, arch)
+        model_info(arch)
+    path = Path(path)
+    state = read_state_dict(path)
+    if arch is None:
+        fits = detect_architecture(state, str(path))
+        if len(fits) > 1:
+            raise CheckpointError(f"{path} fits {len(fits)} architectures ({', '.join(fits)}): name one")
+        arch = fits[0]
     model = build_model(arch)
     load_state(model, state, str(path))
     model.card = reference_card(arch, source=path.parent.name)
