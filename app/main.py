@@ -6,7 +6,8 @@ it is drawn; the main panel shows, for the image moved by the chosen group
 element (and optionally rotated by any angle), one attention map per
 orientation, the arrow fields of every transform, the live equivariance proof,
 the prediction, pathology mode for H&E models, and downloads. All numbers come
-from :func:`app.analysis.compute.analyse`, cached per (model, image, element, selections).
+from :func:`app.analysis.compute.analyse`, cached per (model, image, element, selections). The page runs
+inside one error boundary (:mod:`app.ui.boundary`): a fault shows a short message, never a traceback.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from app.analysis.reductions import MEANS  # noqa: E402
 from app.analysis.transforms import apply_element, rotate_by_angle  # noqa: E402
 from app.analysis.variants import variants_of  # noqa: E402
 from app.pictures.plots import image_rgb  # noqa: E402
+from app.ui.boundary import run_page  # noqa: E402
 from app.ui.caches import analysed, analyses, padding_of  # noqa: E402
 from app.ui.comparison import compare, comparison_pair, show_comparison  # noqa: E402
 from app.ui.inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
@@ -256,4 +258,4 @@ def show_about(card: dict) -> None:
         st.code(training["command"], language="bash")
 
 
-main()
+run_page(main)
