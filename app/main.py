@@ -27,6 +27,7 @@ from app.analysis.checkpoints import CheckpointError, error_text, list_checkpoin
 from app.analysis.compute import Analysis, display_group  # noqa: E402
 from app.analysis.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
 from app.analysis.reductions import MEANS  # noqa: E402
+from app.analysis.releases import is_release  # noqa: E402
 from app.analysis.transforms import apply_element, rotate_by_angle  # noqa: E402
 from app.analysis.variants import variants_of  # noqa: E402
 from app.pictures.plots import image_rgb  # noqa: E402
@@ -35,6 +36,7 @@ from app.ui.caches import analysed, analyses, padding_of  # noqa: E402
 from app.ui.comparison import compare, comparison_pair, show_comparison  # noqa: E402
 from app.ui.inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
 from app.ui.region_page import region_page  # noqa: E402
+from app.ui.releases_page import show_ours_against_paper  # noqa: E402
 from app.ui.variants_page import variants_page  # noqa: E402
 from app.ui.views import (  # noqa: E402
     arrow_layer_ui,
@@ -71,6 +73,7 @@ def model_summary(loaded: LoadedModel) -> str:
 
 
 VARIANTS = "Variants"
+OURS_VS_PAPER = "Ours against the paper's"
 
 
 def view_ui(card: dict, entries: list) -> str:
@@ -164,7 +167,8 @@ def main() -> None:
     names = ["Arrow field", "Equivariance proof", "Predictions per transform"]
     names += ["Attention on nuclei", "Calibration"] if pathology else []
     pair = comparison_pair(entries)
-    names += (["Plain CNN vs equivariant"] if pair else []) + ["Export", "About the model"]
+    names += (["Plain CNN vs equivariant"] if pair else []) + ([OURS_VS_PAPER] if is_release(card) else [])
+    names += ["Export", "About the model"]
     tabs = dict(zip(names, st.tabs(names), strict=True))
 
     field, arrow_key = None, ""
@@ -191,6 +195,9 @@ def main() -> None:
     if pair:
         with tabs["Plain CNN vs equivariant"]:
             show_plain_versus_equivariant(pair, current, display)
+    if is_release(card):
+        with tabs[OURS_VS_PAPER]:
+            show_ours_against_paper(loaded, entries, image, first, display)
     with tabs["Export"]:
         metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
                         degrees=degrees, fit=chosen.info.text, layer=layer_key)

@@ -22,7 +22,8 @@ from .checkpoint import CheckpointError, load_state
 from .network import Network
 from .registry import build_model, model_info
 
-__all__ = ["import_reference_checkpoint", "read_state_dict", "reference_card", "PAPER_NAMES", "PAPER_LOG_NOTE"]
+__all__ = ["import_reference_checkpoint", "read_state_dict", "reference_card", "PAPER_NAMES", "PAPER_LOG_NOTE",
+           "RELEASE_SOURCE"]
 
 # The paper code's --model names, for users who know those.
 PAPER_NAMES = {
@@ -77,6 +78,8 @@ _LOGGED_TEST_ACCURACY = {
     "p4m_densenet": 0.8912,
 }
 
+# How a release's card begins its ``source``: the app tells the paper's checkpoints from ours by it.
+RELEASE_SOURCE = "checkpoint released with the paper's code (dwromero/att_gconvs)"
 PAPER_LOG_NOTE = ("metrics.paper_logged_test_error is the test error the paper's training log reports for this "
                   "release, not one measured by this project")
 
@@ -111,7 +114,7 @@ def reference_card(arch: str, source: str = "") -> dict:
         "input": {**spec, "mean": list(spec["mean"]), "std": list(spec["std"])},
         "metrics": {},
         "equivariance_error": None,  # not measured on import: the app's proof measures it on every image
-        "source": f"checkpoint released with the paper's code (dwromero/att_gconvs){': ' + source if source else ''}",
+        "source": RELEASE_SOURCE + (f": {source}" if source else ""),
         "notes": [],
     }
     if arch in _LOGGED_TEST_ACCURACY:

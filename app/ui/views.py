@@ -191,8 +191,9 @@ def _padding_everywhere(border: int, size: int, consequence: str) -> str:
 
 
 def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
-              marks: PanelMarks | None, border: int = 0, width_px: int = 0) -> None:
-    """One panel per orientation of the current image's maps, over or beside the image, one colour scale."""
+              marks: PanelMarks | None, border: int = 0, width_px: int = 0, key: str = "maps") -> None:
+    """One panel per orientation of the current image's maps, over or beside the image, one colour scale;
+    ``key`` tells this figure from others of the page."""
     size = analysis.images.shape[-1]
     maps = display_maps(layer, size, display.range_mode, border, transform=0)  # (H, S, S), the current image
     title = "attention" if layer.kind == "attention" else "|features|"
@@ -202,7 +203,7 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
                      colour_title=title, marks=marks,
                      style=display.style, signed=display.signed, border=border,
                      **({"width_px": width_px} if width_px else {}))
-    st.plotly_chart(fig, key="maps", config={"displaylogo": False})
+    st.plotly_chart(fig, key=key, config={"displaylogo": False})
     caption = layer.description
     if layer.kind == "attention":
         caption += (" Attention shown is the effective alpha-plus = 1 - alpha_c * alpha_s, in [0, 1]: what the "
