@@ -42,11 +42,12 @@ USER 10001:10001
 
 # Streamlit reads STREAMLIT_<SECTION>_<OPTION>; the port is an environment variable rather than a
 # flag so that `docker run -e STREAMLIT_SERVER_PORT=...` moves the app and its health check together.
-# The toolbar mode is also in .streamlit/config.toml (read from the working directory): viewers get no
-# "Deploy" button or developer menu, even if the image is run from another directory.
+# The toolbar mode and error details are also in .streamlit/config.toml (read from the working directory):
+# viewers get no "Deploy" button, developer menu or traceback, even if the image is run from another directory.
 ENV STREAMLIT_SERVER_PORT=8501 \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false \
     STREAMLIT_CLIENT_TOOLBAR_MODE=viewer \
+    STREAMLIT_CLIENT_SHOW_ERROR_DETAILS=none \
     MPLCONFIGDIR=/tmp/matplotlib
 EXPOSE 8501
 

@@ -6,7 +6,8 @@ it is drawn; the main panel shows, for the image moved by the chosen group
 element (and optionally rotated by any angle), one attention map per
 orientation, the arrow fields of every transform, the live equivariance proof,
 the prediction, pathology mode for H&E models, and downloads. All numbers come
-from :func:`app.analysis.compute.analyse`, cached per (model, image, element, selections).
+from :func:`app.analysis.compute.analyse`, cached per (model, image, element, selections). The page runs
+inside one error boundary (:mod:`app.ui.boundary`): a fault shows a short message, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,17 +23,20 @@ import streamlit as st  # noqa: E402
 
 from app.analysis.angles import angle_deviation  # noqa: E402
 from app.analysis.cache import image_digest  # noqa: E402
-from app.analysis.checkpoints import CheckpointError, list_checkpoints  # noqa: E402
+from app.analysis.checkpoints import CheckpointError, error_text, list_checkpoints  # noqa: E402
 from app.analysis.compute import Analysis, display_group  # noqa: E402
 from app.analysis.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
 from app.analysis.reductions import MEANS  # noqa: E402
+from app.analysis.releases import is_release  # noqa: E402
 from app.analysis.transforms import apply_element, rotate_by_angle  # noqa: E402
 from app.analysis.variants import variants_of  # noqa: E402
 from app.pictures.plots import image_rgb  # noqa: E402
+from app.ui.boundary import run_page  # noqa: E402
 from app.ui.caches import analysed, analyses, padding_of  # noqa: E402
 from app.ui.comparison import compare, comparison_pair, show_comparison  # noqa: E402
 from app.ui.inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
 from app.ui.region_page import region_page  # noqa: E402
+from app.ui.releases_page import show_ours_against_paper  # noqa: E402
 from app.ui.variants_page import variants_page  # noqa: E402
 from app.ui.views import (  # noqa: E402
     arrow_layer_ui,
@@ -63,15 +67,13 @@ def allocator_tuned() -> bool:
 
 def model_summary(loaded: LoadedModel) -> str:
     card = loaded.card
-    metrics = card.get("metrics") or {}
-    error = metrics.get("test_error", metrics.get("test_error_logged_by_paper_code"))
-    parts = [f"**{loaded.name}**", card.get("arch", ""), card.get("group") or "planar (not equivariant)",
-             dataset_name(card) or "unknown dataset",
-             f"test error {100 * error:.2f} %" if error is not None else "no test error on its card"]
+    parts = [f"**{loaded.name}**", card["arch"], card["group"] or "planar (not equivariant)",
+             dataset_name(card) or "unknown dataset", error_text(card)]
     return " · ".join(p for p in parts if p)
 
 
 VARIANTS = "Variants"
+OURS_VS_PAPER = "Ours against the paper's"
 
 
 def view_ui(card: dict, entries: list) -> str:
@@ -165,7 +167,8 @@ def main() -> None:
     names = ["Arrow field", "Equivariance proof", "Predictions per transform"]
     names += ["Attention on nuclei", "Calibration"] if pathology else []
     pair = comparison_pair(entries)
-    names += (["Plain CNN vs equivariant"] if pair else []) + ["Export", "About the model"]
+    names += (["Plain CNN vs equivariant"] if pair else []) + ([OURS_VS_PAPER] if is_release(card) else [])
+    names += ["Export", "About the model"]
     tabs = dict(zip(names, st.tabs(names), strict=True))
 
     field, arrow_key = None, ""
@@ -192,6 +195,9 @@ def main() -> None:
     if pair:
         with tabs["Plain CNN vs equivariant"]:
             show_plain_versus_equivariant(pair, current, display)
+    if is_release(card):
+        with tabs[OURS_VS_PAPER]:
+            show_ours_against_paper(loaded, entries, image, first, display)
     with tabs["Export"]:
         metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
                         degrees=degrees, fit=chosen.info.text, layer=layer_key)
@@ -243,11 +249,15 @@ def show_plain_versus_equivariant(pair, current: Analysis, display) -> None:
 
 
 def show_about(card: dict) -> None:
-    """The model's dataset and how far to trust it."""
-    dataset = card.get("dataset") or {}
-    st.write(f"Dataset: {dataset.get('source', 'not stated')}")
+    """The model's dataset, where it came from and how far to trust it."""
+    dataset = card["dataset"]
+    st.write(f"Dataset: {dataset.get('source', dataset['name'])}")
     if dataset.get("notes"):
         st.write(dataset["notes"] + ".")
+    if card.get("source"):
+        st.write(f"Source: {card['source']}.")
+    for note in card.get("notes", []):
+        st.caption(note)
     if is_pathology(card):
         st.write("A research model, not a diagnostic device.")
     training = card.get("training") or {}
@@ -255,4 +265,4 @@ def show_about(card: dict) -> None:
         st.code(training["command"], language="bash")
 
 
-main()
+run_page(main)

@@ -4,14 +4,12 @@
 with the card also embedded in the safetensors metadata (so a single uploaded
 file describes itself), and ``run/p4cnn.json`` beside it for people to read.
 
-The card holds at least:
-
-* ``arch``, ``config``, ``group``: enough to rebuild the network;
-* ``input``: ``size``, ``channels``, ``mean`` and ``std`` (per channel, for
-  pixels scaled to [0, 1]) and ``transposed``: the network takes
-  ``(pixels - mean) / std``, with the image transposed first when
-  ``transposed`` is true;
-* ``dataset``, ``metrics``, ``equivariance_error``.
+The card's fields and their types are those of :mod:`models.card`, whose
+:func:`~models.card.validate_card` checks every card written or read here:
+``arch``, ``config``, ``group`` rebuild the network; ``input`` says how it
+takes an image (``(pixels - mean) / std``, transposed first when
+``transposed`` is true); ``dataset``, ``class_names``, ``metrics`` and
+``equivariance_error`` describe it.
 """
 
 from __future__ import annotations
@@ -24,6 +22,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
+from .arch_detection import differences, shapes_of
+from .card import CheckpointError, validate_card
 from .equivariance import logit_invariance_error
 from .network import Network
 from .registry import build_model, model_info
@@ -31,30 +31,11 @@ from .registry import build_model, model_info
 __all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError", "card_path", "validate_card"]
 
 CARD_KEY = "model_card"
-REQUIRED_FIELDS = ("arch", "config", "group", "input", "dataset", "metrics", "equivariance_error")
-INPUT_FIELDS = ("size", "channels", "mean", "std", "transposed")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be loaded; the message says which file and why."""
 
 
 def card_path(path: str | Path) -> Path:
     """The JSON card that sits beside a ``.safetensors`` file."""
     return Path(path).with_suffix(".json")
-
-
-def validate_card(card: dict, where: str = "model card") -> None:
-    """Raise :class:`CheckpointError` unless the card has every required field."""
-    missing = [key for key in REQUIRED_FIELDS if key not in card]
-    if missing:
-        raise CheckpointError(f"{where} lacks field(s) {missing}")
-    spec = card["input"]
-    missing = [key for key in INPUT_FIELDS if not isinstance(spec, dict) or key not in spec]
-    if missing:
-        raise CheckpointError(f"{where}: 'input' lacks field(s) {missing}")
-    if len(spec["mean"]) != spec["channels"] or len(spec["std"]) != spec["channels"]:
-        raise CheckpointError(f"{where}: input mean/std need one value per channel ({spec['channels']})")
 
 
 def save_checkpoint(model: Network, path: str | Path, card: dict | None = None) -> dict:
@@ -136,23 +117,17 @@ def load_checkpoint(path: str | Path) -> tuple[Network, dict]:
         model = build_model(card["arch"], **card["config"])
     except (ValueError, TypeError) as err:
         raise CheckpointError(f"{path}: cannot build its architecture ({err})") from None
+    group = model.group.name if model.group else None
+    if card["group"] != group:
+        raise CheckpointError(f"model card of {path}: group {card['group']!r}, but {card['arch']} has group {group!r}")
     load_state(model, tensors, str(path))
     return model.eval(), card
 
 
 def load_state(model: torch.nn.Module, state: dict, source: str) -> None:
     """``load_state_dict(strict=True)`` with an error that lists what does not fit."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = sorted(
-        f"{key} {tuple(state[key].shape)} != {tuple(expected[key].shape)}"
-        for key in set(state) & set(expected)
-        if state[key].shape != expected[key].shape
-    )
-    if missing or unexpected or wrong:
+    wrong = differences(shapes_of(model.state_dict()), shapes_of(state))
+    if wrong:
         arch = getattr(model, "arch", type(model).__name__)
-        parts = [f"missing {missing[:5]}" * bool(missing), f"unexpected {unexpected[:5]}" * bool(unexpected),
-                 f"wrong shapes {wrong[:5]}" * bool(wrong)]
-        raise CheckpointError(f"{source} does not fit {arch}: " + "; ".join(p for p in parts if p))
+        raise CheckpointError(f"{source} does not fit {arch}: {wrong}")
     model.load_state_dict(state, strict=True)

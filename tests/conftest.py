@@ -36,3 +36,19 @@ def reference_path(name: str) -> Path:
 @pytest.fixture(scope="session")
 def layers_synthetic():
     return np.load(reference_path("layers_synthetic.npz"))
+
+
+# The five checkpoints released with the paper's code, by our registry name (the folder says theirs).
+RELEASES = {
+    "z2cnn": "model_z2cnn_optim_adam_lr_0.001_wd_0.0001_seed_0",
+    "p4cnn": "model_p4cnn_optim_adam_lr_0.001_wd_0.0001_seed_0",
+    "a_p4cnn": "model_att_p4cnn_optim_adam_lr_0.001_wd_0.0001_seed_0",
+    "fa_p4cnn": "model_f_att_p4cnn_optim_adam_lr_0.001_wd_0.0001_seed_0",
+    "p4m_densenet": "model_f_att_p4m_densenet_optim_adam_lr_0.001_wd_0.0001_seed_1_dilatedkernelseverywhere_"
+                    "pat20onmaxacc",
+}
+
+
+def release_path(arch: str) -> Path:
+    """The ``model.pth`` of the paper's release of ``arch`` (skips, or fails under REQUIRE_REFERENCE=1, without it)."""
+    return reference_path(f"checkpoints/{RELEASES[arch]}/model.pth")

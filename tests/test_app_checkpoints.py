@@ -11,7 +11,13 @@ from conftest import reference_path
 from test_app_compute import MAP_TOLERANCE, PROBABILITY_TOLERANCE, calibrated, card_for
 
 import models
-from app.analysis.checkpoints import CheckpointError, list_checkpoints, load_listed, load_uploaded_checkpoint
+from app.analysis.checkpoints import (
+    CheckpointError,
+    list_checkpoints,
+    load_listed,
+    load_uploaded_checkpoint,
+    upload_architectures,
+)
 from app.analysis.compute import analyse
 
 F_ATT_P4CNN = "checkpoints/model_f_att_p4cnn_optim_adam_lr_0.001_wd_0.0001_seed_0/model.pth"
@@ -84,7 +90,7 @@ def test_bad_uploads_get_clear_messages(tmp_path, monkeypatch):
         (b"", "model.safetensors", None, "model.safetensors is empty"),
         (b"\x00" * 100, "model.safetensors", None, "model.safetensors is not a readable safetensors file"),
         (b"abc", "model.onnx", None, "upload a .safetensors checkpoint"),
-        (b"abc", "model.pth", None, "name its architecture"),
+        (b"abc", "model.pth", None, "model.pth is not a loadable PyTorch state dict"),
         (pickle.dumps({"c1.weight": Exploit()}), "evil.pth", "p4cnn", "evil.pth is not a loadable PyTorch state dict"),
         (buffer.getvalue(), "evil.pth", "p4cnn", "evil.pth is not a loadable PyTorch state dict"),
         (wrong_weights.getvalue(), "p4cnn.pth", "a_p4cnn", "p4cnn.pth does not fit a_p4cnn"),
@@ -96,7 +102,24 @@ def test_bad_uploads_get_clear_messages(tmp_path, monkeypatch):
             load_uploaded_checkpoint(data, name, arch)
     with pytest.raises(CheckpointError, match="limit is"):
         load_uploaded_checkpoint(b"x" * 2048, "big.safetensors", max_bytes=1024)
+    for data, message in [(pickle.dumps({"c1.weight": Exploit()}), "evil.pth is not a loadable PyTorch state dict"),
+                          (b"", "evil.pth is empty"), (b"x" * 2048, "evil.pth has 0 MB; the limit is 0 MB")]:
+        with pytest.raises(CheckpointError, match=message):
+            upload_architectures(data, "evil.pth", max_bytes=1024)
     assert not (tmp_path / "pwned.txt").exists()
+
+
+def test_uploaded_pth_architecture_comes_from_its_weights():
+    buffer = io.BytesIO()
+    torch.save({f"module.{k}": v for k, v in models.build_model("a_p4cnn").state_dict().items()}, buffer)
+    assert upload_architectures(buffer.getvalue(), "mine.pth") == ["a_p4cnn"]
+    model, card = load_uploaded_checkpoint(buffer.getvalue(), "mine.pth")
+    assert model.arch == card["arch"] == "a_p4cnn" and card["source"].endswith("uploaded as mine.pth")
+    partial = io.BytesIO()
+    torch.save({k: v for k, v in models.build_model("a_p4cnn").state_dict().items() if k != "c1.weight"}, partial)
+    with pytest.raises(CheckpointError, match=r"^part.pth fits no registered architecture \(57 tensors\); the "
+                                              r"nearest, a_p4cnn: missing \['c1.weight'\]$"):
+        upload_architectures(partial.getvalue(), "part.pth")
 
 
 def test_paper_checkpoint_upload_is_exactly_equivariant():
@@ -113,8 +136,10 @@ def test_paper_checkpoint_upload_is_exactly_equivariant():
 
 def test_paper_pcam_checkpoint_upload():
     data = reference_path(PCAM_DENSENET).read_bytes()
-    model, loaded = load_uploaded_checkpoint(data, "model.pth", "f_att_p4m_densenet")
+    assert upload_architectures(data, "model.pth") == ["p4m_densenet"]  # the paper calls it f_att_p4m_densenet
+    model, loaded = load_uploaded_checkpoint(data, "model.pth")
     assert model.arch == "p4m_densenet" and not loaded["input"]["transposed"]
+    assert (loaded["group"], loaded["class_names"]) == ("p4m", ["no_tumor", "tumor"])
     patch = np.random.default_rng(0).random((3, 96, 96)).astype(np.float32)
     result = analyse(model, loaded, patch)
     assert result.attention == {} and len(result.elements) == 8  # a plain p4m DenseNet: arrows from its features

@@ -26,6 +26,7 @@ from app.analysis.compute import analyse
 from app.analysis.images import read_image
 from app.gallery import list_gallery, list_patches, list_regions
 from app.pictures.export import read_npz
+from models import registry
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 AppTest = streamlit_testing.AppTest
@@ -275,25 +276,47 @@ def test_bad_checkpoints_show_messages(dev_folder, tmp_path, monkeypatch):
     at = app(monkeypatch, dev_folder)
     at = ok(at.sidebar.radio(key="model_source").set_value("Upload a checkpoint").run())
     wrong = io.BytesIO()
-    torch.save(models.build_model("p4cnn").state_dict(), wrong)
+    torch.save({k: v for k, v in models.build_model("p4cnn").state_dict().items() if k != "c1.weight"}, wrong)
     cases = [
         (("model.safetensors", b"", "application/octet-stream"), "is empty"),
         (("model.safetensors", b"\x00" * 100, "application/octet-stream"), "not a readable safetensors file"),
         (("evil.pth", pickle.dumps({"c1.weight": Exploit()}), "application/octet-stream"),
          "not a loadable PyTorch state dict"),
-        (("p4cnn.pth", wrong.getvalue(), "application/octet-stream"), "does not fit"),
+        (("p4cnn.pth", wrong.getvalue(), "application/octet-stream"),
+         "p4cnn.pth fits no registered architecture (36 tensors); the nearest, p4cnn: missing ['c1.weight']"),
     ]
     uploader = at.sidebar.file_uploader(key="checkpoint_upload")
     for upload, message in cases:
         at = uploader.set_value(upload).run()
-        if upload[0].endswith(".pth"):
-            at = at.sidebar.selectbox(key="pth_arch").set_value("att_p4cnn").run()
         assert message in errors(at), upload[0]
+        assert not [box for box in at.sidebar.selectbox if box.key == "pth_arch"], upload[0]
         uploader = at.sidebar.file_uploader(key="checkpoint_upload")
     assert not (tmp_path / "pwned.txt").exists()
     data = (dev_folder / "a_p4cnn_dev.safetensors").read_bytes()
     at = ok(uploader.set_value(("mine.safetensors", data, "application/octet-stream")).run())
     assert any("mine.safetensors" in m.value for m in at.markdown)
+
+
+def test_pth_architecture_comes_from_its_weights_with_a_picker_only_where_two_fit(dev_folder, monkeypatch):
+    at = app(monkeypatch, dev_folder)
+    at = ok(at.sidebar.radio(key="model_source").set_value("Upload a checkpoint").run())
+    weights = io.BytesIO()
+    torch.manual_seed(1)
+    torch.save(models.build_model("p4cnn").state_dict(), weights)
+    upload = ("model.pth", weights.getvalue(), "application/octet-stream")
+    at = ok(at.sidebar.file_uploader(key="checkpoint_upload").set_value(upload).run())
+    assert not [box for box in at.sidebar.selectbox if box.key == "pth_arch"]
+    assert "Architecture, from its weights: **p4cnn**." in [c.value for c in at.sidebar.caption]
+    assert ("<small>**model.pth** · p4cnn · p4 · rot_mnist · the paper's log: test error 2.14 % (selected on the test "
+            "set)</small>") in at.markdown[1].value
+
+    monkeypatch.setitem(registry._REGISTRY, "p4cnn_twin", registry._REGISTRY["p4cnn"])
+    twin = io.BytesIO()
+    torch.manual_seed(2)  # other bytes: the fits of the first upload are cached by its digest
+    torch.save(models.build_model("p4cnn").state_dict(), twin)
+    upload = ("twin.pth", twin.getvalue(), "application/octet-stream")
+    at = ok(at.sidebar.file_uploader(key="checkpoint_upload").set_value(upload).run())
+    assert at.sidebar.selectbox(key="pth_arch").options == ["p4cnn", "p4cnn_twin"]
 
 
 def test_exports(dev_folder):

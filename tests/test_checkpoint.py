@@ -13,7 +13,8 @@ from models.checkpoint import CheckpointError, card_path
 
 CARD = {
     "input": dict(size=28, channels=1, mean=[0.1307], std=[0.3081], transposed=False),
-    "dataset": "rot-MNIST (test)",
+    "dataset": {"name": "rot_mnist", "notes": "test"},
+    "class_names": [str(digit) for digit in range(10)],
     "metrics": {"test_error": 0.02},
 }
 
@@ -66,7 +67,7 @@ def test_bad_files_give_clear_errors(tmp_path):
     card_path(path).write_text("{not json")
     with pytest.raises(CheckpointError, match="not valid JSON"):
         models.load_checkpoint(path)
-    card = dict(CARD, arch="p4cnn", config={}, group="p4", equivariance_error=0.0)
+    card = dict(CARD, arch="p4cnn", config={}, group="p4", equivariance_error=None)
     card_path(path).write_text(json.dumps(card))  # weights of fa_p4cnn, card says p4cnn
     with pytest.raises(CheckpointError, match="does not fit p4cnn: unexpected"):
         models.load_checkpoint(path)

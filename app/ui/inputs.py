@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 import streamlit as st
 
-from models import Group, Network, list_models, load_checkpoint
-from models.reference_import import PAPER_NAMES
+from models import Group, Network, load_checkpoint
 
 from ..analysis.cache import LRUCache, image_digest
 from ..analysis.checkpoints import (
@@ -29,6 +28,7 @@ from ..analysis.checkpoints import (
     by_dataset,
     list_checkpoints,
     load_uploaded_checkpoint,
+    upload_architectures,
 )
 from ..analysis.images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image, to_channels
 from ..analysis.pathology import is_pathology, is_proxy
@@ -43,7 +43,7 @@ IMAGE_TYPES = ["png", "jpg", "jpeg", "tif", "tiff", "bmp", "webp"]
 NO_CHECKPOINT_HELP = """**No model checkpoint found** in `{folder}/`.
 
 * Upload one in the sidebar: one of ours (`.safetensors`, its model card embedded) or a `.pth` released with
-  the paper's code (then name its architecture), or
+  the paper's code (its architecture is found from its weights), or
 * train one: `python -m training train rot_mnist --model a_p4cnn --fetch`, then copy
   `runs/rot_mnist-a_p4cnn-seed0/best.safetensors` (and `best.json`) to `{folder}/a_p4cnn_rot_mnist.safetensors`
   (`.json`). Set `APP_CHECKPOINTS` to list another folder.
@@ -87,6 +87,12 @@ def _load_listed(path: str, mtime_ns: int) -> tuple[Network, dict]:
 def _load_upload(digest: str, filename: str, arch: str | None, _data: bytes) -> tuple[Network, dict]:
     del digest  # the key; the bytes themselves are not hashed again
     return load_uploaded_checkpoint(_data, filename, arch)
+
+
+@st.cache_resource(max_entries=4)
+def _upload_fits(digest: str, filename: str, _data: bytes) -> list[str]:
+    del digest  # the key
+    return upload_architectures(_data, filename)
 
 
 @st.cache_resource
@@ -163,11 +169,6 @@ def model_ui(folder: Path) -> LoadedModel | None:
             return None
     upload = st.sidebar.file_uploader("Checkpoint file (.safetensors, or the paper's .pth)",
                                       type=["safetensors", "pth", "pt"], key="checkpoint_upload")
-    arch = None
-    if upload is not None and Path(upload.name).suffix.lower() in (".pth", ".pt"):
-        choices = list(PAPER_NAMES) + [name for name in list_models() if name not in PAPER_NAMES]
-        arch = st.sidebar.selectbox("Architecture of the .pth", choices, key="pth_arch",
-                                    help="The paper code's --model name or our registry name.")
     if upload is None:
         st.info("Upload a checkpoint in the sidebar." + ("" if entries else "\n\n" + NO_CHECKPOINT_HELP.format(
             folder=folder)))
@@ -175,11 +176,29 @@ def model_ui(folder: Path) -> LoadedModel | None:
     data = upload.getvalue()
     digest = image_digest(data)
     try:
+        arch = _pth_architecture(digest, upload.name, data)
         model, card = _load_upload(digest, upload.name, arch, data)
     except CheckpointError as err:
         st.error(f"Cannot use this checkpoint: {err}")
         return None
     return LoadedModel(f"upload:{digest}:{arch}", upload.name, model, card)
+
+
+def _pth_architecture(digest: str, filename: str, data: bytes) -> str | None:
+    """Sidebar, for a ``.pth``: the architecture its weights fit, with a picker only where several fit.
+    None for our ``.safetensors`` files, whose cards name theirs.
+
+    Raises:
+        CheckpointError: an unreadable file, or weights that fit no registered architecture.
+    """
+    if Path(filename).suffix.lower() not in (".pth", ".pt"):
+        return None
+    fits = _upload_fits(digest, filename, data)
+    if len(fits) == 1:
+        st.sidebar.caption(f"Architecture, from its weights: **{fits[0]}**.")
+        return fits[0]
+    return st.sidebar.selectbox("Architecture of the .pth", fits, key="pth_arch",
+                                help="Its weights fit each of these architectures: pick the one it was trained as.")
 
 
 def image_ui(card: dict) -> ChosenImage | None:

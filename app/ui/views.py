@@ -191,8 +191,9 @@ def _padding_everywhere(border: int, size: int, consequence: str) -> str:
 
 
 def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
-              marks: PanelMarks | None, border: int = 0, width_px: int = 0) -> None:
-    """One panel per orientation of the current image's maps, over or beside the image, one colour scale."""
+              marks: PanelMarks | None, border: int = 0, width_px: int = 0, key: str = "maps") -> None:
+    """One panel per orientation of the current image's maps, over or beside the image, one colour scale;
+    ``key`` tells this figure from others of the page."""
     size = analysis.images.shape[-1]
     maps = display_maps(layer, size, display.range_mode, border, transform=0)  # (H, S, S), the current image
     title = "attention" if layer.kind == "attention" else "|features|"
@@ -202,7 +203,7 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
                      colour_title=title, marks=marks,
                      style=display.style, signed=display.signed, border=border,
                      **({"width_px": width_px} if width_px else {}))
-    st.plotly_chart(fig, key="maps", config={"displaylogo": False})
+    st.plotly_chart(fig, key=key, config={"displaylogo": False})
     caption = layer.description
     if layer.kind == "attention":
         caption += (" Attention shown is the effective alpha-plus = 1 - alpha_c * alpha_s, in [0, 1]: what the "
@@ -398,8 +399,7 @@ def show_true_label(card: dict, analysis: Analysis, true_label: str | None) -> N
         text += (f" · the model gives it p = {probability[names.index(true_label)]:.3f} "
                  f"({'right' if right else 'wrong'} at the 0.5 threshold)")
     st.write(text)
-    dataset = card.get("dataset") or {}
-    if true_label and dataset.get("test_files"):
+    if true_label and card["dataset"].get("test_files"):
         st.caption("Gallery PCam patches come from PCam's test split: no shipped model trained on them.")
 
 
