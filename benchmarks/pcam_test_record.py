@@ -25,11 +25,11 @@ import numpy as np
 import torch
 
 from models import load_checkpoint
-from training.data import load_dataset
+from training.data import SubsetSplit, load_dataset
 from training.distributed import Context
 from training.evaluation import Normaliser, predict
 from training.metrics import classification_metrics
-from training.provenance import _cpu_name, git_commit
+from training.provenance import _cpu_name, git_commit, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "results" / "pcam_test_predictions"
@@ -45,13 +45,6 @@ def shipped() -> list[Path]:
 def record_path(stem: str) -> Path:
     return RECORDS / f"{stem}.json"
 
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def data_identity(split) -> dict:
@@ -69,23 +62,11 @@ def data_identity(split) -> dict:
 def tumour_probability(model, card, split, indices=None) -> np.ndarray:
     """float32 softmax probability of class 1 (tumour) of the patches ``indices`` (all by default), in that order."""
     if indices is not None:
-        split = Subset(split, indices)
+        split = SubsetSplit(split, indices)
     ctx = Context(0, 1, torch.device("cpu"))
     probs, _ = predict(model, split, Normaliser.for_card(card, ctx.device), ctx, batch_size=BATCH_SIZE)
     return probs[:, 1].astype(np.float32)  # predict widened the softmax's float32 to float64: exact back
 
-
-class Subset:
-    """The patches ``indices`` of a split, in that order."""
-
-    def __init__(self, split, indices):
-        self.split, self.indices = split, np.asarray(indices)
-
-    def __len__(self):
-        return len(self.indices)
-
-    def get_batch(self, indices):
-        return self.split.get_batch(self.indices[np.asarray(indices)])
 
 
 def encode(tumour: np.ndarray) -> str:
@@ -122,7 +103,7 @@ def record(path: Path, test, identity: dict, threads: int) -> dict:
                    f"python {platform.python_version()}, AAGC_NATIVE={os.environ.get('AAGC_NATIVE', '1')}; "
                    f"{seconds:.0f} s",
         "checkpoint": str(path.relative_to(REPO)),
-        "sha256": file_sha256(path),
+        "sha256": sha256_file(path),
         "data": {"name": "pcam_public", "split": "test", "dir": card["training"]["config"]["data_dir"], **identity},
         "batch_size": BATCH_SIZE,
         "metrics": card_metrics(tumour, test.labels),

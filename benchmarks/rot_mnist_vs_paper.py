@@ -35,11 +35,11 @@ import numpy as np
 import torch
 
 from models import import_reference_checkpoint, load_checkpoint
-from training.data import load_dataset
+from training.data import SubsetSplit, load_dataset
 from training.distributed import Context
 from training.evaluation import Normaliser, predict
 from training.metrics import error_rate
-from training.provenance import _cpu_name, git_commit
+from training.provenance import _cpu_name, git_commit, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(os.environ.get("REFERENCE_DIR", REPO.parent / "shared" / "reference"))
@@ -65,22 +65,10 @@ def record_path(arch: str) -> Path:
     return RECORDS / f"{arch}.json"
 
 
-class Subset:
-    """The examples ``indices`` of a split, in that order."""
-
-    def __init__(self, split, indices):
-        self.split, self.indices = split, np.asarray(indices)
-
-    def __len__(self):
-        return len(self.indices)
-
-    def get_batch(self, indices):
-        return self.split.get_batch(self.indices[np.asarray(indices)])
-
 
 def first_n(split, count):
     """A split restricted to its first ``count`` examples."""
-    return Subset(split, np.arange(min(count, len(split))))
+    return SubsetSplit(split, np.arange(min(count, len(split))))
 
 
 def test_error(model, card, split) -> float:
@@ -105,13 +93,6 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def classes_sha256(classes: np.ndarray) -> str:
     """sha256 of predicted classes as uint8 bytes, in the order given."""
@@ -134,7 +115,7 @@ def measure_parts(model, card, split, name: str) -> list[np.ndarray]:
     predictions, labels = [], []
     started = time.perf_counter()
     for k, indices in enumerate(parts()):
-        classes, truth = predicted_classes(model, card, Subset(split, indices))
+        classes, truth = predicted_classes(model, card, SubsetSplit(split, indices))
         predictions.append(classes)
         labels.append(truth)
         done = (k + 1) * PART_SIZE
@@ -175,7 +156,7 @@ def record(arch: str, split, identity: dict, data_dir: str, threads: int) -> dic
                       "batch_size": BATCH_SIZE, "indices_int64_sha256": sha256(split_parts.astype(np.int64).tobytes())},
         "ours": {
             "checkpoint": str(ours_path.relative_to(REPO)),
-            "sha256": file_sha256(ours_path),
+            "sha256": sha256_file(ours_path),
             "errors": sum(ours_by_part),
             "errors_by_part": ours_by_part,
             "predicted": "".join(map(str, in_test_order)),
@@ -184,7 +165,7 @@ def record(arch: str, split, identity: dict, data_dir: str, threads: int) -> dic
         },
         "paper": {
             "checkpoint": f"{released_checkpoint(arch)} (in ../shared/reference)",
-            "sha256": file_sha256(paper_path),
+            "sha256": sha256_file(paper_path),
             "errors": sum(paper_by_part),
             "errors_by_part": paper_by_part,
             "predicted_sha256_by_part": [classes_sha256(p) for p in paper],

@@ -42,10 +42,8 @@ from benchmarks.rot_mnist_vs_paper import (
     PARTITION_SEED,
     PARTS,
     RECORD_COMMAND,
-    Subset,
     classes_sha256,
     data_identity,
-    file_sha256,
     parts,
     predicted_classes,
     record_path,
@@ -54,7 +52,8 @@ from benchmarks.rot_mnist_vs_paper import (
     shipped_checkpoint,
 )
 from models import import_reference_checkpoint, load_checkpoint
-from training.data import load_dataset
+from training.data import SubsetSplit, load_dataset
+from training.provenance import sha256_file
 
 ARCHS = sorted(PAPER_RUNS)
 # Shipped checkpoints that do not meet the bar yet (issue 16), and why: strict, so that one that starts to meet
@@ -97,14 +96,14 @@ def identity(digits):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_record_is_of_the_shipped_checkpoint(arch):
     path = shipped_checkpoint(arch)
-    assert file_sha256(path) == load_record(arch)["ours"]["sha256"], \
+    assert sha256_file(path) == load_record(arch)["ours"]["sha256"], \
         f"{path.relative_to(REPO)} is not the checkpoint its record measured: {again(arch)}"
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_record_is_of_the_release(arch):
     path = reference_path(released_checkpoint(arch))
-    assert file_sha256(path) == load_record(arch)["paper"]["sha256"], \
+    assert sha256_file(path) == load_record(arch)["paper"]["sha256"], \
         f"the paper's {arch} at {path} is not the checkpoint its record measured: {again(arch)}"
 
 
@@ -131,7 +130,7 @@ def test_our_predictions_reproduce_the_record(arch, digits):
     stored = np.frombuffer(record["ours"]["predicted"].encode(), dtype=np.uint8) - ord("0")
     for k in checked_parts():
         indices = parts()[k]
-        classes, _ = predicted_classes(model, card, Subset(digits, indices))
+        classes, _ = predicted_classes(model, card, SubsetSplit(digits, indices))
         differ = np.flatnonzero(classes != stored[indices])
         assert not len(differ), (
             f"{arch}, part {k}: {len(differ)} of {PART_SIZE} predicted classes differ from the record, at test "
@@ -144,7 +143,7 @@ def test_release_predictions_reproduce_the_record(arch, digits):
     record = load_record(arch)["paper"]
     paper = import_reference_checkpoint(reference_path(released_checkpoint(arch)), arch)
     for k in checked_parts():
-        classes, labels = predicted_classes(paper, paper.card, Subset(digits, parts()[k]))
+        classes, labels = predicted_classes(paper, paper.card, SubsetSplit(digits, parts()[k]))
         measured = (int((classes != labels).sum()), classes_sha256(classes))
         recorded = (record["errors_by_part"][k], record["predicted_sha256_by_part"][k])
         same = "the same" if measured[1] == recorded[1] else "other"

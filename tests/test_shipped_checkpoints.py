@@ -24,13 +24,13 @@ from benchmarks.pcam_test_record import (
     card_metrics,
     data_identity,
     decode,
-    file_sha256,
     record_path,
     tumour_probability,
 )
 from models import load_checkpoint
 from training.data import DataError, load_dataset
 from training.evaluation import evaluate_checkpoint
+from training.provenance import sha256_file
 from training.report import PAPER_TABLE1, seed_table, spread_text, table1_summary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,7 +138,7 @@ def pcam_record(path: Path) -> dict:
     again = f"record it again with `{RECORD_COMMAND} {path.stem}`"
     assert record.is_file(), f"no record {record.relative_to(REPO)}: {again}"
     recorded = json.loads(record.read_text())
-    assert file_sha256(path) == recorded["sha256"], \
+    assert sha256_file(path) == recorded["sha256"], \
         f"{path.relative_to(REPO)} is not the checkpoint {record.relative_to(REPO)} measured: {again}"
     return recorded
 

