@@ -189,3 +189,16 @@ def test_runs_fetch_their_data_where_the_reader_can(tmp_path):
     cifar = Sweep(preset="cifar10_allcnnc", models=("allcnnc",), seeds=(0,), results="r")
     cifar_status = sweep_module.RunStatus("allcnnc", 0, tmp_path / "run", 0, 350, False)
     assert "--fetch" not in sweep_module.train_command(cifar, cifar_status, threads=1)
+
+
+def test_table3_trains_the_five_pcam_densenets_with_one_recipe():
+    """Issue 41: only the architecture differs; the budget is at least 40 quarter passes of the training split."""
+    sweep = SWEEPS["table3"]
+    configs = {model: sweep.config(model) for model in sweep.models}
+    assert set(configs) == {"densenet", "p4_densenet", "fa_p4_densenet", "p4m_densenet", "fa_p4m_densenet"}
+    recipes = {json.dumps({k: str(v) for k, v in vars(cfg).items() if k != "model"}, sort_keys=True)
+               for cfg in configs.values()}
+    assert len(recipes) == 1, "the table3 recipes differ in more than the model"
+    cfg = configs["densenet"]
+    assert cfg.epochs * cfg.epoch_size >= 40 * 7456 and cfg.init_from in (None, "")
+    assert (cfg.augment, cfg.precision, cfg.cosine, cfg.select_on) == ("group_stain_strong", "bf16", True, "nll")

@@ -114,6 +114,14 @@ SWEEPS: dict[str, Sweep] = {
     # ... and the final models with it, as rotate_cosine_12k.
     "redraw_cosine_e200_12k": _shipped_recipe("redraw_cosine_e200_12k", ("fa_p4cnn", "a_p4cnn", "p4cnn"),
                                 augment="redraw", cosine=True, epochs=200, **FINAL),
+    # The paper's Table 3 (PCam) as one controlled experiment: its five DenseNets with one recipe, seed 0; the
+    # shipped p4m model's replacement and the new p4 model first (issue 41).
+    "table3": Sweep(
+        preset="pcam_table3",
+        models=("p4m_densenet", "fa_p4_densenet", "p4_densenet", "densenet", "fa_p4m_densenet"),
+        seeds=(0,),
+        results="results/pcam_table3",
+    ),
 }
 
 
