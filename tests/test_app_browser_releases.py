@@ -62,7 +62,8 @@ def test_releases_and_bad_files_in_chromium(tmp_path, monkeypatch):
             page.get_by_text(f"· {arch} ·", exact=False).first.wait_for()
             assert "the paper's log: test error" in page.inner_text("body")
             no_traceback(page)
-        # The PCam release was uploaded last: its page, then beside ours.
+        # The PCam release was uploaded last: its page, then beside ours. The prediction is drawn after the header.
+        page.get_by_text("P(tumor) =", exact=False).first.wait_for()
         body = page.inner_text("body")
         summary = next(line for line in body.splitlines() if "the paper's log" in line)
         assert "model.pth · p4m_densenet · p4m · pcam · the paper's log: test error 10.88 %" in summary, summary
