@@ -65,15 +65,18 @@ struct Lanes {
 // ran 1.5x slower (spills). The argmax runs fastest with 6 positions (1.7x faster than 4 on
 // a_p4cnn's second layer). 16 registers (AVX2, SSE): two filter blocks of 4 positions in the
 // argmax (14 registers), two blocks in the forward loop (11), one block of 9 taps in the weight
-// gradient (10), 8 positions in the gather (10). float64 (for tests) runs untiled, which keeps the
-// build short, except for the gather (so that the tests cover its lane sums).
+// gradient (10), 8 positions in the gather (10). float64 (for tests; a vector of it takes two
+// registers) runs untiled, which keeps the build short, except for the gather (so that the tests
+// cover its lane sums) and 4 positions in the argmax (14 registers): one position there left a
+// single chain of multiply-adds waiting on its own latency, and a_p4m_allcnnc's float64
+// equivariance test ran 1.4x longer. Wider float64 tiles ran slower.
 template <typename T>
 struct Vec;
 template <>
 struct Vec<float> : std::conditional_t<REGISTERS == 32, Lanes<float, int32_t, 3, 6, 3, 3, 9, LANES, 8, 6>,
                                        Lanes<float, int32_t, 2, 4, 2, 1, 9, LANES, 4, 4>> {};
 template <>
-struct Vec<double> : Lanes<double, int64_t, 1, 1, 1, 1, 1, LANES, 4, 4> {};
+struct Vec<double> : Lanes<double, int64_t, 1, 4, 1, 1, 1, LANES, 4, 4> {};
 template <typename T>
 using V = typename Vec<T>::type;
 template <typename T>
