@@ -31,6 +31,7 @@ import torch
 from models import P4, Group, Network
 from models.attention.parts import AttentionParts
 
+from .composite import COMPOSITE_DESCRIPTION, paper_composite
 from .frames import InputFrame
 from .reductions import (
     MEANS,
@@ -56,9 +57,9 @@ class LayerMaps:
 
     Attributes:
         name: the module's name in the network (e.g. ``"c2"``, ``"block_layers.0.conv"``).
-        kind: ``"attention"`` or ``"features"``.
+        kind: ``"attention"``, ``"features"`` or ``"composite"`` (:attr:`Analysis.composite`).
         layout: attention layout (see :func:`app.analysis.reductions.attention_layout`),
-            ``"group_features"`` or ``"planar_features"``.
+            ``"group_features"``, ``"planar_features"`` or ``"composite"``.
         description: what the maps show, one sentence.
         maps: ``(T, H, X, Y)`` maps(g.x) for the T group elements, H orientations (1 if none).
         expected: ``(T, H, X, Y)`` g.maps(x): the identity's maps moved by g.
@@ -121,6 +122,9 @@ class Analysis:
         class_names: one per class.
         attention: layer name -> :class:`LayerMaps` for every attentive layer, in forward order.
         features: layer name -> :class:`LayerMaps` for every convolution, in forward order.
+        composite: the paper's composite picture (:func:`app.analysis.composite.paper_composite`, the product
+            of every layer's alpha_s at the image size, one map per orientation) with its proof; None for a
+            model without spatial attention or without a group.
     """
 
     group: str
@@ -132,6 +136,7 @@ class Analysis:
     class_names: tuple[str, ...]
     attention: dict[str, LayerMaps]
     features: dict[str, LayerMaps]
+    composite: LayerMaps | None = None
 
     @property
     def probability_error(self) -> float:
@@ -187,11 +192,13 @@ def analyse(
     with torch.inference_mode():
         logits, trace = model.trace(frame.to_network(torch.from_numpy(batch).to(dtype)))
         probabilities = torch.softmax(logits.double(), dim=1).numpy()
+        user = {name: frame.attention_to_user(parts) for name, parts in trace.attention.items()}
         attention = {
-            name: _attention_maps(name, parts, frame, group, (selections or {}).get(name, MEANS))
-            for name, parts in trace.attention.items()
+            name: _attention_maps(name, parts, group, (selections or {}).get(name, MEANS))
+            for name, parts in user.items()
         }
         features = {name: _feature_maps(name, f, frame, group) for name, f in trace.features.items()}
+        composite = _composite_maps(user, group, image.shape[-1]) if model.group is not None else None
     classes = probabilities.shape[1]
     class_names = tuple(card.get("class_names") or [str(i) for i in range(classes)])
     return Analysis(
@@ -204,22 +211,31 @@ def analyse(
         class_names=class_names,
         attention=attention,
         features=features,
+        composite=composite,
     )
 
 
-def _attention_maps(name: str, parts: AttentionParts, frame: InputFrame, group: Group,
-                    selection: MapSelection) -> LayerMaps:
-    axes = tuple(parts.group_axes)
-    user = frame.attention_to_user(parts)
+def _attention_maps(name: str, user: AttentionParts, group: Group, selection: MapSelection) -> LayerMaps:
+    """``user``: the layer's parts in the user's frame."""
+    axes = tuple(user.group_axes)
     # The identity's parts moved by every g (batch T), reduced in one call.
     moved = AttentionParts(*(None if t is None else moved_by_every_element(t[:1], group, axes)
                              for t in (user.channel, user.spatial)), group_axes=axes)
     maps = reduce_attention(user, selection)  # (T, H, X, Y)
     expected = reduce_attention(moved, selection)  # (T, H, X, Y)
-    layout = attention_layout(parts)
-    channels, in_orientations = selectable(parts)
+    layout = attention_layout(user)
+    channels, in_orientations = selectable(user)
     result = _layer_maps(name, "attention", layout, describe_reduction(layout, selection), maps, expected)
     return dataclasses.replace(result, channels=channels, in_orientations=in_orientations, selection=selection)
+
+
+def _composite_maps(user: Mapping[str, AttentionParts], group: Group, size: int) -> LayerMaps | None:
+    """The paper's composite of every transform, and the identity's moved by each g (an orientation axis: 1)."""
+    maps = paper_composite(user, size, len(group.elements()))  # (T, G, S, S)
+    if maps is None:
+        return None
+    expected = moved_by_every_element(maps[:1], group, (1,))
+    return _layer_maps("composite", "composite", "composite", COMPOSITE_DESCRIPTION, maps, expected)
 
 
 def _feature_maps(name: str, features: torch.Tensor, frame: InputFrame, group: Group) -> LayerMaps:

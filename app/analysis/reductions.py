@@ -1,7 +1,11 @@
 """Attention parts and feature maps -> one 2-D map per orientation, ``(B, H, X, Y)``.
 
 What the network multiplies by is the effective attention ``1 - channel * spatial``
-(:meth:`models.attention.parts.AttentionParts.effective`), in [0, 1]. Its shape
+(alpha+, :meth:`models.attention.parts.AttentionParts.effective`), in [0, 1]; a
+:class:`MapSelection` can ask for another reading instead
+(:data:`models.attention.parts.READINGS`): ``"removed"``, alpha- = channel * spatial,
+exactly 1 - alpha+ after every mean below, or ``"spatial"``, alpha_s alone (the
+paper's pictures). The table is for alpha+; the others have the same shapes. Its shape
 depends on the layer type; each is reduced to the orientation axis the layer's
 output carries (H = G) or to a single invariant map (H = 1):
 
@@ -36,15 +40,15 @@ exact for every choice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 
-from models.attention.parts import AttentionParts
+from models.attention.parts import READINGS, AttentionParts
 
-__all__ = ["MEANS", "MapSelection", "attention_layout", "reduce_attention", "reduce_features", "describe_reduction",
-           "selectable", "upsample"]
+__all__ = ["MEANS", "MapSelection", "attention_layout", "reduce_attention", "reduce_readings", "reduce_features",
+           "describe_reduction", "selectable", "upsample"]
 
 # Layout of the effective map: (name, number of axes, group axes).
 LAYOUTS = {
@@ -66,10 +70,17 @@ class MapSelection:
     Attributes:
         channel: alpha_F layers: the input channel; full layers: the output channel.
         in_orientation: full group layers only: the input orientation h.
+        reading: which quantity (:data:`models.attention.parts.READINGS`): ``"kept"`` (alpha+, the default),
+            ``"removed"`` (alpha-) or ``"spatial"`` (alpha_s).
     """
 
     channel: int | None = None
     in_orientation: int | None = None
+    reading: str = "kept"
+
+    def __post_init__(self):
+        if self.reading not in READINGS:
+            raise ValueError(f"unknown reading {self.reading!r}; expected one of {READINGS}")
 
 
 MEANS = MapSelection()
@@ -108,11 +119,16 @@ def reduce_attention(parts: AttentionParts, selection: MapSelection = MEANS) -> 
         lifting layers (whose attention is on the image, rotation invariant).
 
     Raises:
-        ValueError: a selection outside the layer's channels or orientations.
+        ValueError: a selection outside the layer's channels or orientations, or the ``"spatial"``
+            reading of a layer without spatial attention.
     """
     layout = attention_layout(parts)
     full = layout.startswith("full")
     channel, spatial = parts.channel, parts.spatial
+    if selection.reading == "spatial":
+        if spatial is None:
+            raise ValueError("this layer has no spatial attention: its spatial reading (alpha_s) does not exist")
+        channel = None
     if selection.channel is not None:
         axis = OUT_CHANNEL_AXIS if full else IN_CHANNEL_AXIS[layout]
         channel, spatial = (_pick(t, axis, selection.channel, "channel") for t in (channel, spatial))
@@ -120,7 +136,9 @@ def reduce_attention(parts: AttentionParts, selection: MapSelection = MEANS) -> 
         # Only the channel part spans the input channels; spatial has size 1 there.
         channel = channel.mean(dim=IN_CHANNEL_AXIS[layout], keepdim=True)
     present = [t for t in (channel, spatial) if t is not None]
-    effective = 1 - (present[0] if len(present) == 1 else present[0] * present[1])
+    product = present[0] if len(present) == 1 else present[0] * present[1]
+    # Every mean below is linear, so the "removed" maps are exactly 1 - the "kept" ones, up to round-off.
+    effective = 1 - product if selection.reading == "kept" else product
     if layout == "full_group":
         if selection.in_orientation is not None:
             effective = _pick(effective, IN_ORIENTATION_AXIS, selection.in_orientation, "input orientation")
@@ -131,6 +149,22 @@ def reduce_attention(parts: AttentionParts, selection: MapSelection = MEANS) -> 
         effective = effective.mean(dim=OUT_CHANNEL_AXIS)  # (B, G, 1, X, Y)
     b, size = effective.shape[0], effective.shape[-2:]
     return effective.reshape(b, -1, *size)  # (B, H, X, Y)
+
+
+def reduce_readings(parts: AttentionParts, selection: MapSelection = MEANS) -> dict[str, torch.Tensor]:
+    """Every reading of one layer from the same parts, in float64: ``{"kept", "removed"[, "spatial"]}``.
+
+    ``kept`` is computed as ``1 - removed`` in float64, so that rank statistics of the two are exact
+    negatives (a float32 ``1 - x`` would round distinct values of x together); ``spatial`` is absent for a
+    layer without spatial attention. The selection's own reading is ignored. Shapes as :func:`reduce_attention`.
+    """
+    double = AttentionParts(*(None if t is None else t.double() for t in (parts.channel, parts.spatial)),
+                            group_axes=parts.group_axes)
+    removed = reduce_attention(double, replace(selection, reading="removed"))
+    readings = {"kept": 1 - removed, "removed": removed}
+    if parts.spatial is not None:
+        readings["spatial"] = reduce_attention(double, replace(selection, reading="spatial"))
+    return readings
 
 
 def _pick(t: torch.Tensor | None, axis: int, index: int, what: str) -> torch.Tensor | None:
@@ -162,7 +196,19 @@ def describe_reduction(layout: str, selection: MapSelection = MEANS) -> str:
         h = selection.in_orientation
         parts.append(f"input orientation {h}" if h is not None else "mean over input orientations")
     per = "one map per orientation" if layout != "input_lifting" else "one map (attention on the image)"
-    return f"Effective attention 1 - alpha_c * alpha_s, {', '.join(parts)}; {per}."
+    if selection.reading == "spatial":
+        parts = [p for p in parts if not p.startswith("mean over input channels")]
+        if not layout.startswith("full"):
+            parts = ["the same for every input channel"]
+    return f"{READING_FORMULAS[selection.reading]}, {', '.join(parts)}; {per}."
+
+
+# What each reading's maps are, for captions.
+READING_FORMULAS = {
+    "kept": "Effective attention 1 - alpha_c * alpha_s (what the layer keeps)",
+    "removed": "Removed share alpha_c * alpha_s (what the layer subtracts)",
+    "spatial": "Spatial attention alpha_s alone (as the paper's figures draw it)",
+}
 
 
 def upsample(maps: torch.Tensor, size: int) -> torch.Tensor:

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["AttentionParts", "AttentiveLayer"]
+__all__ = ["AttentionParts", "AttentiveLayer", "READINGS"]
+
+# The three ways to read one layer's attention (:meth:`AttentionParts.reading`):
+#   "kept":    alpha+ = 1 - alpha_c * alpha_s, what the layer multiplies its input by (bright: kept);
+#   "removed": alpha- = alpha_c * alpha_s, the share it subtracts on the residual branch (bright: removed);
+#   "spatial": alpha_s alone, the spatial sigmoid the paper's own pictures draw (its code plots ``att_map`` of
+#              fSpatialAttention / fSpatialAttentionGG, the factor of the subtracted part).
+READINGS = ("kept", "removed", "spatial")
 
 
 @dataclass(frozen=True)
@@ -31,10 +38,23 @@ class AttentionParts:
     group_axes: tuple[int, ...] = ()
 
     def effective(self) -> torch.Tensor:
-        """``1 - channel * spatial``, broadcast to the shape both parts span."""
+        """``1 - channel * spatial`` (alpha+), broadcast to the shape both parts span."""
+        return 1 - self.removed()
+
+    def removed(self) -> torch.Tensor:
+        """``channel * spatial`` (alpha-): the share of f the residual branch subtracts."""
         present = [part for part in (self.channel, self.spatial) if part is not None]
-        suppressed = present[0] if len(present) == 1 else present[0] * present[1]
-        return 1 - suppressed
+        return present[0] if len(present) == 1 else present[0] * present[1]
+
+    def reading(self, name: str) -> torch.Tensor | None:
+        """One of :data:`READINGS`, un-reduced; None for ``"spatial"`` of a layer without spatial attention."""
+        if name == "kept":
+            return self.effective()
+        if name == "removed":
+            return self.removed()
+        if name == "spatial":
+            return self.spatial
+        raise ValueError(f"unknown reading {name!r}; expected one of {READINGS}")
 
 
 class AttentiveLayer(nn.Module):
