@@ -11,9 +11,9 @@ from test_reference_models import load
 import models
 from app.analysis.composite import paper_composite
 from app.analysis.compute import analyse
+from app.analysis.frames import InputFrame
 from app.analysis.images import fit_to_model, read_image
 from app.analysis.nuclei import nuclei_statistics
-from app.analysis.frames import InputFrame
 from app.analysis.reductions import MapSelection, describe_reduction, reduce_attention, reduce_readings, upsample
 from models.attention.parts import READINGS, AttentionParts
 
