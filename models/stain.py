@@ -14,6 +14,8 @@ __all__ = [
     "RGB_FROM_HED",
     "HED_FROM_RGB",
     "TISSUE_OD",
+    "NUCLEI_HAEMATOXYLIN",
+    "nuclei_mask",
     "INK_MARGIN",
     "optical_density",
     "rgb_to_hed",
@@ -32,6 +34,10 @@ HED_FROM_RGB = np.linalg.inv(RGB_FROM_HED)
 
 # Glass is below 0.05 in the H&E images this project uses, stained tissue well above 0.15.
 TISSUE_OD = 0.15
+# Haematoxylin concentration (rgb_to_hed's first channel, averaged over 3 x 3 pixels) above which tissue counts
+# as nuclei: Otsu's threshold of the haematoxylin of the tissue pixels of 512 random training patches of
+# pcam_public (seed 0; 3.55 million pixels, 29 % of them above it).
+NUCLEI_HAEMATOXYLIN = 0.35
 # Blue-green marking dye (as on the edge of CMU-1) has G and B both above R by more than this, on 0..255.
 INK_MARGIN = 15
 
@@ -107,3 +113,14 @@ def ink_mask(rgb: np.ndarray, margin: int = INK_MARGIN) -> np.ndarray:
     rgb = np.asarray(rgb, dtype=np.int64)
     red = rgb[..., 0]
     return (rgb[..., 1] - red > margin) & (rgb[..., 2] - red > margin)
+
+
+def nuclei_mask(rgb: np.ndarray, threshold: float = NUCLEI_HAEMATOXYLIN) -> np.ndarray:
+    """Boolean ``(H, W)``: tissue pixels (:func:`region_tissue_mask`) dense in haematoxylin, the stain of nuclei.
+
+    The 3 x 3 mean of the haematoxylin concentration above ``threshold``: a nucleus is several pixels wide at
+    PCam's 0.97 um per pixel, and the mean keeps JPEG noise from speckling the mask. Tissue that is not nuclei
+    (stroma, cytoplasm) is ``region_tissue_mask(rgb) & ~nuclei_mask(rgb)``.
+    """
+    haematoxylin = _box_mean(rgb_to_hed(rgb)[..., 0], 3)
+    return (haematoxylin > threshold) & region_tissue_mask(rgb)
