@@ -1,26 +1,31 @@
-"""The paper's Fig. 5 claim over a test set: the first attention layer against nuclei and background.
+"""The paper's Fig. 5 claim over a test set, in every reading of attention and for the paper's composite picture.
 
     python -m benchmarks.attention_on_nuclei checkpoints/fa_p4m_densenet_pcam.safetensors \
-        [--data-dir ../shared/data/pcam_public] [--figure docs/attention_on_nuclei.png] [--per-patch rows.csv] \
-        [--count 400 [--seed 0]] [--write-card]
+        [--data-dir ../shared/data/pcam_public] [--per-patch rows.csv] [--count 200 [--seed 0]] [--write-card]
 
-For every test patch of the card's dataset (its ``test`` split, as its reader gives it), the app's own
-maps and measure (:func:`app.analysis.nuclei.nuclei_statistics`, see :func:`measure`) give the rank
-correlation of the first attentive layer's effective map with haematoxylin, and its mean on tissue and on
-background. Prints mean, standard deviation and quartiles over the patches, and a line per attentive layer;
-``--figure`` draws the distribution and six patches (image, haematoxylin, attention); ``--per-patch`` writes one
-CSV row per patch; ``--write-card`` stores the summary in the checkpoint's card (``attention_on_nuclei``), weights
-unchanged. The card keeps no per-patch rows: 1,944 of them would double a PCam card's size. All 1,944 take
-about a minute on two idle cores (7 minutes when every patch went through all eight transforms); beside a
-two-thread training run the threads oversubscribe the cores, so pause training (or use ``--count``, a seeded
-random sample).
+For every test patch of the card's dataset (its ``test`` split, as its reader gives it), one forward pass gives
+every attentive layer's maps in three readings (:data:`models.attention.parts.READINGS`): ``kept`` (alpha+ =
+1 - alpha_c alpha_s, what the layer multiplies its input by), ``removed`` (alpha- = alpha_c alpha_s) and
+``spatial`` (alpha_s alone), each the mean over channels and orientations stretched over the patch by the app's
+:func:`~app.analysis.reductions.upsample`; and the paper's ``composite`` (the product of every layer's alpha_s,
+:func:`app.analysis.composite.paper_composite`, summed over orientations as the paper plots it). Readings are
+float64 and kept is computed as 1 - removed, so their rank correlations are exact negatives patch by patch.
+:func:`app.analysis.nuclei.map_numbers` measures each map against the patch's haematoxylin, glass and nuclei.
+
+Over the patches, every number gets its mean with a 95 % interval (percentile bootstrap over patches, 2,000
+resamples, seeded), sd, median, share positive and count (patches where it is defined). Prints the first
+layer and the composite per reading; ``--per-patch`` writes one CSV row per patch (first layer and composite);
+``--write-card`` stores every layer's table in the checkpoint's card (``attention_on_nuclei``), weights
+unchanged. The card's bytes change with it, so re-record the checkpoint's test predictions afterwards
+(``python -m benchmarks.pcam_test_record STEM``), which bind it by sha256. Beside a two-thread training run all
+1,944 patches take several minutes; ``--count`` measures a seeded random sample.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -28,172 +33,206 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from app.analysis.composite import COMPOSITE_DESCRIPTION, paper_composite
 from app.analysis.frames import InputFrame
-from app.analysis.nuclei import nuclei_statistics
-from app.analysis.reductions import reduce_attention, upsample
+from app.analysis.nuclei import MIN_BACKGROUND, MIN_NUCLEI, NUMBERS, PatchStains, map_numbers
+from app.analysis.reductions import READING_FORMULAS, reduce_readings, upsample
 from models import load_checkpoint, save_checkpoint
 from models.cpu.allocator import retain_freed_memory
+from models.stain import NUCLEI_HAEMATOXYLIN, TISSUE_OD
 from training.data import load_dataset
 
+COMPOSITE = "composite"
+RESAMPLES, BOOTSTRAP_SEED = 2000, 0
+INTERVAL = (f"95 % percentile bootstrap over patches ({RESAMPLES} resamples, seed {BOOTSTRAP_SEED}); "
+            "sd with ddof 1; n = patches where the number is defined")
+NUMBER_TEXT = {
+    "spearman": "rank correlation with haematoxylin over the patch's pixels",
+    "tissue_minus_background": f"mean on tissue minus on background (patches with at least {MIN_BACKGROUND:.0%} "
+                               "background)",
+    "tissue_minus_background_relative": "the same divided by the map's mean over the patch",
+    "nuclei_minus_stroma": f"mean on nuclei minus on the rest of the tissue (patches where each covers at least "
+                           f"{MIN_NUCLEI:.0%})",
+    "nuclei_minus_stroma_relative": "the same divided by the map's mean over the patch",
+}
 
-def measure(model, card: dict, images: np.ndarray, batch: int = 16) -> dict[str, list]:
-    """Every attentive layer's :class:`~app.analysis.nuclei.NucleiAttention` per ``(3, S, S)`` image in [0, 1], by layer
-    name in forward order (the first is the one the card reports).
 
-    The app's maps of the image as given (its identity transform: :func:`app.analysis.compute.analyse` runs all
-    eight, which the claim does not need), ``batch`` images per forward pass: the same reductions as the app's
-    (:func:`app.analysis.reductions.reduce_attention`, then :func:`~app.analysis.reductions.upsample`), equal to
-    :func:`app.analysis.nuclei.attention_on_nuclei` on the app's analysis to round-off (tested).
+def measure(model, card: dict, images: np.ndarray, batch: int = 16) -> dict[str, dict[str, np.ndarray]]:
+    """Per-patch numbers of every reading and layer: ``{reading: {layer: (N, len(NUMBERS)) float64}}``.
+
+    ``images``: ``(N, 3, S, S)`` in [0, 1]. Readings ``kept``, ``removed``, ``spatial`` (layers without spatial
+    attention have none) by layer name in forward order, and ``composite`` with the one layer ``composite``
+    (absent for a model without spatial attention). NaN where a number is not defined (see
+    :func:`app.analysis.nuclei.map_numbers`). One forward pass per ``batch`` images.
     """
     frame = InputFrame.from_card(card, model.group)
     dtype = next(model.parameters()).dtype
     size = images.shape[-1]
-    by_layer: dict[str, list] = {}
+    orientations = len(model.group.elements()) if model.group is not None else 1
+    rows: dict[str, dict[str, list]] = {}
     for first in range(0, len(images), batch):
         chunk = images[first:first + batch]  # (B, 3, S, S)
+        stains = [PatchStains.of(image) for image in chunk]
         with torch.inference_mode():
             _, trace = model.trace(frame.to_network(torch.from_numpy(np.ascontiguousarray(chunk)).to(dtype)))
-            for name, parts in trace.attention.items():
-                maps = reduce_attention(frame.attention_to_user(parts)).float()  # (B, H, X, Y)
-                upsampled = upsample(maps, size).mean(dim=1).numpy()  # (B, S, S): mean over orientations
-                by_layer.setdefault(name, []).extend(nuclei_statistics(image, attention, name)
-                                                     for image, attention in zip(chunk, upsampled, strict=True))
-    return by_layer
+            user = {name: frame.attention_to_user(parts) for name, parts in trace.attention.items()}
+            maps: dict[tuple[str, str], np.ndarray] = {}
+            for name, parts in user.items():
+                readings = reduce_readings(parts)  # float64 (B, H, x, y) each
+                removed = upsample(readings["removed"], size).mean(dim=1).numpy()  # (B, S, S)
+                maps["kept", name], maps["removed", name] = 1 - removed, removed
+                if "spatial" in readings:
+                    maps["spatial", name] = upsample(readings["spatial"], size).mean(dim=1).numpy()
+            composite = paper_composite(user, size, orientations)  # (B, G, S, S) float64
+            if composite is not None:
+                maps[COMPOSITE, COMPOSITE] = composite.sum(dim=1).numpy()  # as the paper plots it
+        for (reading, name), values in maps.items():
+            rows.setdefault(reading, {}).setdefault(name, []).extend(
+                [map_numbers(s, v)[n] for n in NUMBERS] for s, v in zip(stains, values, strict=True))
+    order = ["kept", "removed", "spatial", COMPOSITE]
+    return {reading: {name: np.array(values, dtype=np.float64) for name, values in rows[reading].items()}
+            for reading in order if reading in rows}
 
 
-def with_tissue_and_background(results: list) -> list:
-    """The patches that have both (a near-uniform patch of glass has background and no tissue)."""
-    return [r for r in results if r.background_mean is not None and r.tissue_mean is not None]
+def _significant(value: float) -> float:
+    """Six significant digits: the composite's numbers are near 1e-4, so fixed decimals would erase them."""
+    return float(f"{value:.6g}")
 
 
-def layer_table(by_layer: dict[str, list]) -> dict:
-    """Mean and sd over patches of each layer's rank correlation, and of tissue minus background where defined."""
-    table = {}
-    for name, results in by_layer.items():
-        rho = np.array([r.spearman for r in results])
-        gap = np.array([r.tissue_mean - r.background_mean for r in with_tissue_and_background(results)])
-        table[name] = {"spearman_mean": float(np.nanmean(rho)), "spearman_std": float(np.nanstd(rho, ddof=1)),
-                       "tissue_minus_background_mean": float(gap.mean()) if len(gap) else None}
-    return table
+def summarise(values: np.ndarray) -> dict:
+    """Mean, 95 % interval (:data:`INTERVAL`), sd, median, share positive and count of one number over patches.
+
+    NaN entries (patches where the number is not defined) are left out; with none left every figure is None.
+    """
+    values = values[~np.isnan(values)]
+    n = len(values)
+    if n == 0:
+        return {"mean": None, "low": None, "high": None, "sd": None, "median": None, "share_positive": None, "n": 0}
+    # A fresh generator per number: each interval depends only on its own values, not on what was summarised first.
+    draws = np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, size=(RESAMPLES, n))
+    low, high = np.percentile(values[draws].mean(axis=1), [2.5, 97.5])
+    return {"mean": _significant(values.mean()), "low": _significant(low), "high": _significant(high),
+            "sd": _significant(values.std(ddof=1)) if n > 1 else None, "median": _significant(np.median(values)),
+            "share_positive": _significant(np.mean(values > 0)), "n": n}
 
 
-def summarise(results: list, names: list[str]) -> dict:
-    rho = np.array([r.spearman for r in results])
-    both = with_tissue_and_background(results)
-    gap = np.array([r.tissue_mean - r.background_mean for r in both])
+def table(numbers: np.ndarray) -> dict:
+    """``(N, len(NUMBERS))`` per-patch numbers -> {number: summary}."""
+    return {name: summarise(numbers[:, k]) for k, name in enumerate(NUMBERS)}
 
-    def spread(values: np.ndarray) -> dict:
-        q1, median, q3 = np.percentile(values, [25, 50, 75]) if len(values) else (np.nan,) * 3
-        return {"mean": float(np.mean(values)) if len(values) else None,
-                "std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
-                "median": float(median), "q1": float(q1), "q3": float(q3), "count": len(values)}
 
+def readings_summary(measured: dict[str, dict[str, np.ndarray]]) -> dict:
+    """The card's ``readings``: per reading what it is, the summary of its first layer (the composite's own for
+    ``composite``) and, for the layer readings, every layer's table in forward order."""
+    result = {}
+    for reading, by_layer in measured.items():
+        tables = {name: table(numbers) for name, numbers in by_layer.items()}
+        first = next(iter(tables))
+        entry = {"what": COMPOSITE_DESCRIPTION if reading == COMPOSITE else READING_FORMULAS[reading],
+                 "summary_of": first, "summary": tables[first]}
+        if reading != COMPOSITE:
+            entry["by_layer"] = tables
+        result[reading] = entry
+    return result
+
+
+def card_entry(measured: dict[str, dict[str, np.ndarray]], measured_on: str, command: str) -> dict:
+    """The checkpoint card's ``attention_on_nuclei``."""
+    layers = list(measured["kept"])
     return {
-        "layer": results[0].layer,
-        "spearman_with_haematoxylin": spread(rho),
-        "share_positive": float(np.mean(rho > 0)),
-        "tissue_minus_background": spread(gap),
-        "tissue_mean": spread(np.array([r.tissue_mean for r in both])),
-        "background_mean": spread(np.array([r.background_mean for r in both])),
-        "patches": len(results),
-        "per_patch": [{"file": n, "spearman": round(r.spearman, 4), "tissue_mean": r.tissue_mean,
-                       "background_mean": r.background_mean, "tissue_fraction": round(r.tissue_fraction, 4)}
-                      for n, r in zip(names, results, strict=True)],
+        "what": "The paper's Fig. 5 claim (attention on nuclei, not on background) per reading of attention, "
+                "each map the mean over channels and orientations stretched over the patch",
+        "readings": readings_summary(measured),
+        "numbers": NUMBER_TEXT,
+        "interval": INTERVAL,
+        "thresholds": {"tissue_optical_density": TISSUE_OD, "tissue_window_pixels": 11,
+                       "min_background_share": MIN_BACKGROUND, "nuclei_haematoxylin": NUCLEI_HAEMATOXYLIN,
+                       "nuclei_window_pixels": 3, "min_nuclei_and_stroma_share": MIN_NUCLEI},
+        "layers": layers,
+        "first_layer": layers[0],
+        "patches": len(measured["kept"][layers[0]]),
+        "measured_on": measured_on,
+        "command": command,
     }
 
 
-def draw(results: list, names: list[str], labels: np.ndarray, images: np.ndarray, out: Path) -> None:
-    import matplotlib
+def interval_text(summary: dict, digits: int = 3) -> str:
+    """``+0.123 [+0.110, +0.136] (n 1944)`` or ``-`` where nothing was defined."""
+    if summary["mean"] is None:
+        return "-"
+    return (f"{summary['mean']:+.{digits}g} [{summary['low']:+.{digits}g}, {summary['high']:+.{digits}g}] "
+            f"(sd {summary['sd'] or 0:.2g}, n {summary['n']})")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    rho = np.array([r.spearman for r in results])
-    # Six patches spread over the distribution: the 10th to 90th percentiles of rho.
-    order = np.argsort(rho)
-    picks = order[np.round(np.linspace(0.1, 0.9, 6) * (len(order) - 1)).astype(int)]
-    fig = plt.figure(figsize=(12, 8.6), dpi=90)
-    grid = fig.add_gridspec(4, 6, height_ratios=[1, 1, 1, 1.1], hspace=0.35, wspace=0.08)
-    for col, i in enumerate(picks):
-        r = results[i]
-        short = Path(names[i]).stem[:12]  # PCam file names are 40-digit hashes: their start tells them apart
-        rows = [(images[i].transpose(1, 2, 0), None, f"{short}\n{'tumour' if labels[i] else 'normal'}"),
-                (r.haematoxylin, "Blues", "haematoxylin"),
-                (r.attention, "viridis", f"attention, ρ = {r.spearman:+.2f}")]
-        for row, (values, cmap, title) in enumerate(rows):
-            ax = fig.add_subplot(grid[row, col])
-            ax.imshow(values, cmap=cmap)
-            ax.set_title(title, fontsize=8)
-            ax.axis("off")
-    ax = fig.add_subplot(grid[3, :3])
-    ax.hist(rho, bins=20, color="#4c72b0")
-    ax.axvline(0, color="grey", lw=1)
-    ax.set_xlabel(f"rank correlation of {results[0].layer} attention with haematoxylin, per test patch")
-    ax.set_ylabel("patches")
-    both = [(r.tissue_mean, r.background_mean) for r in with_tissue_and_background(results)]
-    ax = fig.add_subplot(grid[3, 4:])
-    if both:
-        tissue, background = np.array(both).T
-        ax.scatter(background, tissue, s=12)
-        low, high = min(tissue.min(), background.min()), max(tissue.max(), background.max())
-        ax.plot([low, high], [low, high], color="grey", lw=1)
-    ax.set_xlabel("mean attention on background")
-    ax.set_ylabel("on tissue")
-    fig.savefig(out, bbox_inches="tight")
-    plt.close(fig)
+def print_summary(readings: dict) -> None:
+    for reading, entry in readings.items():
+        print(f"{reading} ({entry['summary_of']}):")
+        for name, summary in entry["summary"].items():
+            print(f"  {name:34s} {interval_text(summary)}")
+    print("every layer: mean rank correlation with haematoxylin; nuclei minus stroma relative to the map's mean")
+    for name in readings["kept"]["by_layer"]:
+        cells = []
+        for reading in ("kept", "removed", "spatial"):
+            row = readings.get(reading, {}).get("by_layer", {}).get(name)
+            gap = None if row is None else row["nuclei_minus_stroma_relative"]["mean"]
+            cells.append("-" if row is None else f"{reading} {row['spearman']['mean']:+.3f} "
+                         f"{math.nan if gap is None else gap:+.3f}")
+        print(f"  {name:22s} " + "   ".join(cells))
+
+
+def write_rows(path: Path, names: list[str], measured: dict[str, dict[str, np.ndarray]]) -> None:
+    """One CSV row per patch: the first layer's numbers in each reading, and the composite's."""
+    columns, blocks = ["file"], []
+    for reading, by_layer in measured.items():
+        name, numbers = next(iter(by_layer.items()))
+        columns += [f"{reading}:{name}:{n}" for n in NUMBERS]
+        blocks.append(numbers)
+    values = np.concatenate(blocks, axis=1)  # (N, readings * len(NUMBERS))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows([name, *(f"{v:.6g}" for v in row)] for name, row in zip(names, values, strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--data-dir", type=Path, default=None, help="default: the card's training data_dir")
-    parser.add_argument("--figure", type=Path)
-    parser.add_argument("--per-patch", type=Path, help="CSV of every patch's rho, tissue and background means")
-    parser.add_argument("--count", type=int, default=0,
-                        help="a seeded random sample of this many test patches (default: all; 0.2 s each, 2 cores)")
+    parser.add_argument("--per-patch", type=Path, help="CSV of every patch's numbers (first layer and composite)")
+    parser.add_argument("--count", type=int, default=0, help="a seeded random sample of this many test patches "
+                        "(default: all)")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--write-card", action="store_true")
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     retain_freed_memory()  # as the app: every batch reuses the last one's pages
     model, card = load_checkpoint(args.checkpoint)
-    model.eval()
     data_dir = args.data_dir or Path(card["training"]["config"]["data_dir"])
     splits = load_dataset(card["dataset"]["name"], data_dir)
     chosen = np.arange(len(splits.test))
     if 0 < args.count < len(chosen):
         chosen = np.sort(np.random.default_rng(args.seed).choice(chosen, args.count, replace=False))
-    images, labels = splits.test.get_batch(chosen)
+    images, _ = splits.test.get_batch(chosen)
     names = [splits.spec.test_files[i] if splits.spec.test_files else str(i) for i in chosen]
-    by_layer = measure(model, card, images)
-    results = next(iter(by_layer.values()), [None])
-    if any(r is None for r in results):
+    measured = measure(model, card, images)
+    if not measured:
         print(f"error: {args.checkpoint} has no attentive layer: nothing to compare with nuclei", file=sys.stderr)
         return 1
-    summary = summarise(results, names)
-    summary["by_layer"] = layer_table(by_layer)
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("per_patch", "by_layer")}, indent=1))
-    print("every attentive layer: mean +- sd of rho over patches; mean of tissue minus background")
-    for name, row in summary["by_layer"].items():
-        gap = row["tissue_minus_background_mean"]
-        print(f"  {name:28s} {row['spearman_mean']:+.3f} +- {row['spearman_std']:.3f}   "
-              f"{'-' if gap is None else f'{gap:+.4f}'}")
-    if args.figure:
-        args.figure.parent.mkdir(parents=True, exist_ok=True)
-        draw(results, names, labels, images, args.figure)
+    sample = f" (a random sample, seed {args.seed})" if len(chosen) < len(splits.test) else ""
+    measured_on = (f"{len(chosen)} of the {len(splits.test)} test patches of {card['dataset']['name']}{sample}, "
+                   "identity transform")
+    command = "python -m benchmarks.attention_on_nuclei " + shlex.join(sys.argv[1:] if argv is None else argv)
+    entry = card_entry(measured, measured_on, command)
+    print(measured_on)
+    print_summary(entry["readings"])
     if args.per_patch:
-        args.per_patch.parent.mkdir(parents=True, exist_ok=True)
-        with args.per_patch.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(summary["per_patch"][0]))
-            writer.writeheader()
-            writer.writerows(summary["per_patch"])
+        write_rows(args.per_patch, names, measured)
     if args.write_card:
-        summary = {key: value for key, value in summary.items() if key != "per_patch"}
-        sample = f" (a random sample, seed {args.seed})" if len(results) < len(splits.test) else ""
-        summary["measured_on"] = (f"{len(results)} of the {len(splits.test)} test patches of {card['dataset']['name']}"
-                                  f"{sample}, identity transform")
-        summary["command"] = "python -m benchmarks.attention_on_nuclei " + shlex.join(sys.argv[1:] if argv is None
-                                                                                         else argv)
-        save_checkpoint(model, args.checkpoint, {**card, "attention_on_nuclei": summary})
+        save_checkpoint(model, args.checkpoint, {**card, "attention_on_nuclei": entry})
+        print(f"wrote the card of {args.checkpoint}; its sha256 changed: re-record its test predictions "
+              f"(python -m benchmarks.pcam_test_record {args.checkpoint.stem})")
     return 0
 
 
