@@ -19,7 +19,7 @@ from ..analysis.images import to_channels
 from .arrows import ArrowField, PanelMosaic, arrow_polygons
 
 __all__ = ["render_map_png", "render_map_row_png", "render_map_grid_png", "MapRow", "render_arrow_field_png",
-           "render_arrow_fields_png", "png_bytes", "ORIENTATION_COLOURS"]
+           "render_arrow_fields_png", "draw_arrow_panel", "png_bytes", "ORIENTATION_COLOURS"]
 
 # One colour per orientation (tab10 without grey); mirrored ones are also drawn hollow.
 ORIENTATION_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22")
@@ -84,6 +84,32 @@ def _compound_path(polygons: np.ndarray) -> Path:
     return Path(polygons.reshape(-1, 2), codes)
 
 
+def _add_arrows(ax, field: ArrowField, panels: list[tuple[int, tuple[int, int]]]) -> None:
+    """The arrows of transforms t at origins (top, left) of ``ax``'s data: one compound path per orientation.
+
+    Solid arrows are rotations, hollow ones mirrored orientations. The caller sets the limits.
+    """
+    for h in range(len(field.directions)):
+        polygons = np.concatenate([arrow_polygons(field, t, h, origin) for t, origin in panels])
+        if not len(polygons):
+            continue
+        colour = ORIENTATION_COLOURS[int(field.orientation_ids[h]) % len(ORIENTATION_COLOURS)]
+        style = (dict(facecolor="none", edgecolor=colour, linewidth=0.8) if field.mirrored[h]
+                 else dict(facecolor=colour, edgecolor="none"))
+        # add_artist, not add_patch: the limits are set by the caller, and add_patch would walk every vertex for them.
+        ax.add_artist(PathPatch(_compound_path(polygons), **style))
+
+
+def draw_arrow_panel(ax, field: ArrowField, transform: int, image: np.ndarray | None) -> None:
+    """One transform's arrows over its faded image ``(C, X, Y)`` (or white), filling ``ax``; no title."""
+    size = field.image_size
+    _background(ax, image, faded=True)
+    _add_arrows(ax, field, [(transform, (0, 0))])
+    ax.set_xlim(-0.5, size - 0.5)
+    ax.set_ylim(size - 0.5, -0.5)  # rows grow downwards, as in the image
+    ax.set_axis_off()
+
+
 def render_arrow_fields_png(
     field: ArrowField, images: list[np.ndarray | None], titles: list[str], transforms: list[int] | None = None, *,
     columns: int = 4, inches: float = 3.0, dpi: int = 90,
@@ -111,15 +137,7 @@ def render_arrow_fields_png(
     fig = Figure(figsize=(inches * mosaic.width / size, inches * mosaic.height / size))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.imshow(mosaic.background(images), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
-    for h in range(len(field.directions)):
-        polygons = np.concatenate([arrow_polygons(field, t, h, mosaic.origins[p]) for p, t in enumerate(transforms)])
-        if not len(polygons):
-            continue
-        colour = ORIENTATION_COLOURS[int(field.orientation_ids[h]) % len(ORIENTATION_COLOURS)]
-        style = (dict(facecolor="none", edgecolor=colour, linewidth=0.8) if field.mirrored[h]
-                 else dict(facecolor=colour, edgecolor="none"))
-        # add_artist, not add_patch: the limits are set below, and add_patch would walk every vertex for them.
-        ax.add_artist(PathPatch(_compound_path(polygons), **style))
+    _add_arrows(ax, field, [(t, mosaic.origins[p]) for p, t in enumerate(transforms)])
     for (top, left), title in zip(mosaic.origins, titles, strict=True):
         ax.text(left + size / 2, top - mosaic.band * 0.2, title, ha="center", va="bottom", fontsize=9)
     ax.set_xlim(-0.5, mosaic.width - 0.5)
