@@ -43,6 +43,7 @@ from models.stain import NUCLEI_HAEMATOXYLIN, TISSUE_OD
 from training.data import load_dataset
 
 COMPOSITE = "composite"
+PROGRESS_EVERY = 128  # patches between progress lines
 RESAMPLES, BOOTSTRAP_SEED = 2000, 0
 INTERVAL = (f"95 % percentile bootstrap over patches ({RESAMPLES} resamples, seed {BOOTSTRAP_SEED}); "
             "sd with ddof 1; n = patches where the number is defined")
@@ -203,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=0, help="a seeded random sample of this many test patches "
                         "(default: all)")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: beside a training run, a second thread mostly waits)")
     parser.add_argument("--write-card", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -216,7 +218,15 @@ def main(argv: list[str] | None = None) -> int:
         chosen = np.sort(np.random.default_rng(args.seed).choice(chosen, args.count, replace=False))
     images, _ = splits.test.get_batch(chosen)
     names = [splits.spec.test_files[i] if splits.spec.test_files else str(i) for i in chosen]
-    measured = measure(model, card, images)
+    measured: dict[str, dict[str, np.ndarray]] = {}
+    for first in range(0, len(images), PROGRESS_EVERY):
+        # Pieces, so that a long run beside training says how far it got.
+        piece = measure(model, card, images[first:first + PROGRESS_EVERY])
+        for reading, by_layer in piece.items():
+            for name, numbers in by_layer.items():
+                done = measured.setdefault(reading, {}).get(name)
+                measured[reading][name] = numbers if done is None else np.concatenate([done, numbers])
+        print(f"{min(first + PROGRESS_EVERY, len(images))} of {len(images)} patches", file=sys.stderr, flush=True)
     if not measured:
         print(f"error: {args.checkpoint} has no attentive layer: nothing to compare with nuclei", file=sys.stderr)
         return 1

@@ -19,7 +19,12 @@ Required fields:
 * ``equivariance_error``: a dict, or null where it was not measured.
 
 Optional: ``notes`` (list of str), ``source`` (str), ``parameters`` (int), ``training``, ``table1`` and
-``attention_on_nuclei`` (dicts).
+``attention_on_nuclei`` (dicts). ``attention_on_nuclei`` (``benchmarks/attention_on_nuclei.py``) holds under
+``readings`` one entry per reading (``kept``, ``removed``, ``spatial``, ``composite``), each with ``what``,
+``summary_of`` (the layer its ``summary`` is of) and ``summary``, the layer readings also ``by_layer``; every
+summary maps a number (``spearman``, ``tissue_minus_background``, ...) to its ``mean``, ``low``, ``high``, ``sd``,
+``median``, ``share_positive`` and ``n`` over patches. Cards measured before the readings (retired ones) keep
+the older single-reading summary.
 """
 
 from __future__ import annotations

@@ -1,12 +1,28 @@
 """Attention against nuclei (the paper's Fig. 5 claim, per patch): rank correlation, tissue and background."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from test_app_compute import calibrated, card_for
 
+import models
 from app.analysis.compute import analyse
-from app.analysis.nuclei import MIN_BACKGROUND, attention_on_nuclei, spearman
-from models.stain import _box_mean, hed_to_rgb, region_tissue_mask, tissue_mask
+from app.analysis.images import fit_to_model, read_image
+from app.analysis.nuclei import (
+    MIN_BACKGROUND,
+    MIN_NUCLEI,
+    NUMBERS,
+    PatchStains,
+    attention_on_nuclei,
+    map_numbers,
+    spearman,
+)
+from models import save_checkpoint
+from models.stain import _box_mean, hed_to_rgb, nuclei_mask, region_tissue_mask, tissue_mask
+
+SHIPPED_PCAM = "checkpoints/fa_p4m_densenet_pcam.safetensors"
 
 
 def spearman_slow(a, b):
@@ -95,41 +111,133 @@ def test_slow_definition_agrees_on_a_real_map(analysed):
     assert spearman(a, h) == pytest.approx(spearman_slow(a, h), abs=1e-12)
 
 
-def test_test_set_summary_counts_only_patches_with_tissue_and_background():
-    from app.analysis.nuclei import NucleiAttention
-    from benchmarks.attention_on_nuclei import layer_table, summarise
+def test_nuclei_mask_finds_a_haematoxylin_disc_on_eosin_tissue_and_nothing_on_glass():
+    size = 96
+    rows, cols = np.mgrid[:size, :size]
+    distance = np.hypot(rows - 48, cols - 60)
+    disc = distance < 12
+    hed = np.zeros((size, size, 3))
+    hed[:, 24:, 1] = 0.35  # eosin-pink tissue right of a glass strip 24 pixels wide
+    hed[disc, 0] = 0.9  # a haematoxylin-blue nucleus in it
+    rgb = np.clip(hed_to_rgb(hed), 0, 255)
+    mask = nuclei_mask(rgb)
+    assert not mask[:, :24].any(), "nothing on glass"
+    assert not mask[distance > 13.5].any(), "nothing on the pink stroma beyond the 3 x 3 mean's one-pixel reach"
+    assert mask[disc].mean() > 0.9, "most of the disc"
+    stains = PatchStains.of((rgb / 255).transpose(2, 0, 1))
+    np.testing.assert_array_equal(stains.nuclei, mask)
+    assert not (stains.stroma & disc).any() and stains.stroma[:, 36:][distance[:, 36:] > 13.5].all()
 
-    empty = np.zeros((2, 2))
-    results = [NucleiAttention("c1", rho, tissue, background, 0.5, empty, empty, empty.astype(bool))
-               for rho, tissue, background in ((0.2, 0.7, 0.6), (-0.1, 0.7, None), (0.5, 0.7, 0.8), (0.2, None, 0.9))]
-    summary = summarise(results[:3], ["a", "b", "c"])
-    assert summary["spearman_with_haematoxylin"]["mean"] == pytest.approx(0.2)
-    assert summary["spearman_with_haematoxylin"]["std"] == pytest.approx(0.3)
-    assert summary["share_positive"] == pytest.approx(2 / 3)
-    gap = summary["tissue_minus_background"]
-    assert gap["count"] == 2 and gap["mean"] == pytest.approx(0.0)
-    assert [p["file"] for p in summary["per_patch"]] == ["a", "b", "c"]
-    # The fourth patch is glass only (no tissue): it has no tissue-minus-background gap.
-    assert layer_table({"c1": results})["c1"]["tissue_minus_background_mean"] == pytest.approx(0.0)
-    assert summarise(results, list("abcd"))["tissue_minus_background"]["count"] == 2
+
+def test_map_numbers_are_the_means_of_their_definitions():
+    patch = he_patch()  # glass left, stroma right, nuclei in it
+    stains = PatchStains.of(patch)
+    values = np.random.default_rng(0).random((96, 96)) + 0.1 * stains.nuclei
+    numbers = map_numbers(stains, values)
+    gap = values[stains.tissue].mean() - values[~stains.tissue].mean()
+    nuclei = values[stains.nuclei].mean() - values[stains.tissue & ~stains.nuclei].mean()
+    assert numbers["tissue_minus_background"] == pytest.approx(gap, abs=1e-12)
+    assert numbers["nuclei_minus_stroma"] == pytest.approx(nuclei, abs=1e-12)
+    assert numbers["nuclei_minus_stroma"] > 0.05, "the map was raised by 0.1 on nuclei"
+    assert numbers["nuclei_minus_stroma_relative"] == pytest.approx(nuclei / values.mean(), abs=1e-12)
+    assert numbers["spearman"] == pytest.approx(spearman(values, stains.haematoxylin), abs=1e-12)
+    assert list(numbers) == list(NUMBERS)
+    all_tissue = PatchStains.of(he_patch(glass_columns=0))
+    assert np.isnan(map_numbers(all_tissue, values)["tissue_minus_background"]), "no background to compare with"
+    glass = PatchStains.of(np.full((3, 96, 96), 0.97, np.float32))
+    assert np.isnan(map_numbers(glass, values)["nuclei_minus_stroma"]), f"less than {MIN_NUCLEI:.0%} nuclei"
 
 
-def test_the_test_set_measure_equals_the_apps_on_every_layer():
-    # The benchmark runs only the image as given, several patches per pass; the app analyses all eight
-    # transforms of one. Same maps and numbers to round-off, in every attentive layer, across batch boundaries.
+def test_summary_has_an_interval_around_the_mean_and_skips_undefined_patches():
+    from benchmarks.attention_on_nuclei import RESAMPLES, summarise
+
+    values = np.array([0.2, -0.1, 0.5, np.nan, 0.2])
+    summary = summarise(values)
+    assert summary["n"] == 4 and summary["mean"] == pytest.approx(0.2)
+    assert summary["sd"] == pytest.approx(np.std([0.2, -0.1, 0.5, 0.2], ddof=1), rel=1e-5)
+    assert summary["share_positive"] == pytest.approx(0.75) and summary["median"] == pytest.approx(0.2)
+    assert summary["low"] < summary["mean"] < summary["high"]
+    assert -0.1 <= summary["low"] and summary["high"] <= 0.5, "means of resamples lie within the values"
+    assert summarise(values) == summary, "seeded: the same interval every run"
+    mirrored = summarise(-values)
+    assert (mirrored["low"], mirrored["high"]) == pytest.approx((-summary["high"], -summary["low"]), abs=1e-9)
+    assert summarise(np.array([np.nan]))["n"] == 0 and summarise(np.array([np.nan]))["mean"] is None
+    assert RESAMPLES >= 1000
+
+
+@pytest.fixture(scope="module")
+def shipped_measure():
+    """The benchmark's numbers for the shipped H&E model on three gallery patches, two per forward pass."""
     from benchmarks.attention_on_nuclei import measure
 
-    model, card = calibrated("fa_p4m_densenet"), card_for("fa_p4m_densenet")
-    images = np.stack([he_patch(seed=seed, glass_columns=10 * seed) for seed in range(3)])
-    by_layer = measure(model, card, images, batch=2)
-    assert len(by_layer) > 1
+    model, card = models.load_checkpoint(SHIPPED_PCAM)
+    images = np.stack([fit_to_model(read_image(path.read_bytes()), 96, 3).pixels
+                       for path in sorted(Path("app/gallery").glob("pcam_*.jpg"))[:3]])
+    return model, card, images, measure(model, card, images, batch=2)
+
+
+def test_kept_and_removed_rank_exactly_opposite_and_the_lifting_layer_reads_the_same_in_removed_and_spatial(
+        shipped_measure):
+    _, _, images, measured = shipped_measure
+    assert list(measured) == ["kept", "removed", "spatial", "composite"]
+    assert list(measured["composite"]) == ["composite"]
+    layers = list(measured["kept"])
+    assert len(layers) == 11 and layers[0] == "c1"
+    spearman_column = NUMBERS.index("spearman")
+    for name in layers:
+        kept, removed = measured["kept"][name], measured["removed"][name]
+        assert kept.shape == (len(images), len(NUMBERS))
+        np.testing.assert_allclose(kept[:, spearman_column], -removed[:, spearman_column], rtol=0, atol=1e-12,
+                                   err_msg=name)
+        for number in ("tissue_minus_background", "nuclei_minus_stroma"):
+            column = NUMBERS.index(number)
+            np.testing.assert_allclose(kept[:, column], -removed[:, column], rtol=0, atol=1e-12, err_msg=name)
+    # The lifting layer's alpha- is alpha_s times one positive number per patch (the mean of its channel part).
+    np.testing.assert_allclose(measured["spatial"]["c1"][:, spearman_column],
+                               measured["removed"]["c1"][:, spearman_column], rtol=0, atol=1e-12)
+    assert np.isfinite(measured["composite"]["composite"][:, spearman_column]).all()
+
+
+def test_the_benchmarks_kept_reading_is_the_apps_measure(shipped_measure):
+    # The benchmark runs only the image as given, several per pass, in float64; the app analyses all eight
+    # transforms of one in float32. The same numbers to float32 round-off.
+    model, card, images, measured = shipped_measure
+    column = {name: NUMBERS.index(name) for name in NUMBERS}
     for i, image in enumerate(images):
         analysis = analyse(model, card, image)
-        assert list(by_layer) == list(analysis.attention)
-        for name, results in by_layer.items():
-            expected, got = attention_on_nuclei(analysis, layer=name), results[i]
-            np.testing.assert_allclose(got.attention, expected.attention, atol=1e-5, err_msg=name)
-            if name == "c1":  # deeper maps, stretched from a few pixels, are near-ties whose ranks round-off decides
-                assert got.spearman == pytest.approx(expected.spearman, abs=1e-4)
-            assert got.tissue_mean == pytest.approx(expected.tissue_mean, abs=1e-5), name
-            assert (got.background_mean is None) == (expected.background_mean is None), name
+        assert list(measured["kept"]) == list(analysis.attention)
+        for name in ("c1", "block_layers.0.conv"):
+            app, ours = attention_on_nuclei(analysis, layer=name), measured["kept"][name][i]
+            assert ours[column["spearman"]] == pytest.approx(app.spearman, abs=1e-4), name
+            if app.background_mean is not None:
+                assert ours[column["tissue_minus_background"]] == pytest.approx(
+                    app.tissue_mean - app.background_mean, abs=1e-5)
+            if app.nuclei_mean is not None:
+                assert ours[column["nuclei_minus_stroma"]] == pytest.approx(app.nuclei_mean - app.stroma_mean,
+                                                                           abs=1e-5)
+        composite = analysis.composite.maps[0].sum(axis=0)  # float32 in the app: near-ties may rank otherwise
+        expected = spearman(composite, PatchStains.of(image).haematoxylin)
+        assert measured["composite"]["composite"][i, column["spearman"]] == pytest.approx(expected, abs=1e-3)
+
+
+def test_the_card_entry_round_trips_through_a_checkpoint_and_the_page_reads_it(shipped_measure, tmp_path):
+    from app.ui.views import card_nuclei_summary
+    from benchmarks.attention_on_nuclei import card_entry
+
+    model, card, _, measured = shipped_measure
+    entry = card_entry(measured, "3 gallery patches", "python -m benchmarks.attention_on_nuclei x")
+    assert set(entry["readings"]) == {"kept", "removed", "spatial", "composite"}
+    kept = entry["readings"]["kept"]
+    assert kept["summary_of"] == "c1" and kept["summary"] == kept["by_layer"]["c1"]
+    assert list(kept["by_layer"]) == entry["layers"] and entry["first_layer"] == "c1" and entry["patches"] == 3
+    assert "by_layer" not in entry["readings"]["composite"]
+    assert entry["readings"]["removed"]["summary"]["spearman"]["mean"] == pytest.approx(
+        -kept["summary"]["spearman"]["mean"], abs=1e-9)
+    path = tmp_path / "model.safetensors"
+    save_checkpoint(model, path, {**card, "attention_on_nuclei": entry})
+    _, loaded = models.load_checkpoint(path)
+    assert loaded["attention_on_nuclei"] == json.loads(json.dumps(entry))
+    text = card_nuclei_summary(loaded, "spatial")
+    spatial = entry["readings"]["spatial"]["summary"]["spearman"]
+    assert "spatial" in text and f"{spatial['mean']:+.2f} [{spatial['low']:+.2f}, {spatial['high']:+.2f}]" in text
+    assert card_nuclei_summary({"attention_on_nuclei": {"spearman_with_haematoxylin": {}}}, "kept") == ""

@@ -96,8 +96,15 @@ def test_card_is_complete(path):
         assert len(card["dataset"]["test_files"]) == card["dataset"]["splits"]["test"]
     if card["dataset"]["name"] == "pcam_public" and card["config"].get("attention", "none") != "none":
         nuclei = card["attention_on_nuclei"]
-        assert nuclei["patches"] == card["dataset"]["splits"]["test"]
-        assert nuclei["spearman_with_haematoxylin"]["std"] > 0 and len(nuclei["by_layer"]) > 1
+        assert nuclei["patches"] == card["dataset"]["splits"]["test"] and "1944 of the 1944" in nuclei["measured_on"]
+        assert set(nuclei["readings"]) == {"kept", "removed", "spatial", "composite"}
+        kept, removed = nuclei["readings"]["kept"], nuclei["readings"]["removed"]
+        assert list(kept["by_layer"]) == nuclei["layers"] and len(nuclei["layers"]) > 1
+        for name, row in kept["by_layer"].items():  # kept = 1 - removed: exactly opposite ranks, patch by patch
+            rho, opposite = row["spearman"], removed["by_layer"][name]["spearman"]
+            assert rho["n"] == nuclei["patches"] and rho["sd"] > 0
+            assert rho["mean"] == pytest.approx(-opposite["mean"], abs=1e-6), name
+            assert rho["low"] <= rho["mean"] <= rho["high"], name
 
 
 ROT_MNIST = [path for path in SHIPPED if path.stem.endswith("_rot_mnist")]

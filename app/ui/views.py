@@ -403,18 +403,27 @@ def show_true_label(card: dict, analysis: Analysis, true_label: str | None) -> N
         st.caption("Gallery PCam patches come from PCam's test split: no shipped model trained on them.")
 
 
-def card_nuclei_summary(card: dict) -> str:
-    """The card's test-set summary of attention against nuclei, one sentence; empty where the card has none."""
-    summary = card.get("attention_on_nuclei")
-    if not isinstance(summary, dict):
+def card_nuclei_summary(card: dict, reading: str = "kept") -> str:
+    """The card's test-set summary of the first attentive layer against nuclei in ``reading``, in words; empty
+    where the card has none (or only the single-reading summary that cards had before the readings)."""
+    readings = (card.get("attention_on_nuclei") or {}).get("readings")
+    if not isinstance(readings, dict) or reading not in readings:
         return ""
-    rho = summary["spearman_with_haematoxylin"]
-    gap = summary["tissue_minus_background"]
-    text = (f"Over the {summary['patches']} test patches: ρ = {rho['mean']:+.2f} ± {rho['std']:.2f} (mean ± sd), "
-            f"positive on {100 * summary['share_positive']:.0f} % of them")
-    if gap.get("count"):
-        text += (f"; on the {gap['count']} patches with background, attention on tissue minus on background "
-                 f"{gap['mean']:+.3f} ± {gap['std'] or 0:.3f}")
+    entry = readings[reading]
+    numbers, patches = entry["summary"], card["attention_on_nuclei"]["patches"]
+
+    def interval(name: str, digits: int) -> str:
+        s = numbers[name]
+        return f"{s['mean']:+.{digits}f} [{s['low']:+.{digits}f}, {s['high']:+.{digits}f}]"
+
+    rho, gap, nuclei = numbers["spearman"], numbers["tissue_minus_background"], numbers["nuclei_minus_stroma"]
+    text = (f"Over the {patches} test patches, {entry['summary_of']} in the {reading} reading: ρ = "
+            f"{interval('spearman', 2)} (mean, 95 % interval; sd {rho['sd']:.2f}), positive on "
+            f"{100 * rho['share_positive']:.0f} % of them")
+    if gap["n"]:
+        text += f"; tissue minus background {interval('tissue_minus_background', 3)} ({gap['n']} patches with glass)"
+    if nuclei["n"]:
+        text += f"; nuclei minus the rest of the tissue {interval('nuclei_minus_stroma', 3)} ({nuclei['n']} patches)"
     return text + "."
 
 
@@ -424,12 +433,15 @@ def show_nuclei(card: dict, analysis: Analysis) -> None:
     if result is None:
         st.info("This model has no attentive layer (or the image is not RGB): nothing to compare with nuclei.")
         return
+    reading = analysis.attention[result.layer].selection.reading
     st.plotly_chart(nuclei_figure(analysis.images[0], result.haematoxylin, result.attention, result.tissue,
-                                  ["the patch", "haematoxylin (nuclei)", f"{result.layer} attention",
+                                  ["the patch", "haematoxylin (nuclei)", f"{result.layer} attention ({reading})",
                                    "attention on tissue only"]),
                     key="nuclei", config={"displaylogo": False})
     st.write(result.text)
-    st.caption("The paper (Fig. 5): the network learns to focus on the nuclei of the cells and to remove "
-               "background. Haematoxylin by colour deconvolution (Ruifrok & Johnston); tissue: largest optical "
-               "density above 0.15 on average over 11 x 11 pixels (glass, lumens and fat are background). "
-               + card_nuclei_summary(card))
+    st.caption(f"Attention here: {analysis.attention[result.layer].description} The paper (Fig. 5): the "
+               "network learns to focus on the nuclei of the cells and to remove background; its figures draw "
+               "alpha_s, the factor of what a layer removes. Haematoxylin by colour deconvolution (Ruifrok & "
+               "Johnston); tissue: largest optical density above 0.15 on average over 11 x 11 pixels (glass, lumens "
+               "and fat are background); nuclei: tissue whose 3 x 3 mean haematoxylin exceeds 0.35. "
+               + card_nuclei_summary(card, reading))
