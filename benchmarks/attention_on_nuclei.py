@@ -2,6 +2,7 @@
 
     python -m benchmarks.attention_on_nuclei checkpoints/fa_p4m_densenet_pcam.safetensors \
         [--data-dir ../shared/data/pcam_public] [--per-patch rows.csv] [--count 200 [--seed 0]] [--write-card]
+    python -m benchmarks.attention_on_nuclei checkpoints/fa_p4m_densenet_pcam.safetensors --table
 
 For every test patch of the card's dataset (its ``test`` split, as its reader gives it), one forward pass gives
 every attentive layer's maps in three readings (:data:`models.attention.parts.READINGS`): ``kept`` (alpha+ =
@@ -18,13 +19,15 @@ layer and the composite per reading; ``--per-patch`` writes one CSV row per patc
 ``--write-card`` stores every layer's table in the checkpoint's card (``attention_on_nuclei``), weights
 unchanged. The card's bytes change with it, so re-record the checkpoint's test predictions afterwards
 (``python -m benchmarks.pcam_test_record STEM``), which bind it by sha256. Beside a two-thread training run all
-1,944 patches take several minutes; ``--count`` measures a seeded random sample.
+1,944 patches take several minutes (about 50 beside this project's sweep); ``--count`` measures a seeded random
+sample. ``--table`` prints the markdown tables of docs/pathology.md from the card.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import shlex
 import sys
@@ -181,6 +184,44 @@ def print_summary(readings: dict) -> None:
         print(f"  {name:22s} " + "   ".join(cells))
 
 
+def _cell(summary: dict, digits: int) -> str:
+    if summary["mean"] is None:
+        return "-"
+    return f"{summary['mean']:+.{digits}f} [{summary['low']:+.{digits}f}, {summary['high']:+.{digits}f}]"
+
+
+def markdown_tables(entry: dict, layers: int = 3) -> str:
+    """docs/pathology.md's Fig. 5 tables from a card's ``attention_on_nuclei``: the first ``layers`` layers in
+    each reading and the composite, every number; then every layer's rank correlation per reading."""
+    readings, n = entry["readings"], entry["patches"]
+    digits = {"spearman": 3, "tissue_minus_background": 4, "nuclei_minus_stroma": 4}
+    lines = [f"| map ({n} test patches; mean [95 % interval]) | ρ with haematoxylin | share ρ > 0 | "
+             "tissue - glass | relative | nuclei - stroma | relative |", "|---|---|---|---|---|---|---|"]
+    maps = [(name, reading) for name in entry["layers"][:layers] for reading in ("kept", "removed", "spatial")
+            if name in readings.get(reading, {}).get("by_layer", {})]
+    for name, reading in [*maps, (COMPOSITE, COMPOSITE)]:
+        row = readings[reading]["summary"] if reading == COMPOSITE else readings[reading]["by_layer"][name]
+        scale = 2 if reading == COMPOSITE else None  # the composite is near 1e-4: absolute means in scientific form
+        cells = [_cell(row["spearman"], 3), f"{100 * row['spearman']['share_positive']:.0f} %"]
+        for number in ("tissue_minus_background", "nuclei_minus_stroma"):
+            absolute = row[number]
+            cells.append(f"{absolute['mean']:+.{scale}e}" if scale and absolute["mean"] is not None
+                         else _cell(absolute, digits[number]))
+            cells.append(_cell(row[f"{number}_relative"], 3))
+        label = "composite (Σ orientations)" if reading == COMPOSITE else f"`{name}` {reading}"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| layer | ρ kept (= - ρ removed) | ρ spatial | nuclei - stroma relative, kept | removed | spatial |",
+              "|---|---|---|---|---|---|"]
+    for name in entry["layers"]:
+        rows = {r: readings[r]["by_layer"].get(name) for r in ("kept", "removed", "spatial") if r in readings}
+        cells = [_cell(rows["kept"]["spearman"], 3),
+                 _cell(rows["spatial"]["spearman"], 3) if rows.get("spatial") else "-"]
+        cells += [_cell(rows[r]["nuclei_minus_stroma_relative"], 3) if rows.get(r) else "-"
+                  for r in ("kept", "removed", "spatial")]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_rows(path: Path, names: list[str], measured: dict[str, dict[str, np.ndarray]]) -> None:
     """One CSV row per patch: the first layer's numbers in each reading, and the composite's."""
     columns, blocks = ["file"], []
@@ -207,7 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: beside a training run, a second thread mostly waits)")
     parser.add_argument("--write-card", action="store_true")
+    parser.add_argument("--table", action="store_true",
+                        help="print docs/pathology.md's Fig. 5 tables from the card's measurement, measure nothing")
     args = parser.parse_args(argv)
+    if args.table:
+        from models.checkpoint import card_path
+
+        print(markdown_tables(json.loads(card_path(args.checkpoint).read_text())["attention_on_nuclei"]))
+        return 0
     torch.set_num_threads(args.threads)
     retain_freed_memory()  # as the app: every batch reuses the last one's pages
     model, card = load_checkpoint(args.checkpoint)
