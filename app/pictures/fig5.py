@@ -84,8 +84,8 @@ def fig5_rows(model, card: dict, images: list[np.ndarray], titles: list[str],
     for image, title in zip(images, titles, strict=True):
         analysis = analyse(model, card, image)
         if analysis.composite is None:
-            raise ValueError(f"{card['arch']} has no spatial attention (or no group): the paper's composite, "
-                             "and so Fig. 5, does not exist for it")
+            raise ValueError(f"{getattr(model, 'arch', 'this model')} has no spatial attention (or no group): the "
+                             "paper's composite, and so Fig. 5, does not exist for it")
         shown = tuple(t for t in transforms if t < len(analysis.elements))
         composite = analysis.composite.maps[list(shown)].sum(axis=1)  # (K, G, S, S) -> (K, S, S)
         # Arrows of the logarithm: the composite is a product, and near the padded edges it is orders of magnitude
