@@ -18,9 +18,9 @@ resamples, seeded), sd, median, share positive and count (patches where it is de
 layer and the composite per reading; ``--per-patch`` writes one CSV row per patch (first layer and composite);
 ``--write-card`` stores every layer's table in the checkpoint's card (``attention_on_nuclei``), weights
 unchanged. The card's bytes change with it, so re-record the checkpoint's test predictions afterwards
-(``python -m benchmarks.pcam_test_record STEM``), which bind it by sha256. Beside a two-thread training run all
-1,944 patches take several minutes (about 50 beside this project's sweep); ``--count`` measures a seeded random
-sample. ``--table`` prints the markdown tables of docs/pathology.md from the card.
+(``python -m benchmarks.pcam_test_record STEM``), which bind it by sha256. All 1,944 patches take about 8
+minutes on one thread beside a two-thread training run; ``--count`` measures a seeded random sample. ``--table``
+prints the markdown tables of docs/pathology.md from the card.
 """
 
 from __future__ import annotations
