@@ -23,7 +23,8 @@ Optional: ``notes`` (list of str), ``source`` (str), ``parameters`` (int), ``tra
 ``readings`` one entry per reading (``kept``, ``removed``, ``spatial``, ``composite``), each with ``what``,
 ``summary_of`` (the layer its ``summary`` is of) and ``summary``, the layer readings also ``by_layer``; every
 summary maps a number (``spearman``, ``tissue_minus_background``, ...) to its ``mean``, ``low``, ``high``, ``sd``,
-``median``, ``share_positive`` and ``n`` over patches. Cards measured before the readings (retired ones) keep
+``median``, ``share_positive`` and ``n`` over patches; ``layers`` lists the layers in forward order (the card's
+JSON sorts keys). Cards measured before the readings (retired ones) keep
 the older single-reading summary.
 """
 

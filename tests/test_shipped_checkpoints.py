@@ -99,7 +99,9 @@ def test_card_is_complete(path):
         assert nuclei["patches"] == card["dataset"]["splits"]["test"] and "1944 of the 1944" in nuclei["measured_on"]
         assert set(nuclei["readings"]) == {"kept", "removed", "spatial", "composite"}
         kept, removed = nuclei["readings"]["kept"], nuclei["readings"]["removed"]
-        assert list(kept["by_layer"]) == nuclei["layers"] and len(nuclei["layers"]) > 1
+        # The card's JSON sorts keys: "layers" keeps the forward order.
+        assert set(kept["by_layer"]) == set(nuclei["layers"]) and len(nuclei["layers"]) > 1
+        assert nuclei["layers"][0] == nuclei["first_layer"] == kept["summary_of"] == "c1"
         for name, row in kept["by_layer"].items():  # kept = 1 - removed: exactly opposite ranks, patch by patch
             rho, opposite = row["spearman"], removed["by_layer"][name]["spearman"]
             assert rho["n"] == nuclei["patches"] and rho["sd"] > 0
