@@ -143,7 +143,7 @@ def main() -> None:
     readings = page_readings(model)
     left, right = st.columns([1, 3.2])
     with right:
-        pick_reading, pick_layer, pick_channel, pick_orientation = st.columns([2.2, 1.8, 1, 1])
+        pick_reading, pick_layer, pick_channel, pick_orientation = st.columns([2.8, 1.8, 1, 1])
         reading = reading_ui(readings, pick_reading)
     selections = layer_selections(readings, reading) if reading else {}
     with st.spinner(f"Analysing the image with {loaded.name}: every group transform, every layer ..."):

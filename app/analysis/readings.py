@@ -36,11 +36,12 @@ __all__ = ["COMPOSITE", "PAGE_READINGS", "LABELS", "BRIGHT", "COLOUR_TITLES", "D
 
 COMPOSITE = "composite"
 PAGE_READINGS = ("kept", "removed", "spatial", COMPOSITE)
+# The symbol first: a narrow picker cuts a label's end, and the symbol is what the captions and the paper name.
 LABELS = {
-    "kept": "What the network keeps (α⁺ = 1 − α_c·α_s)",
-    "removed": "What it removes (α⁻ = α_c·α_s = 1 − α⁺)",
-    "spatial": "Where it removes, as the paper's figures draw it (α_s)",
-    COMPOSITE: "The paper's composite over layers (∏ α_s)",
+    "kept": "α⁺: what the network keeps (1 − α_c·α_s)",
+    "removed": "α⁻: what it removes (α_c·α_s = 1 − α⁺)",
+    "spatial": "α_s: where it removes, as the paper's figures draw it",
+    COMPOSITE: "∏ α_s: the paper's composite over layers",
 }
 BRIGHT = {
     "kept": "Bright: the layer keeps more of its input here (α⁺, what it multiplies by).",

@@ -177,7 +177,8 @@ def _outline(mask: np.ndarray, panel: int) -> dict:
     """The boundary of a bool ``(S, S)`` mask as a line: the contour at 0.5 between pixels in and out."""
     return dict(type="contour", z=mask.astype(np.uint8), xaxis=_axis("x", panel), yaxis=_axis("y", panel),
                 autocontour=False, contours=dict(start=0.5, end=0.5, size=1, coloring="none"),
-                line=dict(color=OUTLINE_COLOUR, width=1), showscale=False, hoverinfo="skip")
+                line=dict(color=OUTLINE_COLOUR, width=1), showscale=False, showlegend=False,
+                hoverinfo="skip")
 
 
 def _title_of(layout: dict, panel: int, text: str) -> dict:

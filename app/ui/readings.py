@@ -49,11 +49,16 @@ def show_composite(analysis: Analysis, display: Display, marks: PanelMarks | Non
                      border=border, outlines=outlines, **({"width_px": width_px} if width_px else {}))
     st.plotly_chart(fig, key="maps", config={"displaylogo": False})
     low, high = (float(v) for v in np.percentile(summed.maps, [2, 98]))
+    # The product is as coarse as its coarsest factor: say which, so its blocks are not read as tissue.
+    coarsest = min(analysis.attention.values(), key=lambda layer: layer.maps.shape[-1])
+    side = coarsest.maps.shape[-1]
     caption = (f"**{BRIGHT[COMPOSITE]}** {analysis.composite.description} Each panel is one transform of the "
                f"image (the paper's Fig. 5 shows them side by side): the picture turns with it; its largest "
                f"deviation from the moved picture is {summed.relative_error.max():.1e} of its maximum (the proof "
-               f"tab shows every orientation). Colours: {RANGE_MODES[mode]}; the values' 2nd-98th percentiles are "
-               f"{low:.3g} and {high:.3g}.")
+               f"tab shows every orientation). "
+               + (f"Its coarsest factor, {coarsest.name}, is {side} x {side}: the product is as blocky as that "
+                  "factor, stretched over the image. " if side < size // 4 else "")
+               + f"Colours: {RANGE_MODES[mode]}; the values' 2nd-98th percentiles are {low:.3g} and {high:.3g}.")
     if border and not border_left_out(border, size):
         caption += (" The deepest layers' zero padding reaches every position, so every position sets the colour "
                     "range.")
