@@ -215,7 +215,7 @@ def main() -> None:
             show_ours_against_paper(loaded, entries, image, first, display)
     with tabs["Export"]:
         metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
-                        degrees=degrees, fit=chosen.info.text, layer=layer_key)
+                        degrees=degrees, fit=chosen.info.text, layer=layer_key, reading=reading)
         show_export(current, layer, field, arrow_key, display, zrange, metadata, border)
     with tabs["About the model"]:
         show_about(card)

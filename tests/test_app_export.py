@@ -102,7 +102,7 @@ def test_npz_round_trip(p4_result):
             assert described["shape"] == list(layer.maps.shape) and described["layout"] == layer.layout
     for part in ("positions", "directions", "lengths", "orientation_ids", "mirrored"):
         assert np.array_equal(arrays[f"arrows/{part}"], getattr(field, part))
-    assert metadata["layers"]["attention/c3"]["selection"] == {"channel": 1, "in_orientation": 3}
+    assert metadata["layers"]["attention/c3"]["selection"] == {"channel": 1, "in_orientation": 3, "reading": "kept"}
     assert metadata["arrows"] == {"layer": "c4", "scale": field.scale, "spacing": 4, "image_size": 28}
     assert metadata["element_names"] == list(result.element_names) and metadata["group"] == "p4"
     assert metadata["extra"] == {"model": "a_p4cnn", "image": "random"}

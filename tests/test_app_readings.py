@@ -98,6 +98,7 @@ def test_the_reading_control_changes_maps_captions_and_legend(folder, monkeypatc
     box = reading_box(at)
     assert box.options == [LABELS[r] for r in PAGE_READINGS] and box.value == "spatial", "the paper's reading first"
     assert BRIGHT["spatial"] in " ".join(c.value for c in at.caption)
+    assert "The page starts on α_s, the paper's reading" in " ".join(c.value for c in at.caption), "and says why"
     at = ok(at.sidebar.radio(key="range_mode-other").set_value("full").run())  # the values themselves
     seen = {}
     for reading in ("kept", "removed", "spatial"):

@@ -52,8 +52,8 @@ BRIGHT = {
 }
 COLOUR_TITLES = {"kept": "kept α⁺", "removed": "removed α⁻", "spatial": "α_s", COMPOSITE: "Σ_h ∏ α_s"}
 DEFAULT_WHY = ("The page starts on α_s, the paper's reading: its figures draw it, so the maps compare with them, "
-               "and bright marks where a layer acts on its input. α⁺ is the same information inverted: what "
-               "is not removed, close to 1 almost everywhere.")
+               "and bright marks where a layer acts on its input. α⁺ inverts what is removed: close to 1 almost "
+               "everywhere, brightest where the layer leaves its input alone (on H&E patches, often empty glass).")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,7 @@ from ..analysis.pathology import (
     nuclei_masks,
     scale_bar_microns,
 )
-from ..analysis.readings import BRIGHT, COLOUR_TITLES, COMPOSITE
+from ..analysis.readings import BRIGHT, COLOUR_TITLES, COMPOSITE, DEFAULT_WHY
 from ..analysis.reductions import MapSelection
 from ..pictures.arrows import ARROW_MODES, ArrowField, arrow_field
 from ..pictures.export import export_npz
@@ -243,6 +243,8 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
         caption += _padding_everywhere(border, size, "every position sets the colour range")
     if outlines is not None:
         caption += NUCLEI_OUTLINE
+    if attention and layer.selection.reading == "spatial":
+        caption += " " + DEFAULT_WHY
     st.caption(caption)
 
 
