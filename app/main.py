@@ -26,7 +26,7 @@ from app.analysis.cache import image_digest  # noqa: E402
 from app.analysis.checkpoints import CheckpointError, error_text, list_checkpoints  # noqa: E402
 from app.analysis.compute import Analysis, display_group  # noqa: E402
 from app.analysis.pathology import dataset_name, is_pathology, is_proxy, proxy_statement  # noqa: E402
-from app.analysis.reductions import MEANS  # noqa: E402
+from app.analysis.readings import COMPOSITE, layer_selections, page_readings  # noqa: E402
 from app.analysis.releases import is_release  # noqa: E402
 from app.analysis.transforms import apply_element, rotate_by_angle  # noqa: E402
 from app.analysis.variants import variants_of  # noqa: E402
@@ -35,12 +35,14 @@ from app.ui.boundary import run_page  # noqa: E402
 from app.ui.caches import analysed, analyses, padding_of  # noqa: E402
 from app.ui.comparison import compare, comparison_pair, show_comparison  # noqa: E402
 from app.ui.inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
+from app.ui.readings import reading_ui, show_composite  # noqa: E402
 from app.ui.region_page import region_page  # noqa: E402
 from app.ui.releases_page import show_ours_against_paper  # noqa: E402
 from app.ui.variants_page import variants_page  # noqa: E402
 from app.ui.views import (  # noqa: E402
     arrow_layer_ui,
     display_ui,
+    layer_of,
     layer_ui,
     panel_marks,
     proof_range,
@@ -121,15 +123,16 @@ def main() -> None:
                    "attention looks, per orientation. Rotate or mirror the image in the sidebar: every row turns "
                    "with it.")
     else:
-        st.caption("Each panel shows where the chosen layer attends for one orientation of its filters. Rotate or "
-                   "mirror the image in the sidebar: the panels turn with it and trade places, exactly (the proof "
-                   "tab measures it).")
+        st.caption("Each panel shows the chosen layer's attention for one orientation of its filters, in the "
+                   "reading picked above the maps (what bright means is said under them). Rotate or mirror the "
+                   "image in the sidebar: the panels turn with it and trade places, exactly (the proof tab "
+                   "measures it).")
     chosen = image_ui(card)
     if chosen is None:
         display_ui()
         return
     element, degrees = transform_ui(display_group(model), planar=model.group is None)
-    display = display_ui(is_pathology(card))
+    display = display_ui(is_pathology(card), rgb=card["input"]["channels"] == 3)
     # The user's element first, then the arbitrary rotation; analysed as a new image when the angle is not 0.
     image, first = chosen.pixels, element
     if degrees:
@@ -137,31 +140,42 @@ def main() -> None:
     if view == VARIANTS:
         variants_page(loaded, entries, image, first, display)
         return
-    with st.spinner(f"Analysing the image with {loaded.name}: every group transform, every layer ..."):
-        current, key = analysed(loaded, image, first, {})
-        borders = padding_of(loaded.model_id, loaded)
-
+    readings = page_readings(model)
     left, right = st.columns([1, 3.2])
     with right:
-        pick_layer, pick_channel, pick_orientation = st.columns([2, 1, 1])
-        with pick_layer:
-            layer_key = layer_ui(current, loaded.model_id)
-        kind, name = layer_key.split("/", 1)
-        layer = getattr(current, kind)[name]
-        selection = selection_ui(layer, f"{loaded.model_id}-{name}", pick_channel, pick_orientation)
-    if selection != MEANS:
-        with st.spinner("Reducing the attention for that selection ..."):
-            current, key = analysed(loaded, image, first, {name: selection})
-        layer = current.attention[name]
+        pick_reading, pick_layer, pick_channel, pick_orientation = st.columns([2.8, 1.8, 1, 1])
+        reading = reading_ui(readings, pick_reading)
+    selections = layer_selections(readings, reading) if reading else {}
+    with st.spinner(f"Analysing the image with {loaded.name}: every group transform, every layer ..."):
+        current, key = analysed(loaded, image, first, selections)
+        borders = padding_of(loaded.model_id, loaded)
     size = current.images.shape[-1]
-    border = borders.get(layer_key, 0)
-    zrange = value_range(layer, display, size, border)
     marks = panel_marks(card, size, chosen.microns_per_pixel)
 
+    if reading == COMPOSITE:
+        layer_key, layer = COMPOSITE, current.composite
+        # Every attentive layer is a factor: the widest padding border is the composite's.
+        border = max((b for k, b in borders.items() if k.startswith("attention/")), default=0)
+        with right:
+            zrange = show_composite(current, display, marks, border, MAPS_WIDTH_PX)
+    else:
+        with right:
+            with pick_layer:
+                layer_key = layer_ui(current, loaded.model_id)
+            name = layer_key.split("/", 1)[1]
+            layer = layer_of(current, layer_key)
+            selection = selection_ui(layer, f"{loaded.model_id}-{name}", pick_channel, pick_orientation)
+        if selection != layer.selection:
+            selections = {**selections, name: selection}
+            with st.spinner("Reducing the attention for that selection ..."):
+                current, key = analysed(loaded, image, first, selections)
+            layer = current.attention[name]
+        border = borders.get(layer_key, 0)
+        zrange = value_range(layer, display, size, border)
+        with right:
+            show_maps(current, layer, display, zrange, marks, border, MAPS_WIDTH_PX)
     with left:
         show_summary(card, current, chosen, marks)
-    with right:
-        show_maps(current, layer, display, zrange, marks, border, MAPS_WIDTH_PX)
 
     pathology = is_pathology(card)
     names = ["Arrow field", "Equivariance proof", "Predictions per transform"]
@@ -173,23 +187,24 @@ def main() -> None:
 
     field, arrow_key = None, ""
     with tabs["Arrow field"]:
-        picked = arrow_layer_ui(current, loaded.model_id)
+        picked = arrow_layer_ui(current, loaded.model_id, composite=reading == COMPOSITE)
         if picked is None:
             st.info("No layer of this model has an orientation axis (a planar CNN): no arrows to draw.")
         else:
             arrow_key, mode = picked
-            arrow_kind, arrow_name = arrow_key.split("/", 1)
-            field = show_arrows(current, getattr(current, arrow_kind)[arrow_name], mode, borders.get(arrow_key, 0))
+            arrow_border = border if arrow_key == COMPOSITE else borders.get(arrow_key, 0)
+            field = show_arrows(current, layer_of(current, arrow_key), mode, arrow_border)
     with tabs["Equivariance proof"]:
         show_proof(current, layer, display, proof_range(layer, display, size, border), loaded.model_id)
         if degrees:
-            original, _ = analysed(loaded, chosen.pixels, element, {name: selection} if selection != MEANS else {})
+            original, _ = analysed(loaded, chosen.pixels, element, selections)
             show_angle_deviation(angle_deviation(original, current, degrees))
     with tabs["Predictions per transform"]:
         show_prediction(current)
     if pathology:
         with tabs["Attention on nuclei"]:
-            show_nuclei(card, current)
+            # The tab measures alpha+, as the card's test-set summary beside it does, whatever the maps above show.
+            show_nuclei(card, current if reading in (None, "kept") else analysed(loaded, image, first, {})[0])
         with tabs["Calibration"]:
             show_calibration(card, current)
     if pair:
@@ -200,7 +215,7 @@ def main() -> None:
             show_ours_against_paper(loaded, entries, image, first, display)
     with tabs["Export"]:
         metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
-                        degrees=degrees, fit=chosen.info.text, layer=layer_key)
+                        degrees=degrees, fit=chosen.info.text, layer=layer_key, reading=reading)
         show_export(current, layer, field, arrow_key, display, zrange, metadata, border)
     with tabs["About the model"]:
         show_about(card)

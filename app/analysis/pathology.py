@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from models.stain import nuclei_mask
+
 __all__ = ["PATHOLOGY_DATASETS", "dataset_name", "is_pathology", "is_proxy", "proxy_statement", "centre_region",
-           "model_microns_per_pixel", "scale_bar_microns", "Calibration", "calibration_at"]
+           "model_microns_per_pixel", "scale_bar_microns", "Calibration", "calibration_at", "nuclei_masks"]
 
 # Dataset name (lower case) -> micrometres per pixel of its patches.
 PATHOLOGY_DATASETS = {"he_demo": 1.0, "pcam": 0.972, "pcam_subset": 0.972, "pcam_public": 0.972,
@@ -115,3 +119,10 @@ def calibration_at(card: dict, confidence: float) -> Calibration | None:
     ece = metrics.get("test_ece")
     return Calibration(float(edges[index]), float(edges[index + 1]), None if accuracy is None else float(accuracy),
                        int(curve["count"][index] or 0), None if ece is None else float(ece))
+
+
+def nuclei_masks(images: np.ndarray) -> np.ndarray:
+    """The nuclei of each RGB image, :func:`models.stain.nuclei_mask`: ``(T, 3, S, S)`` in [0, 1] -> bool
+    ``(T, S, S)``. Its windows are centred squares, so the mask of g.x is the mask of x moved by g."""
+    rgb = np.round(np.clip(images, 0.0, 1.0) * 255.0).transpose(0, 2, 3, 1)  # (T, S, S, 3) on 0..255
+    return np.stack([nuclei_mask(image) for image in rgb])

@@ -105,6 +105,7 @@ def map_panels(
     images: np.ndarray, maps: np.ndarray, titles: list[str], *, colorscale: str = "Viridis", opacity: float = 0.6,
     zmin: float = 0.0, zmax: float = 1.0, colour_title: str = "", marks: PanelMarks | None = None,
     columns: int = 4, style: str = "overlay", signed: bool = False, border: int = 0, width_px: int = WIDTH_PX,
+    outlines: np.ndarray | None = None,
 ) -> go.Figure:
     """Panels side by side (rows of ``columns``), each a map over its image or beside it, on one colour scale.
 
@@ -124,6 +125,8 @@ def map_panels(
         border: the padding border in pixels, outlined (dotted) on every map when it is left out
             (:func:`app.analysis.padding.border_left_out`).
         width_px: about the width the figure gets on the page, to keep its panels square.
+        outlines: bool ``(P, S, S)`` (or ``(S, S)`` for every panel): regions outlined by a thin line on each map
+            (nuclei, :func:`app.analysis.pathology.nuclei_masks`), the map left visible inside and out.
     """
     if style not in ("overlay", "side"):
         raise ValueError(f"style must be 'overlay' or 'side', not {style!r}")
@@ -152,6 +155,8 @@ def map_panels(
             data.append(_image(overlay(rgb, maps[p], zmin, zmax, cmap, opacity, signed), slot))
             # Invisible, for the values under the pointer and the colour bar.
             data.append(_heatmap(maps[p], slot, coloraxis="coloraxis", opacity=0.0, hovertemplate=hover))
+        if outlines is not None:
+            data.append(_outline(outlines if outlines.ndim == 2 else outlines[p], slot))
         if marks is not None:
             marks.draw(layout, size, slot)
         if border_left_out(border, size):
@@ -163,6 +168,17 @@ def map_panels(
                                  colorbar=dict(title=dict(text=colour_title, side="right"), thickness=12)),
                   height=rows * (side + 25) + 35, margin=dict(l=0, r=0, t=55, b=0))
     return go.Figure(data=data, layout=layout)
+
+
+OUTLINE_COLOUR = "rgba(255, 255, 255, 0.9)"  # reads on viridis' dark and middle colours and on H&E
+
+
+def _outline(mask: np.ndarray, panel: int) -> dict:
+    """The boundary of a bool ``(S, S)`` mask as a line: the contour at 0.5 between pixels in and out."""
+    return dict(type="contour", z=mask.astype(np.uint8), xaxis=_axis("x", panel), yaxis=_axis("y", panel),
+                autocontour=False, contours=dict(start=0.5, end=0.5, size=1, coloring="none"),
+                line=dict(color=OUTLINE_COLOUR, width=1), showscale=False, showlegend=False,
+                hoverinfo="skip")
 
 
 def _title_of(layout: dict, panel: int, text: str) -> dict:

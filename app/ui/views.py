@@ -26,9 +26,11 @@ from ..analysis.pathology import (
     centre_region,
     is_pathology,
     model_microns_per_pixel,
+    nuclei_masks,
     scale_bar_microns,
 )
-from ..analysis.reductions import MEANS, MapSelection
+from ..analysis.readings import BRIGHT, COLOUR_TITLES, COMPOSITE, DEFAULT_WHY
+from ..analysis.reductions import MapSelection
 from ..pictures.arrows import ARROW_MODES, ArrowField, arrow_field
 from ..pictures.export import export_npz
 from ..pictures.figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
@@ -48,18 +50,20 @@ __all__ = ["Display", "STYLES", "proof_range", "default_arrow_key", "display_ui"
            "arrow_layer_ui", "show_maps", "show_arrows", "show_proof", "show_prediction", "show_calibration",
            "show_angle_deviation", "show_export", "panel_marks", "maps_png", "arrows_png", "value_range",
            "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing", "arrows_figure", "show_nuclei",
-           "show_true_label", "card_nuclei_summary"]
+           "show_true_label", "card_nuclei_summary", "layer_of", "colour_title", "NUCLEI_OUTLINE"]
 
 
 
 @dataclass(frozen=True)
 class Display:
-    """How maps are drawn: colour map, opacity at the top of the range, colour range (``RANGE_MODES``), style."""
+    """How maps are drawn: colour map, opacity at the top of the range, colour range (``RANGE_MODES``), style,
+    and whether the nuclei are outlined on them."""
 
     colorscale: str = "Viridis"
     opacity: float = 0.75
     range_mode: str = "robust"
     style: str = "overlay"
+    outline_nuclei: bool = False
 
     @property
     def signed(self) -> bool:
@@ -80,9 +84,10 @@ STYLES = {"overlay": "over the image", "side": "image | map"}
 FLAT_SPAN = 0.05  # attention whose robust range is narrower than this is called nearly flat
 
 
-def display_ui(pathology: bool = False) -> Display:
+def display_ui(pathology: bool = False, rgb: bool = False) -> Display:
     """Sidebar: how the maps are drawn; H&E models start with the equalised range (their attention is crowded
-    near 1 over most of the tissue, which a linear range paints in one colour)."""
+    near 1 over most of the tissue, which a linear range paints in one colour). RGB models can outline the
+    nuclei (haematoxylin-dense tissue) on every map."""
     st.sidebar.header("Display")
     style = st.sidebar.radio("Maps", list(STYLES), format_func=STYLES.get, horizontal=True, key="map_style",
                              help="Over the image: the more attention, the more colour; where it is low the "
@@ -98,10 +103,16 @@ def display_ui(pathology: bool = False) -> Display:
                                        "padding border is left out of the range.")
     colorscale = st.sidebar.selectbox("Colour map", COLOUR_MAPS, key="colorscale", disabled=range_mode == "deviation")
     opacity = st.sidebar.slider("Map opacity", 0.0, 1.0, 0.75, 0.05, key="opacity", disabled=style == "side")
-    return Display(colorscale, opacity, range_mode, style)
+    outline = rgb and st.sidebar.checkbox(
+        "Outline nuclei", key="outline_nuclei",
+        help="A thin white line around the nuclei of the image under each map: tissue dense in haematoxylin "
+             "(colour deconvolution), so attention can be read against them without hiding the map.")
+    return Display(colorscale, opacity, range_mode, style, outline)
 
 
 def _layer_label(key: str) -> str:
+    if key == COMPOSITE:
+        return "the paper's composite (∏ α_s)"
     kind, name = key.split("/", 1)
     return f"{name} ({'attention' if kind == 'attention' else 'features'})"
 
@@ -115,8 +126,8 @@ def layer_ui(analysis: Analysis, model_id: str) -> str:
     keys = layer_keys(analysis)
     return st.selectbox("Layer", keys, index=keys.index(default_layer_key(analysis)), format_func=_layer_label,
                         key=f"layer-{model_id}",
-                        help="Attentive layers show the effective attention the network multiplies by; "
-                             "every convolution also shows its response strength (features).")
+                        help="Attentive layers show their attention in the reading chosen beside; every "
+                             "convolution also shows its response strength (features).")
 
 
 def layer_keys(analysis: Analysis) -> list[str]:
@@ -131,24 +142,31 @@ def default_layer_key(analysis: Analysis) -> str:
 
 
 def _layer(analysis: Analysis, key: str) -> LayerMaps:
+    if key == COMPOSITE:
+        return analysis.composite
     kind, name = key.split("/", 1)
     return getattr(analysis, kind)[name]
+
+
+def layer_of(analysis: Analysis, key: str) -> LayerMaps:
+    """The maps of a key of :func:`layer_keys`, or of ``"composite"`` (:attr:`Analysis.composite`)."""
+    return _layer(analysis, key)
 
 
 def selection_ui(layer: LayerMaps, widget_key: str, left, right) -> MapSelection:
     """Pickers for full-attention layers (output channel, input orientation; in containers ``left``, ``right``).
 
-    The mean is the default of both.
+    The mean is the default of both; the reading stays the layer's own.
     """
     if layer.kind != "attention" or not layer.layout.startswith("full"):
-        return MEANS
+        return layer.selection
     channel = left.selectbox("Output channel", ["mean"] + list(range(layer.channels)), key=f"channel-{widget_key}")
     orientation = "mean"
     if layer.in_orientations:
         orientation = right.selectbox("Input orientation", ["mean"] + list(range(layer.in_orientations)),
                                       key=f"in-orientation-{widget_key}")
     return MapSelection(None if channel == "mean" else int(channel),
-                        None if orientation == "mean" else int(orientation))
+                        None if orientation == "mean" else int(orientation), layer.selection.reading)
 
 
 def orientation_titles(analysis: Analysis, layer: LayerMaps) -> list[str]:
@@ -196,18 +214,17 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
     ``key`` tells this figure from others of the page."""
     size = analysis.images.shape[-1]
     maps = display_maps(layer, size, display.range_mode, border, transform=0)  # (H, S, S), the current image
-    title = "attention" if layer.kind == "attention" else "|features|"
-    title = {"deviation": f"{title} - mean", "equalised": f"{title}: quantile"}.get(display.range_mode, title)
+    attention = layer.kind == "attention"
+    title = colour_title(COLOUR_TITLES[layer.selection.reading] if attention else "|features|", display)
+    outlines = nuclei_masks(analysis.images[:1])[0] if display.outline_nuclei else None  # (S, S)
     fig = map_panels(analysis.images[0], maps, orientation_titles(analysis, layer),
                      colorscale=display.shown_colorscale, opacity=display.opacity, zmin=zrange[0], zmax=zrange[1],
                      colour_title=title, marks=marks,
-                     style=display.style, signed=display.signed, border=border,
+                     style=display.style, signed=display.signed, border=border, outlines=outlines,
                      **({"width_px": width_px} if width_px else {}))
     st.plotly_chart(fig, key=key, config={"displaylogo": False})
-    caption = layer.description
-    if layer.kind == "attention":
-        caption += (" Attention shown is the effective alpha-plus = 1 - alpha_c * alpha_s, in [0, 1]: what the "
-                    "network multiplies by.")
+    # What bright means first: the one sentence a reader needs to read the colours at all.
+    caption = (f"**{BRIGHT[layer.selection.reading]}** " if attention else "") + layer.description
     # The values' own percentiles: the colour range already, when that is the range shown.
     low, high = zrange if display.range_mode == "robust" else colour_range(layer.upsampled(size)[0], "robust", border)
     # Enough decimals to tell the ends of a narrow range apart.
@@ -224,7 +241,19 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
                     "it is left out of the colour range and the arrows.")
     elif border:
         caption += _padding_everywhere(border, size, "every position sets the colour range")
+    if outlines is not None:
+        caption += NUCLEI_OUTLINE
+    if attention and layer.selection.reading == "spatial":
+        caption += " " + DEFAULT_WHY
     st.caption(caption)
+
+
+NUCLEI_OUTLINE = " White outlines: the nuclei (haematoxylin-dense tissue, colour deconvolution) of the image."
+
+
+def colour_title(quantity: str, display: Display) -> str:
+    """The colour bar's title: the quantity, and how the range mode transformed it."""
+    return {"deviation": f"{quantity} - mean", "equalised": f"{quantity}: quantile"}.get(display.range_mode, quantity)
 
 
 def default_arrow_key(analysis: Analysis) -> str | None:
@@ -234,14 +263,20 @@ def default_arrow_key(analysis: Analysis) -> str | None:
     return next((k for k in keys if k.startswith("features/")), keys[0] if keys else None)
 
 
-def arrow_layer_ui(analysis: Analysis, model_id: str) -> tuple[str, str] | None:
-    """Which layer's orientations the arrow field draws, and what an arrow's length shows; None without any."""
+def arrow_layer_ui(analysis: Analysis, model_id: str, composite: bool = False) -> tuple[str, str] | None:
+    """Which layer's orientations the arrow field draws, and what an arrow's length shows; None without any.
+
+    Attention layers draw the page's reading; with ``composite`` the composite's orientations come first.
+    """
     keys = [k for k in layer_keys(analysis) if _layer(analysis, k).orientations > 1]
+    if composite and analysis.composite is not None:
+        keys.insert(0, COMPOSITE)
     if not keys:
         return None
     left, right = st.columns([2, 3])
-    key = left.selectbox("Arrow field of", keys, index=keys.index(default_arrow_key(analysis)),
-                         format_func=_layer_label, key=f"arrow-layer-{model_id}")
+    first = COMPOSITE if keys[0] == COMPOSITE else default_arrow_key(analysis)
+    key = left.selectbox("Arrow field of", keys, index=keys.index(first), format_func=_layer_label,
+                         key=f"arrow-layer-{model_id}-{'composite' if keys[0] == COMPOSITE else 'layers'}")
     # Four orientations read well as four arrows per cell; eight (p4m) crowd it, so those start with one.
     many = _layer(analysis, key).orientations > 4
     mode = right.radio("Arrow length", list(ARROW_MODES), index=list(ARROW_MODES).index("dominant" if many else
@@ -281,8 +316,10 @@ def show_arrows(analysis: Analysis, layer: LayerMaps, mode: str = "selectivity",
     padding = (f" Cells within {border} px of the edge, where the zero padding shapes the layer, are left out."
                if border_left_out(border, size) else
                _padding_everywhere(border, size, "every cell is drawn and sets the scale") if border else "")
+    reading = {"attention": f" The maps are {COLOUR_TITLES[layer.selection.reading]} per orientation.",
+               COMPOSITE: " The maps are the composite ∏ α_s per orientation."}.get(layer.kind, "")
     st.caption(f"At each {field.spacing} px cell, arrows point where each orientation's filter points, "
-               f"{shown}. One scale for every panel (full length: {field.scale:.3g}); arrows under "
+               f"{shown}.{reading} One scale for every panel (full length: {field.scale:.3g}); arrows under "
                f"{100 * field.min_length:.0f} % of it are not drawn. Hollow arrows: mirrored orientations. Each "
                f"panel is a transform of the image: the field turns (and flips) with it.{padding}")
     return field
@@ -311,6 +348,10 @@ def show_proof(analysis: Analysis, layer: LayerMaps, display: Display, zrange: t
                  max_relative_error=float(lm.relative_error.max()))
             for kind, layers in (("attention", analysis.attention), ("features", analysis.features))
             for name, lm in layers.items()]
+    if analysis.composite is not None:
+        c = analysis.composite
+        rows.append(dict(layer="the paper's composite", kind=COMPOSITE, layout=c.layout,
+                         max_abs_error=float(c.max_abs_error.max()), max_relative_error=float(c.relative_error.max())))
     st.markdown("**Every layer, worst over all group elements**")
     st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"errors-{model_id}",
                  column_config={"max_abs_error": st.column_config.NumberColumn(format="%.2e"),
