@@ -203,8 +203,9 @@ def main() -> None:
         show_prediction(current)
     if pathology:
         with tabs["Attention on nuclei"]:
-            # The tab measures alpha+, as the card's test-set summary beside it does, whatever the maps above show.
-            show_nuclei(card, current if reading in (None, "kept") else analysed(loaded, image, first, {})[0])
+            # In the page's reading (the composite's layers carry alpha_s): the card has the test-set summary of
+            # each, so the same forward pass serves the maps and this tab.
+            show_nuclei(card, current)
         with tabs["Calibration"]:
             show_calibration(card, current)
     if pair:
