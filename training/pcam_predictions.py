@@ -30,7 +30,7 @@ from .metrics import classification_metrics
 from .provenance import _cpu_name, git_commit, sha256_file
 
 __all__ = ["BATCH_SIZE", "CARD_METRICS", "data_identity", "listing_sha256", "tumour_probability", "encode", "decode",
-           "card_metrics", "prediction_record", "test_labels", "read_record"]
+           "card_metrics", "prediction_record", "read_test_labels", "read_record"]
 
 BATCH_SIZE = 256  # evaluate_checkpoint's, which measured the cards
 CARD_METRICS = ("error", "nll", "auc", "ece", "count")
@@ -54,7 +54,7 @@ def data_identity(split) -> dict:
             "images_float32_sha256": images.hexdigest()}
 
 
-def test_labels(data_dir: str | Path) -> tuple[tuple[str, ...], np.ndarray]:
+def read_test_labels(data_dir: str | Path) -> tuple[tuple[str, ...], np.ndarray]:
     """The test split's file names and labels (int64) from ``labels.csv`` alone, in split order: no image decoded.
 
     Raises:

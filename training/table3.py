@@ -37,7 +37,7 @@ from .atomic import write_atomic
 from .data import DataError, load_dataset
 from .metrics import confidence_intervals
 from .paired_tests import mcnemar, paired_auc_bootstrap, verdict
-from .pcam_predictions import data_identity, listing_sha256, prediction_record, read_record, test_labels
+from .pcam_predictions import data_identity, listing_sha256, prediction_record, read_record, read_test_labels
 from .presets import recipe
 from .provenance import sha256_file
 from .readme_tables import replace_between_markers
@@ -168,7 +168,7 @@ def release(folder: Path, labels: np.ndarray, listing: str, load_test, *, measur
         by_part = measure_parts(load_release(), test)
         identity = {"patches": len(labels), "files_labels_sha256": listing}
         summary = release_summary(by_part, labels, identity, time.perf_counter() - started)
-        return Model(RELEASE, source=f"measured now (summary: `{RELEASE_FILE}`)", tumour=in_test_order(by_part),
+        return Model(RELEASE, source=f"summary: `{RELEASE_FILE}`", tumour=in_test_order(by_part),
                      intervals=summary["intervals"]), summary
     if stored is not None:
         if stored["data"]["files_labels_sha256"] != listing:
@@ -371,7 +371,7 @@ def run(args: argparse.Namespace, log=print) -> int:
         return 2
     runs_dir = Path(args.runs_dir) if args.runs_dir else None
     try:
-        names, labels = test_labels(args.data_dir)
+        names, labels = read_test_labels(args.data_dir)
         listing = listing_sha256(names, labels)
         test = functools.cache(lambda: load_dataset("pcam_public", args.data_dir).test)
         if args.record:

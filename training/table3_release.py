@@ -4,7 +4,7 @@ The release (``f_att_p4m_densenet`` by its folder's name, a plain P4M-DenseNet b
 ``p4m_densenet``, fed as its card says) is measured afresh wherever ``../shared/reference`` (or $REFERENCE_DIR) is
 there. Nothing per patch of it is kept in the project: ``results/pcam_table3/release/p4m_densenet.json`` holds
 its summary (metrics with 95 % intervals), the sha256 of its ``.pth``, and, for the test patches cut by a seeded
-random permutation into 8 parts of 243, per part its error count, the sum of its tumour probabilities and the
+random permutation into 24 parts of 81, per part its error count, the sum of its tumour probabilities and the
 sha256 of its predicted classes (uint8, in part order): a test recomputes a seeded part and must find the same.
 The part is measured as one batch both times, so that a recomputed part is the recorded computation again.
 """
@@ -33,9 +33,9 @@ REFERENCE = Path(os.environ.get("REFERENCE_DIR", REPO.parent / "shared" / "refer
 RELEASE_ARCH = "p4m_densenet"
 RELEASE_CHECKPOINT = ("checkpoints/model_f_att_p4m_densenet_optim_adam_lr_0.001_wd_0.0001_seed_1_"
                       "dilatedkernelseverywhere_pat20onmaxacc/model.pth")
-PATCHES, PARTS, PART_SIZE = 1944, 8, 243
+PATCHES, PARTS, PART_SIZE = 1944, 24, 81
 PARTITION_SEED = 41  # fixed: written in the summary, which the test checks
-PARTITION = "numpy.random.Generator(numpy.random.PCG64(seed)).permutation(1944).reshape(8, 243): part k is row k"
+PARTITION = "numpy.random.Generator(numpy.random.PCG64(seed)).permutation(1944).reshape(24, 81): part k is row k"
 
 
 def release_path() -> Path:
@@ -49,7 +49,7 @@ def load_release():
 
 
 def parts(seed: int = PARTITION_SEED) -> np.ndarray:
-    """``(8, 243)`` test-split indices: row k is part k, a random sample of the 1,944 test patches."""
+    """``(24, 81)`` test-split indices: row k is part k, a random sample of the 1,944 test patches."""
     return np.random.Generator(np.random.PCG64(seed)).permutation(PATCHES).reshape(PARTS, PART_SIZE)
 
 
