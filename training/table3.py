@@ -263,7 +263,7 @@ def claims_markdown(claim_list: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for claim in claim_list:
-        head = f"| {claim['why']} | {_label(claim['a'])} | {claim['b']} "
+        head = f"| {claim['why']} | {'the release' if claim['a'] == RELEASE else claim['a']} | {claim['b']} "
         if "waiting" in claim:
             rows.append(head + f"| {claim['waiting']} | - | - | - | - | - | - |")
             continue
