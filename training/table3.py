@@ -73,6 +73,7 @@ RELEASE_FILE = "release/p4m_densenet.json"
 BEGIN = "<!-- table3: begin (python -m training table3 results/pcam_table3 --write rewrites what follows) -->"
 END = "<!-- table3: end -->"
 DOCUMENTS = ("README.md", "docs/pathology.md")
+_KEPT_CLAIM = ("accuracy", "mcnemar", "auc", "b_tumour_sha256")  # what the release's summary keeps of its claim
 _REFERENCE_NEEDED = "../shared/reference (the release's predictions are measured there, never kept)"
 
 
@@ -185,7 +186,7 @@ def _claim(a: Model, b: Model, why: str, labels: np.ndarray, stored: dict | None
     kept = (stored or {}).get("claim")
     if a.name == RELEASE and a.tumour is None and b.tumour is not None and kept \
             and kept["b_tumour_sha256"] == tumour_sha256(b.tumour):
-        return {**claim, **kept}
+        return {**claim, **{key: kept[key] for key in _KEPT_CLAIM}}
     missing = [m for m in (a, b) if m.tumour is None]
     if a.name == RELEASE and b.tumour is None and release_path().is_file():
         missing = [b]  # the release is measured as soon as B's predictions are there
@@ -400,8 +401,8 @@ def _write(folder: Path, models: dict[str, Model], claim_list: list[dict], summa
     if models[RELEASE].tumour is not None and summary is not None:
         claim = next(c for c in claim_list if c["a"] == RELEASE)
         if "mcnemar" in claim:
-            summary["claim"] = {key: claim[key] for key in ("accuracy", "mcnemar", "auc", "b_tumour_sha256")}
-            summary["claim"]["b"] = f"{PREDICTIONS}/p4m_densenet-seed{SEED}.json"
+            summary["claim"] = {key: claim[key] for key in _KEPT_CLAIM}
+            summary["claim"]["of"] = f"{PREDICTIONS}/p4m_densenet-seed{SEED}.json"
         path = folder / RELEASE_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, (json.dumps(summary, indent=1) + "\n").encode())
