@@ -114,6 +114,24 @@ def test_a_record_of_another_card_is_refused(tmp_path):
         ours(tmp_path, np.array([0, 1]), "listing")
 
 
+def test_a_kept_release_claim_stands_in_only_for_the_p4m_predictions_it_was_computed_from(monkeypatch, tmp_path):
+    """Without the reference the release's claim is read from its summary, if it was computed from these very
+    predictions of our p4m_densenet; with other predictions it waits for the reference."""
+    monkeypatch.setattr(table3, "release_path", lambda: tmp_path / "no_release.pth")
+    labels = np.array([0, 1, 0, 1])
+    release_now = Model(RELEASE, tumour=np.array([0.1, 0.9, 0.2, 0.8], dtype=np.float32))
+    models = {name: Model(name, status="not trained yet") for name in MODELS}
+    models["p4m_densenet"] = made_up("p4m_densenet", 0.5, tumour=np.array([0.6, 0.9, 0.2, 0.4], dtype=np.float32))
+    computed = claims({**models, RELEASE: release_now}, labels)[-1]
+    assert computed["mcnemar"]["only_a_right"] == 2 and computed["mcnemar"]["only_b_right"] == 0
+    kept = {"claim": {key: computed[key] for key in ("accuracy", "mcnemar", "auc", "b_tumour_sha256")}}
+    from_summary = claims({**models, RELEASE: Model(RELEASE, waits_for="the reference")}, labels, kept)[-1]
+    assert from_summary == computed
+    models["p4m_densenet"] = made_up("p4m_densenet", 0.5, tumour=np.array([0.6, 0.9, 0.2, 0.6], dtype=np.float32))
+    other = claims({**models, RELEASE: Model(RELEASE, waits_for="the reference")}, labels, kept)[-1]
+    assert other["waiting"] == "waiting for the reference"
+
+
 def test_marker_rewrite_replaces_only_the_block():
     text = f"# Title\n\nbefore\n{BEGIN}\nold table\n{END}\nafter\n"
     expected = f"# Title\n\nbefore\n{BEGIN}\nnew\ntable\n{END}\nafter\n"
