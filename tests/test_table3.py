@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import load_checkpoint
+from models import build_model, load_checkpoint, save_checkpoint
 from tests.conftest import RELEASES, release_path, require_shared
 from training import table3
 from training.cli import main
 from training.data import load_dataset
+from training.data.pcam_public import PatchRecord, PublicSplit
 from training.paired_tests import binomial_tail
 from training.pcam_predictions import card_metrics, listing_sha256, read_record, read_test_labels, tumour_probability
 from training.provenance import sha256_file
@@ -306,3 +307,30 @@ def test_release_recomputes_its_kept_part_figures(test_split):
         assert int(((tumour > 0.5) != labels).sum()) == kept["errors_by_part"][k], f"part {k}"
         assert classes_sha256(tumour) == kept["predicted_sha256_by_part"][k], f"part {k}"
         assert float(tumour.astype(np.float64).sum()) == pytest.approx(kept["tumour_sum_by_part"][k], abs=1e-3)
+
+
+def test_record_runs_records_a_finished_run_bound_to_its_card_and_checkpoint(tmp_path):
+    """A run's checkpoint (an untrained planar DenseNet with a real card) measured on six made-up patches: the
+    record names the card and the checkpoint by sha256, a second pass finds it up to date, and a card of another
+    run is refused."""
+    folder, runs = tmp_path / "results", tmp_path / "runs"
+    best = runs / "pcam_table3-densenet-seed0" / "best.safetensors"
+    card = json.loads((REPO / "results" / "pcam_public" / "densenet.json").read_text())
+    written = save_checkpoint(build_model("densenet"), best, card)
+    folder.mkdir()
+    (folder / "densenet-seed0.json").write_text(json.dumps(written))
+    images = np.random.default_rng(0).integers(0, 256, size=(6, 3, 96, 96), dtype=np.uint8)
+    rows = [PatchRecord(f"test/{k}.jpg", k % 2, "test", "jpeg", False, "made up") for k in range(6)]
+    split = PublicSplit(images, rows)
+    out = table3.record_runs(folder, runs, lambda: split, log=lambda *_: None)
+    assert out == [folder / table3.PREDICTIONS / "densenet-seed0.json"]
+    record, tumour = read_record(out[0])
+    assert record["sha256"] == sha256_file(best)
+    assert record["card_sha256"] == sha256_file(folder / "densenet-seed0.json")
+    assert record["data"]["files_labels_sha256"] == listing_sha256(split.names, split.labels) and len(tumour) == 6
+    assert record["metrics"] == card_metrics(tumour, split.labels)
+    assert not Path(record["checkpoint"]).is_absolute() and not Path(record["card"]).is_absolute()
+    assert table3.record_runs(folder, runs, lambda: split, log=lambda *_: None) == []
+    (folder / "densenet-seed0.json").write_text(json.dumps({**written, "notes": "another run"}))
+    with pytest.raises(ValueError, match="another run's card"):
+        table3.record_runs(folder, runs, lambda: split, log=lambda *_: None)
