@@ -12,6 +12,7 @@
     python -m training report results/rot_mnist --claims                   # the paper's claims on our seeds
     python -m training report results/rot_mnist --readme README.md         # both, rewritten into the README
     python -m training report results/rot_mnist --seeds --write-cards checkpoints  # Table 1 into the cards
+    python -m training table3 results/pcam_table3 --runs-dir ../runs       # Table 3 and its paired claims
 
 Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
 """
@@ -30,7 +31,7 @@ import torch
 from models import CheckpointError, load_checkpoint
 from models.cpu.allocator import retain_freed_memory
 
-from . import provenance
+from . import provenance, table3
 from .claims import claims_table
 from .config import TrainConfig
 from .data import DataError
@@ -112,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runs at once (default 1, right for a CPU; on a GPU many small runs share it well)")
     sweep.add_argument("--status", action="store_true", help="say what is done, cut short or missing; run nothing")
 
+    table3.add_arguments(commands.add_parser(
+        "table3", help="Table 3 (PCam): the sweep's models and the paper's release on the same test patches, "
+                       "with the paper's claims as paired tests"))
+
     evaluate = commands.add_parser("evaluate", help="re-measure a checkpoint on its dataset")
     evaluate.add_argument("checkpoint")
     evaluate.add_argument("--data-dir", required=True)
@@ -162,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                  else results_table)
         print(table(args.folder))
         return 0
+    if args.command == "table3":
+        return table3.run(args)
     if args.command == "sweep":
         unknown = set(args.models or ()) - set(SWEEPS[args.name].models)
         if unknown:

@@ -13,7 +13,7 @@ from .atomic import write_atomic
 from .claims import claims_table
 from .report import seed_table
 
-__all__ = ["refresh_readme", "replace_table"]
+__all__ = ["refresh_readme", "replace_table", "replace_between_markers"]
 
 # Tables the README shows, each built from a folder of cards.
 README_TABLES: tuple[Callable[[Path], str], ...] = (seed_table, claims_table)
@@ -30,6 +30,22 @@ def replace_table(text: str, table: str) -> str:
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
     return "".join(lines[: starts[0]]) + table + "\n" + "".join(lines[end:])
+
+
+def replace_between_markers(text: str, begin: str, end: str, block: str) -> str:
+    """``text`` with what lies between the lines ``begin`` and ``end`` replaced by ``block`` (markers kept).
+
+    Raises:
+        ValueError: the markers are not there exactly once each, in that order.
+    """
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.rstrip("\n") == begin]
+    ends = [i for i, line in enumerate(lines) if line.rstrip("\n") == end]
+    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
+        raise ValueError(f"expected one {begin!r} line and one {end!r} line after it; found {len(starts)} and "
+                         f"{len(ends)}")
+    body = block if block.endswith("\n") else block + "\n"
+    return "".join(lines[: starts[0] + 1]) + body + "".join(lines[ends[0]:])
 
 
 def refresh_readme(readme: str | Path, cards: str | Path) -> bool:
