@@ -12,6 +12,7 @@ inside one error boundary (:mod:`app.ui.boundary`): a fault shows a short messag
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from app.analysis.readings import COMPOSITE, layer_selections, page_readings  # 
 from app.analysis.releases import is_release  # noqa: E402
 from app.analysis.transforms import apply_element, rotate_by_angle  # noqa: E402
 from app.analysis.variants import variants_of  # noqa: E402
+from app.pictures.fig5 import fig5_png  # noqa: E402
 from app.pictures.plots import image_rgb  # noqa: E402
 from app.ui.boundary import run_page  # noqa: E402
 from app.ui.caches import analysed, analyses, padding_of  # noqa: E402
@@ -217,7 +219,11 @@ def main() -> None:
     with tabs["Export"]:
         metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
                         degrees=degrees, fit=chosen.info.text, layer=layer_key, reading=reading)
-        show_export(current, layer, field, arrow_key, display, zrange, metadata, border)
+        fig5 = None
+        if current.composite is not None:
+            title = (chosen.source or "image")[:24]
+            fig5 = functools.partial(fig5_png, model, card, [current.images[0]], [title])
+        show_export(current, layer, field, arrow_key, display, zrange, metadata, border, fig5)
     with tabs["About the model"]:
         show_about(card)
 

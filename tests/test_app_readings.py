@@ -28,6 +28,7 @@ from app.analysis.transforms import apply_element
 from app.gallery import list_patches
 
 PATCH = next(item for item in list_patches() if item.kind == "he")
+FIG5_CAPTION = "Fig. 5 as the paper lays it out"
 ARCHS = ["a_p4cnn", "ach_p4cnn", "p4cnn", "fa_p4m_densenet"]
 
 
@@ -128,6 +129,7 @@ def test_the_composite_shows_one_picture_per_transform_with_its_proof(folder, mo
     assert any("composite" in m.label for m in at.metric) and max(proof.values()) < 1e-4
     assert next(w for w in at.selectbox if w.label == "Arrow field of").value == "composite"
     assert "The maps are the composite ∏ α_s per orientation." in " ".join(c.value for c in at.caption)
+    assert FIG5_CAPTION in " ".join(c.value for c in at.caption), "Fig. 5 is offered where a composite exists"
 
 
 def test_nuclei_outlines_only_for_rgb_models_and_follow_every_transform(folder, monkeypatch):
@@ -157,6 +159,7 @@ def test_models_without_alpha_s_say_why(folder, monkeypatch):
     captions = " ".join(c.value for c in at.caption)
     assert "channel-only" in captions and "no spatial attention map α_s" in captions
     assert BRIGHT["kept"] in captions
+    assert FIG5_CAPTION not in captions, "no alpha_s, no composite, no Fig. 5"
     at = select_model(at, "p4cnn")
     assert not [w for w in at.selectbox if (w.key or "").startswith("reading-")], "no attention, nothing to read"
 

@@ -8,6 +8,7 @@ figures built by :mod:`app.pictures.plots` and :mod:`app.pictures.figures` from 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -411,8 +412,10 @@ def maps_png(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tup
 
 
 def show_export(analysis: Analysis, layer: LayerMaps, field: ArrowField | None, field_layer: str, display: Display,
-                zrange: tuple[float, float], metadata: dict, border: int = 0) -> None:
-    """Download buttons; the files are made only when clicked."""
+                zrange: tuple[float, float], metadata: dict, border: int = 0,
+                fig5: Callable[[], bytes] | None = None) -> None:
+    """Download buttons; the files are made only when clicked. ``fig5`` makes the paper's Fig. 5 picture of the
+    image (models with a composite only)."""
     stem = f"{metadata.get('model', 'model')}_{layer.name}".replace("/", "_").replace(" ", "_")
     left, middle, right = st.columns(3)
     left.download_button("Maps (PNG)", functools.partial(maps_png, analysis, layer, display, zrange, border),
@@ -426,6 +429,13 @@ def show_export(analysis: Analysis, layer: LayerMaps, field: ArrowField | None, 
     st.caption("The NPZ holds every layer's maps(g.x), g.maps(x) and errors, the images, the probabilities and the "
                "arrow field, with names, shapes and a JSON description; read it with "
                "`np.load(f, allow_pickle=False)`.")
+    if fig5 is not None:
+        st.download_button("The paper's Fig. 5 of this image (PNG)", fig5, file_name=f"{stem}_fig5.png",
+                           mime="image/png", key="export_fig5")
+        st.caption("Fig. 5 as the paper lays it out: the image as shown, turned 90° and mirrored, each with the "
+                   "composite over layers (the product of every layer's alpha_s, summed over orientations; log "
+                   "colour scale, since its edges are orders of magnitude above its interior) and its arrow field. "
+                   "Made when clicked: one more pass through the network.")
 
 
 def show_true_label(card: dict, analysis: Analysis, true_label: str | None) -> None:
