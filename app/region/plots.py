@@ -38,6 +38,7 @@ __all__ = ["region_figure", "clicked_cell", "TRUTH_COLOUR", "CONTOUR_COLOUR"]
 TRUTH_COLOUR = "#00e5ff"  # cyan: apart from the probability map's colours and from H&E's
 CONTOUR_COLOUR = "#111111"
 SELECTED_COLOUR = "#ffd400"
+COLOURBAR_PX = 80  # the colour bar with its ticks and title, beside the plot
 
 
 def _downsampled(result: RegionResult, max_px: int) -> tuple[np.ndarray, int]:
@@ -148,7 +149,9 @@ def region_figure(result: RegionResult, show: str = "probability", labels: np.nd
     figure.update_yaxes(range=[height, 0], visible=False, scaleanchor="x", constrain="domain")
     # A dark legend, so that the cyan and yellow marks show in it.
     legend = dict(orientation="h", y=-0.02, x=0, bgcolor="#555555", font=dict(color="white"))
-    figure.update_layout(width=width_px, height=int(width_px * height / width) + 40, margin=dict(l=0, r=0, t=10, b=30),
+    # The colour bar takes its width from the plot: the height follows the image's width left, so no band is empty.
+    plot_px = width_px - COLOURBAR_PX
+    figure.update_layout(width=width_px, height=int(plot_px * height / width) + 40, margin=dict(l=0, r=0, t=10, b=30),
                          legend=legend, dragmode="pan", clickmode="event+select", plot_bgcolor="white")
     return figure
 

@@ -299,7 +299,8 @@ def attention_caption(result: RegionResult, low: float, high: float) -> str:
     """What the right panel draws, and what its colours span."""
     return (f"{READING_LABELS.get(result.reading, result.reading)}, mean over orientations; "
             f"{BRIGHT[result.reading]}. Colours span the 2nd to 98th percentile of its values on tissue "
-            f"({low:.3f} to {high:.3f}), values beyond drawn at the ends; drawn on the evaluated cells.")
+            f"({low:.3f} to {high:.3f}), values beyond drawn at the ends. Drawn on tissue: each evaluated cell's "
+            "centre from its own 96 x 96 context, the pixels around it the mean of the contexts covering them.")
 
 
 def _selected_cell(result: RegionResult) -> tuple[int, int] | None:
