@@ -143,21 +143,42 @@ def test_with_attention_the_default_is_crops(shipped):
     assert default_method(shipped[0]) == "crops"
 
 
-def test_stitched_attention_is_defined_on_evaluated_cells_only(shipped, patches):
+def test_stitched_attention_covers_the_evaluated_contexts_and_nothing_else(shipped, patches):
     model, card = shipped
     region = mosaic_of(patches, 2, 2)
     region[:, :96, :96] = 1.0  # one patch of glass
-    result = evaluate_region(model, card, region, 0.972, method="tiles")
+    result = evaluate_region(model, card, region, 0.972, method="crops")
     assert result.attention_layer == "c1" and result.attention.shape == region.shape[1:]
     grid = result.grid
-    for i in range(grid.rows):
-        for j in range(grid.cols):
-            top, left = grid.cell_origin(i, j)
-            block = result.attention[top:top + 32, left:left + 32]
-            assert np.isfinite(block).all() == bool(result.evaluated[i, j])
-            assert np.isnan(block).all() == (not result.evaluated[i, j])
+    covered = np.zeros(region.shape[1:], dtype=bool)
+    for i, j in np.argwhere(result.evaluated):
+        top, left = grid.context_origin(i, j)
+        covered[top:top + grid.context, left:left + grid.context] = True
+    assert np.array_equal(np.isfinite(result.attention), covered), "defined exactly on the evaluated contexts"
     assert not result.evaluated[0, 0] and np.isnan(result.positive[0, 0])
-    assert np.isnan(result.attention[:32]).all(), "the frame outside the cells' centres has no value"
+    assert np.isnan(result.attention[:32, :32]).all(), "the glass corner is in no evaluated context"
+    # An evaluated cell's centre is its own context's: its crop alone gives the same map there.
+    i, j = np.argwhere(result.evaluated)[0]
+    alone = evaluate_region(model, card, result.context(i, j), 0.972, method="crops")
+    top, left = grid.cell_origin(i, j)
+    np.testing.assert_allclose(result.attention[top:top + 32, left:left + 32], alone.attention[32:64, 32:64],
+                               atol=TOLERANCE)
+
+
+def test_the_reading_changes_the_attention_and_kept_plus_removed_is_one(shipped, patches):
+    model, card = shipped
+    region = mosaic_of(patches, 2, 2)
+    results = {reading: evaluate_region(model, card, region, 0.972, method="tiles", reading=reading)
+               for reading in ("kept", "removed", "spatial")}
+    kept, removed, spatial = (results[r].attention for r in ("kept", "removed", "spatial"))
+    assert {r.reading for r in results.values()} == {"kept", "removed", "spatial"}
+    np.testing.assert_allclose(kept + removed, 1.0, atol=1e-6)
+    assert np.nanmax(np.abs(spatial - removed)) > 1e-3 and np.nanmax(np.abs(spatial - kept)) > 1e-3
+    assert ((spatial >= removed - 1e-6) | np.isnan(spatial)).all(), "alpha- = alpha_c alpha_s is at most alpha_s"
+    for result in results.values():  # the probabilities do not depend on the reading
+        np.testing.assert_array_equal(result.probabilities, results["kept"].probabilities)
+    with pytest.raises(RegionError, match="reading"):
+        evaluate_region(model, card, region, 0.972, method="tiles", reading="alpha")
 
 
 def test_tissue_is_the_share_of_stained_pixels(patches):

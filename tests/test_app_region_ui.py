@@ -3,9 +3,12 @@ with a message while the app keeps serving; and the figure's cell geometry and c
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,8 +19,18 @@ from test_app_ui import checkpoint_box
 import models
 from app.analysis.images import read_image
 from app.gallery import list_gallery
-from app.region.evaluation import evaluate_region
-from app.region.plots import _cell_values, clicked_cell, region_figure
+from app.region.evaluation import RegionResult, evaluate_region, make_grid
+from app.region.overlays import (
+    BRIGHT,
+    READING_LABELS,
+    attention_range,
+    display_tissue,
+    probability_contour,
+    probability_field,
+    truth_outline,
+)
+from app.region.plots import _block_means, _downsampled, clicked_cell, region_figure
+from app.ui.region_page import ChosenRegion, region_key
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 AppTest = streamlit_testing.AppTest
@@ -50,6 +63,14 @@ def test_the_mosaic_is_scored_and_a_cell_opens_in_the_patch_explorer(region_app)
     assert not at.error, [e.value for e in at.error]
     assert re.search(r"AUC [01]\.\d{3} over 12 labelled cells \(6 tumour, 6 normal\)", at.success[0].value)
     assert len(at.get("plotly_chart")) == 2
+    reading = at.sidebar.radio(key="region_reading")
+    assert reading.value == "spatial" and "α_s" in caption_with(at, "Colours span")
+    assert "percentile of its values on tissue" in caption_with(at, "Colours span")
+    at = reading.set_value("kept").run()
+    assert not at.exception and "α⁺" in caption_with(at, "Colours span")
+    at = at.toggle(key="region_truth").set_value(False).run()
+    names = {trace.get("name") for trace in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
+    assert "labelled tumour" not in names and "p = 0.5" in names
     picker = at.selectbox(key="region_cell_pick")
     cell = picker.options[0]
     assert cell.startswith("cell (") and "truth" in cell, "mosaic cells name their true label"
@@ -59,6 +80,10 @@ def test_the_mosaic_is_scored_and_a_cell_opens_in_the_patch_explorer(region_app)
     assert at.sidebar.radio(key="image_source").value == "Cell from the region"
     prediction = at.metric[0]
     assert f"p = {probability:.3f}" in prediction.delta, "the patch view must predict what the region view showed"
+
+
+def caption_with(at: AppTest, text: str) -> str:
+    return next(c.value for c in at.caption if text in c.value)
 
 
 @pytest.mark.parametrize(("upload", "mpp", "message"), [
@@ -93,15 +118,117 @@ def small_result():
     return evaluate_region(model.eval(), card, region, 0.972, method="tiles")
 
 
-def test_each_displayed_pixel_shows_the_cell_under_it(small_result):
-    values = _cell_values(small_result, 1, small_result.image.shape[1:])
-    grid = small_result.grid
-    for i in range(grid.rows):
-        for j in range(grid.cols):
-            top, left = grid.cell_origin(i, j)
-            block = values[top:top + grid.cell, left:left + grid.cell]
-            assert np.array_equal(block, np.full_like(block, small_result.positive[i, j]), equal_nan=True)
-    assert np.isnan(values[:grid.cell_origin(0, 0)[0]]).all(), "outside the cells nothing is coloured"
+def synthetic(p: np.ndarray, image: np.ndarray) -> RegionResult:
+    """A RegionResult without a network: ``p`` per cell (NaN: not evaluated) over ``image`` ``(3, H, W)``."""
+    grid = make_grid(*image.shape[1:])
+    assert p.shape == (grid.rows, grid.cols)
+    attention = np.random.default_rng(1).random(image.shape[1:]).astype(np.float32)
+    return RegionResult(image=image, grid=grid, tissue=np.isfinite(p).astype(float), evaluated=np.isfinite(p),
+                        probabilities=np.stack([1 - p, p], -1), attention=attention, attention_layer="c1",
+                        class_names=("no_tumor", "tumor"), method="crops", microns_per_pixel=0.972,
+                        model_microns_per_pixel=0.972, seconds=0.0)
+
+
+def tissue_and_glass(rows: int = 256, cols: int = 320) -> np.ndarray:
+    """``(3, rows, cols)``: H&E-like pink on the left half, white glass on the right."""
+    image = np.ones((3, rows, cols), np.float32)
+    image[:, :, :cols // 2] = np.array([0.85, 0.45, 0.7], np.float32)[:, None, None]
+    return image
+
+
+def background(figure) -> np.ndarray:
+    """The blended picture a region figure sends to the browser, ``(h, w, 3)`` uint8."""
+    uri = figure.data[0].source
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))).convert("RGB"))
+
+
+def test_the_probability_surface_is_drawn_on_tissue_only():
+    image = tissue_and_glass()
+    grid = make_grid(*image.shape[1:])
+    result = synthetic(np.full((grid.rows, grid.cols), 0.9), image)
+    rgb, factor = _downsampled(result, 900)
+    tissue = display_tissue(rgb, factor)
+    assert tissue[:, :100].all() and not tissue[:, 200:].any()
+    drawn = background(region_figure(result, "probability"))
+    assert np.array_equal(drawn[~tissue], rgb[~tissue]), "off tissue the overlay's alpha must be 0"
+    changed = np.abs(drawn.astype(int) - rgb).sum(axis=-1) > 20
+    inside = np.isfinite(probability_field(result, rgb.shape[:2], factor))
+    assert changed[tissue & inside].all(), "on tissue inside the grid the surface shows"
+
+
+def test_the_surface_is_each_cells_probability_at_its_centre_and_contiguous_between():
+    p = np.random.default_rng(0).random((4, 6))
+    p[1, 2] = np.nan  # left out: its neighbours fill it
+    result = synthetic(p, np.ones((3, 192, 256), np.float32))
+    field = probability_field(result, (192, 256), 1.0)
+    grid = result.grid
+    # Pixels 32 wide: displayed pixel (i + 1, j + 1) is centred on cell (i, j)'s centre (the grid starts at 32).
+    at_centres = probability_field(result, (6, 8), 32.0)[1:5, 1:7]
+    finite = np.isfinite(p)
+    np.testing.assert_allclose(at_centres[finite], p[finite], atol=1e-12)
+    top, left = grid.cell_origin(0, 0)
+    inside = field[top:top + 4 * 32, left:left + 6 * 32]
+    assert np.isfinite(inside).all(), "one surface: no hole where a single cell is missing"
+    assert np.abs(np.diff(inside, axis=1)).max() < np.nanmax(np.abs(np.diff(p, axis=1))) / 32 * 2.01, "no jumps"
+    assert np.isnan(field[:top]).all() and np.isnan(field[:, :left]).all(), "nothing outside the grid"
+
+
+def test_the_half_contour_crosses_between_cells_on_either_side_of_one_half():
+    p = np.random.default_rng(2).random((7, 8))
+    p[3, 3] = np.nan
+    result = synthetic(p, np.ones((3, 288, 320), np.float32))
+    cells = np.where(np.isfinite(p), p, 0.5)
+    cells[3, 3] = np.nanmean(p[2:5, 2:5])  # the filled value the surface uses there
+    grid = result.grid
+    top, left = grid.cell_origin(0, 0)
+    lines = probability_contour(result)
+    assert lines and sum(len(line) for line in lines) > 10
+    for x, y in np.concatenate(lines):
+        u, v = (x - left) / grid.cell - 0.5, (y - top) / grid.cell - 0.5  # in cell-centre units
+        if abs(u - round(u)) < 1e-9:
+            j, i = round(u), int(np.floor(v))
+            a, b, t = cells[i, j], cells[i + 1, j], v - i
+        else:
+            assert abs(v - round(v)) < 1e-9, f"({x}, {y}) is not on a line between cell centres"
+            i, j = round(v), int(np.floor(u))
+            a, b, t = cells[i, j], cells[i, j + 1], u - j
+        assert min(a, b) <= 0.5 <= max(a, b), f"({x}, {y}) between {a:.3f} and {b:.3f}"
+        np.testing.assert_allclose(a + t * (b - a), 0.5, atol=1e-9)
+
+
+def test_the_truth_outlines_the_tumour_patches_and_merges_neighbours():
+    grid = make_grid(288, 288)  # a 3 x 3 mosaic: patch centres on cells (0, 0), (0, 3), ... (6, 6)
+    labels = np.full((grid.rows, grid.cols), -1, np.int8)
+    labels[::3, ::3] = 0
+    labels[0, 0] = labels[0, 3] = 1  # two tumour patches side by side
+    segments = truth_outline(grid, labels)
+    xs, ys = segments[..., 0], segments[..., 1]
+    assert (xs.min(), xs.max(), ys.min(), ys.max()) == (0, 192, 0, 96), "the two patches' 96 x 96 squares"
+    assert np.isclose(np.linalg.norm(segments[:, 1] - segments[:, 0], axis=-1).sum(), 2 * (192 + 96)), \
+        "one outline around both: no edge between them"
+
+
+def test_the_attention_colours_span_its_percentiles_on_tissue():
+    image = tissue_and_glass()
+    grid = make_grid(*image.shape[1:])
+    result = synthetic(np.full((grid.rows, grid.cols), 0.3), image)
+    figure = region_figure(result, "attention")
+    rgb, factor = _downsampled(result, 900)
+    values, tissue = _block_means(result.attention, factor, rgb.shape[:2]), display_tissue(rgb, factor)
+    expected = np.percentile(values[tissue & np.isfinite(values)], (2, 98))
+    np.testing.assert_allclose(attention_range(values, tissue), expected)
+    colourbar = figure.data[1]
+    np.testing.assert_allclose((colourbar.zmin, colourbar.zmax), expected)
+    assert colourbar.colorbar.title.text == "spatial (c1)", "the colour bar names the reading"
+    assert expected[0] > 0.01 and expected[1] < 0.99, "the range is the percentiles, not the values' extremes"
+
+
+def test_each_reading_has_its_own_cache_key():
+    loaded = SimpleNamespace(model_id="model")
+    region = ChosenRegion(np.zeros((3, 96, 96), np.float32), "r", 0.972, "here", "digest")
+    keys = {region_key(loaded, region, "crops", reading) for reading in ("kept", "removed", "spatial")}
+    assert len(keys) == 3
+    assert set(READING_LABELS) <= set(BRIGHT)
 
 
 def test_a_click_on_the_heatmap_names_its_cell(small_result):
@@ -118,16 +245,18 @@ def test_a_click_on_the_heatmap_names_its_cell(small_result):
     assert clicked_cell(None, small_result) is None
 
 
-def test_the_figures_draw_the_region_with_a_colour_bar_and_the_truth(small_result):
+def test_the_figures_draw_the_region_with_a_colour_bar_the_contour_and_the_truth(small_result):
     labels = np.full((small_result.grid.rows, small_result.grid.cols), -1, np.int8)
     labels[0, 0], labels[3, 3] = 1, 0
     figure = region_figure(small_result, "probability", labels, selected=(1, 1))
     names = [trace.type for trace in figure.data]
     assert names[:2] == ["image", "heatmap"] and figure.data[1].colorbar.title.text == "P(tumor)"
-    assert {trace.name for trace in figure.data if trace.type == "scatter"} >= {"true tumour", "true normal",
-                                                                              "opened cell"}
+    traces = {trace.name: trace for trace in figure.data if trace.type == "scatter"}
+    assert {"p = 0.5", "labelled tumour", "opened cell"} <= set(traces)
+    assert traces["labelled tumour"].line.dash == "dash", "the truth must not hide the surface"
+    assert "true normal" not in traces
     attention = region_figure(small_result, "attention")
-    assert attention.data[1].colorbar.title.text == "attention (c1)"
+    assert attention.data[1].colorbar.title.text == "spatial (c1)"
     assert figure.layout.yaxis.range == (small_result.image.shape[1], 0), "rows go down, as in the image"
 
 

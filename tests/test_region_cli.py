@@ -163,6 +163,25 @@ def test_region_over_the_side_limit(tmp_path, capsys, size):
     assert "4096 x 4096" in err and "4100" in err
 
 
+@pytest.mark.parametrize("reading", ["alpha", "KEPT", ""])
+def test_an_unknown_reading_is_refused_naming_the_readings(mosaic, capsys, reading):
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(mosaic), "--mpp", "0.972", *FAST, "--reading", reading])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--reading" in err and "Traceback" not in err
+    assert all(name in err for name in ("kept", "removed", "spatial")), err
+
+
+def test_the_reading_reaches_the_attention_picture(mosaic, tmp_path, capsys, monkeypatch):
+    import app.region.figures as figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "render_region_png", lambda result, show: drawn.append(result.reading) or b"")
+    assert main([str(mosaic), "--mpp", "0.972", *FAST, "--reading", "kept",
+                 "--attention-out", str(tmp_path / "a.png")]) == 0
+    assert drawn == ["kept"]
+
+
 def test_missing_output_folder_fails_before_the_work(mosaic, tmp_path, capsys):
     err = _error(capsys, [str(mosaic), "--mpp", "0.972", *FAST, "--out", str(tmp_path / "no" / "such" / "x.png")])
     assert "does not exist" in err
@@ -190,9 +209,11 @@ def _synthetic_result(rows: int, cols: int, evaluated: np.ndarray, p: np.ndarray
         seconds=0.0)
 
 
-@pytest.mark.parametrize("show", ["probability", "attention"])
-def test_render_puts_each_cell_on_its_pixels(show):
-    """One evaluated cell, drawn opaque over white: its colour covers exactly its 32 x 32 pixels.
+TISSUE_RGB = (0.85, 0.45, 0.7)  # H&E pink: tissue to region_tissue_mask
+
+
+def test_render_puts_each_cells_attention_on_its_pixels():
+    """Two evaluated cells on tissue, attention 1 and 0, drawn opaque: each colour covers exactly its 32 x 32 pixels.
 
     A 600 x 600 region at dpi 100 is drawn one PNG pixel per image pixel, the image's corner at (75, 15)
     (:data:`~app.region.figures.TOP_IN`, :data:`~app.region.figures.LEFT_IN`).
@@ -205,26 +226,50 @@ def test_render_puts_each_cell_on_its_pixels(show):
     evaluated[2, 5] = evaluated[3, 5] = True
     p = np.where(evaluated, 1.0, np.nan)
     p[3, 5] = 0.0
-    result = _synthetic_result(rows, cols, evaluated, p, np.ones((3, rows, cols), np.float32))
-    png = render_region_png(result, show=show, dpi=100, outline=False, opacity=1.0)
+    image = np.broadcast_to(np.array(TISSUE_RGB, np.float32)[:, None, None], (3, rows, cols)).copy()
+    result = _synthetic_result(rows, cols, evaluated, p, image)
+    png = render_region_png(result, show="attention", dpi=100, outline=False, opacity=1.0)
     pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
     y0, x0 = round(TOP_IN * 100), round(LEFT_IN * 100)
     top, left = result.grid.cell_origin(2, 5)
     cell = pixels[y0 + top:y0 + top + 32, x0 + left:x0 + left + 32]
     assert np.ptp(cell.reshape(-1, 3), axis=0).max() <= 2  # one flat colour
-    assert cell[0, 0].tolist() != [255, 255, 255]  # coloured
     below = pixels[y0 + top + 32:y0 + top + 64, x0 + left:x0 + left + 32]  # cell (3, 5): the other end of the map
     assert np.ptp(below.reshape(-1, 3), axis=0).max() <= 2 and np.abs(below[0, 0] - cell[0, 0]).sum() > 200
-    # To the pixel: the first pixels outside the two cells are the white image (not evaluated, not coloured).
-    white = [255, 255, 255]
-    assert all(pixels[y0 + top - 1, x0 + left + k].tolist() == white for k in range(32))
-    assert all(pixels[y0 + top + 64, x0 + left + k].tolist() == white for k in range(32))
-    assert all(pixels[y0 + top + k, x0 + left - 1].tolist() == white for k in range(64))
-    assert all(pixels[y0 + top + k, x0 + left + 32].tolist() == white for k in range(64))
+    # To the pixel: the first pixels outside the two cells are the tissue itself (not evaluated, not coloured).
+    plain = np.round(np.array(TISSUE_RGB) * 255).tolist()
+    assert all(pixels[y0 + top - 1, x0 + left + k].tolist() == plain for k in range(32))
+    assert all(pixels[y0 + top + 64, x0 + left + k].tolist() == plain for k in range(32))
+    assert all(pixels[y0 + top + k, x0 + left - 1].tolist() == plain for k in range(64))
+    assert all(pixels[y0 + top + k, x0 + left + 32].tolist() == plain for k in range(64))
+
+
+def test_render_draws_the_probability_on_tissue_only_with_its_contour():
+    """Tissue on the left half, glass on the right, every cell evaluated at p = 0.9 left of the middle and 0.1 right:
+    the glass is drawn as it is, the tissue coloured, and the 0.5 contour runs between the two columns."""
+    from app.region.figures import LEFT_IN, TOP_IN, render_region_png
+
+    rows = cols = 600
+    n = (600 - 96) // 32 + 1
+    image = np.ones((3, rows, cols), np.float32)
+    image[:, :, :300] = np.array(TISSUE_RGB, np.float32)[:, None, None]
+    p = np.where(np.arange(n) < n // 2, 0.9, 0.1)[None].repeat(n, axis=0)
+    result = _synthetic_result(rows, cols, np.ones((n, n), bool), p, image)
+    png = render_region_png(result, show="probability", dpi=100, outline=False)
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    y0, x0 = round(TOP_IN * 100), round(LEFT_IN * 100)
+    shown = pixels[y0 + 60:y0 + 540, x0:x0 + cols]
+    assert (shown[:, 320:] == 255).all(), "the glass is not coloured"
+    assert (np.abs(shown[:, 60:200] - np.round(np.array(TISSUE_RGB) * 255)).sum(-1) > 30).all(), "the tissue is"
+    middle = result.grid.cell_origin(0, n // 2)[1]  # the edge between the two columns: halfway between centres
+    dark = shown.sum(-1) < 150
+    assert dark[:, middle - 3:middle + 3].any(axis=1).mean() > 0.9, "the 0.5 contour runs down the middle"
+    assert not dark[:, 60:200].any(), "and nowhere else on the tissue"
 
 
 def test_render_large_region_quickly():
-    from app.region.figures import _outline, render_region_png
+    from app.region.figures import render_region_png
+    from app.region.overlays import cell_outline
 
     rows = cols = 2000
     grid_rows = grid_cols = (2000 - 96) // 32 + 1
@@ -244,7 +289,7 @@ def test_render_large_region_quickly():
     # The outline of a single evaluated cell (1, 2) is its four sides, on pixel edges.
     one = np.zeros((3, 4), bool)
     one[1, 2] = True
-    segments = _outline(one, top=32, left=32, cell=32)
+    segments = cell_outline(one, top=32, left=32, cell=32)
     assert len(segments) == 4
     xs, ys = segments[..., 0], segments[..., 1]
-    assert (xs.min(), xs.max(), ys.min(), ys.max()) == (32 + 64 - 0.5, 32 + 96 - 0.5, 32 + 32 - 0.5, 32 + 64 - 0.5)
+    assert (xs.min(), xs.max(), ys.min(), ys.max()) == (32 + 64, 32 + 96, 32 + 32, 32 + 64)

@@ -2,8 +2,9 @@
 
 Reads an H&E region (PNG, JPEG, TIFF, BMP, WebP; at most 4096 pixels a side), evaluates it cell by cell
 with a PCam model (:func:`app.region.evaluation.evaluate_region`) and writes what was asked for: the tumour probability
-heatmap as a PNG (``--out``), the first attention layer's map as a PNG (``--attention-out``), and the cells as
-an ``.npz`` (``--npz``). A short summary goes to stdout, progress to stderr. A region, scale, file or
+over the tissue as a PNG (``--out``), the first attention layer's map as a PNG (``--attention-out``, in the reading
+``--reading`` names: ``spatial``, alpha_s as the paper's figures draw it, by default), and the cells as an ``.npz``
+(``--npz``). A short summary goes to stdout, progress to stderr. A region, scale, file or
 checkpoint that cannot be used ends with ``error: <message>`` on stderr and exit status 2, no traceback.
 
 The ``.npz`` holds, per cell (``rows x cols``): ``probability`` (of the last class, tumour; NaN where not
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.images import FORMATS, ImageError, read_image
-from .evaluation import MAX_SIDE, METHODS, RegionError, RegionResult
+from .evaluation import DEFAULT_READING, MAX_SIDE, METHODS, READINGS, RegionError, RegionResult
 
 __all__ = ["main", "build_parser", "DEFAULT_CHECKPOINT", "MAX_FILE_BYTES"]
 
@@ -51,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: crops for attention models, else tiles)")
     parser.add_argument("--out", type=Path, help="write the tumour probability heatmap here (PNG)")
     parser.add_argument("--attention-out", type=Path, help="write the attention map here (PNG)")
+    parser.add_argument("--reading", choices=READINGS, default=DEFAULT_READING,
+                        help="what the attention map shows: kept (alpha+ = 1 - alpha_c alpha_s, what the layer "
+                             "multiplies its input by), removed (alpha_c alpha_s = 1 - kept) or spatial (alpha_s, "
+                             f"as the paper's figures draw it; default {DEFAULT_READING})")
     parser.add_argument("--npz", type=Path, help="write the per-cell results here (.npz)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     parser.add_argument("--tile-cells", type=int, default=15, help="longest tile side in cells (tiles; default 15)")
@@ -196,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
     progress = _Progress(f"evaluating ({method}, {'tiles' if method == 'tiles' else 'batches of cells'})")
     try:
         result = evaluate_region(model, card, image, args.mpp, method=method, tile_cells=args.tile_cells,
-                                 progress=progress)
+                                 progress=progress, reading=args.reading)
     finally:
         progress.close()
 

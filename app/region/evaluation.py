@@ -36,21 +36,22 @@ import torch
 import torch.nn.functional as F
 
 from models import Network
-from models.attention.parts import AttentiveLayer
+from models.attention.parts import READINGS, AttentiveLayer
 from models.stain import TISSUE_OD, optical_density
 
 from ..analysis.frames import InputFrame
 from ..analysis.pathology import CENTRE, is_pathology, model_microns_per_pixel
-from ..analysis.reductions import reduce_attention
+from ..analysis.reductions import MapSelection, reduce_attention
 
 __all__ = ["RegionError", "RegionGrid", "RegionResult", "MAX_SIDE", "MPP_RANGE", "TISSUE_SHARE", "METHODS",
            "check_region", "to_model_scale", "make_grid", "tile_spans", "cell_tissue", "evaluate_region",
-           "default_method", "first_attentive_layer"]
+           "default_method", "first_attentive_layer", "READINGS", "DEFAULT_READING"]
 
 MAX_SIDE = 4096  # pixels, of the region as given and at the model's scale
 MPP_RANGE = (0.05, 20.0)  # micrometres per pixel: from beyond 100x objectives to heavily downsampled slide levels
 TISSUE_SHARE = 0.05  # a cell is evaluated when at least this share of its pixels is stained tissue
 METHODS = ("tiles", "crops")
+DEFAULT_READING = "spatial"  # alpha_s, what the paper's figures draw (models.attention.parts.READINGS)
 Progress = Callable[[int, int], None]
 
 
@@ -104,10 +105,13 @@ class RegionResult:
         tissue: ``(rows, cols)`` share of each cell's pixels that are stained tissue.
         evaluated: ``(rows, cols)`` bool, the cells with enough tissue.
         probabilities: ``(rows, cols, classes)`` float64; NaN where not evaluated.
-        attention: ``(H, W)`` float32, the first attentive layer's effective attention (mean over its
-            orientations), each evaluated cell's centre from its own computation; NaN elsewhere.
-            None for a model without attention.
+        attention: ``(H, W)`` float32, the first attentive layer's attention in ``reading`` (mean over its
+            orientations): each evaluated cell's centre from its own computation; a pixel in no evaluated cell
+            but in evaluated cells' contexts (glass at the tissue's edge, a mosaic's patch around its centre), the
+            mean over those contexts; NaN elsewhere. None for a model without attention.
         attention_layer: that layer's name ("" without attention).
+        reading: which quantity ``attention`` is (:data:`models.attention.parts.READINGS`): ``"kept"`` (alpha+),
+            ``"removed"`` (alpha- = 1 - alpha+) or ``"spatial"`` (alpha_s, the paper's pictures).
         class_names: one per class.
         method: ``"tiles"`` or ``"crops"``.
         microns_per_pixel: of the region as given; ``model_microns_per_pixel``: of ``image``.
@@ -126,6 +130,7 @@ class RegionResult:
     microns_per_pixel: float
     model_microns_per_pixel: float
     seconds: float
+    reading: str = DEFAULT_READING
 
     @property
     def positive(self) -> np.ndarray:
@@ -253,7 +258,7 @@ def default_method(model: Network) -> str:
 def evaluate_region(
     model: Network, card: dict, image: np.ndarray, microns_per_pixel: float | None, *,
     method: str = "crops", tile_cells: int = 15, batch: int = 16, progress: Progress | None = None,
-    cells: np.ndarray | None = None,
+    cells: np.ndarray | None = None, reading: str = DEFAULT_READING,
 ) -> RegionResult:
     """Tumour probability per cell and the first attention layer's map over a region.
 
@@ -269,12 +274,16 @@ def evaluate_region(
         progress: called with (done, total) after each forward pass.
         cells: ``(rows, cols)`` bool, the cells to evaluate instead of those with tissue (e.g. the labelled cells of
             a mosaic of patches).
+        reading: the attention's reading (:data:`READINGS`); the probabilities do not depend on it.
 
     Raises:
-        RegionError: a region, scale or model region mode cannot use, or a region without tissue.
+        RegionError: a region, scale or model region mode cannot use, a region without tissue, or a reading the
+            attention layer does not have (``"spatial"`` without spatial attention).
     """
     if model.training:
         raise ValueError("evaluate_region needs a model in eval mode")
+    if reading not in READINGS:
+        raise RegionError(f"reading must be one of {READINGS}, got {reading!r}")
     model_mpp = check_region(image, microns_per_pixel, card, model, method)
     start = time.perf_counter()
     scaled = to_model_scale(image, float(microns_per_pixel), model_mpp)
@@ -289,7 +298,7 @@ def evaluate_region(
         raise RegionError(f"No tissue found: no 32 x 32 cell of the region is {TISSUE_SHARE:.0%} stained (optical "
                           f"density above {TISSUE_OD}). Is it a blank or a non-H&E image?")
     layer = first_attentive_layer(model)
-    runner = _Runner(model, card, scaled, grid, layer)
+    runner = _Runner(model, card, scaled, grid, layer, reading)
     if method == "tiles":
         blocks = [(r, c) for r in tile_spans(grid.rows, tile_cells) for c in tile_spans(grid.cols, tile_cells)
                   if evaluated[r[0]:r[0] + r[1], c[0]:c[0] + c[1]].any()]
@@ -307,33 +316,39 @@ def evaluate_region(
     probabilities[~evaluated] = np.nan
     return RegionResult(
         image=scaled, grid=grid, tissue=tissue, evaluated=evaluated, probabilities=probabilities,
-        attention=_mask_attention(runner.attention, grid, evaluated), attention_layer=layer,
+        attention=_stitched_attention(runner, grid, evaluated), attention_layer=layer,
         class_names=tuple(card.get("class_names") or [str(k) for k in range(probabilities.shape[-1])]),
         method=method, microns_per_pixel=float(microns_per_pixel), model_microns_per_pixel=model_mpp,
-        seconds=time.perf_counter() - start,
+        seconds=time.perf_counter() - start, reading=reading,
     )
 
 
-def _mask_attention(attention: np.ndarray | None, grid: RegionGrid, evaluated: np.ndarray) -> np.ndarray | None:
-    """NaN outside the centres of evaluated cells."""
-    if attention is None:
+def _stitched_attention(runner: _Runner, grid: RegionGrid, evaluated: np.ndarray) -> np.ndarray | None:
+    """The centres of evaluated cells, and elsewhere the mean over the evaluated contexts that cover a pixel."""
+    if runner.attention is None:
         return None
     top, left = grid.cell_origin(0, 0)
-    inside = np.zeros(attention.shape, dtype=bool)
-    inside[top:top + grid.rows * grid.cell, left:left + grid.cols * grid.cell] = np.kron(
+    centres = np.zeros(runner.attention.shape, dtype=bool)
+    centres[top:top + grid.rows * grid.cell, left:left + grid.cols * grid.cell] = np.kron(
         evaluated, np.ones((grid.cell, grid.cell), dtype=bool))
-    return np.where(inside, attention, np.float32(np.nan)).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        around = np.where(runner.covered > 0, runner.context_sum / runner.covered, np.nan)
+    return np.where(centres, runner.attention, around).astype(np.float32)
 
 
 class _Runner:
     """Forward passes over contexts and tiles, collecting per-cell logits and the stitched attention."""
 
-    def __init__(self, model: Network, card: dict, image: np.ndarray, grid: RegionGrid, layer: str):
+    def __init__(self, model: Network, card: dict, image: np.ndarray, grid: RegionGrid, layer: str, reading: str):
         self.model, self.image, self.grid, self.layer = model, image, grid, layer
+        self.selection = MapSelection(reading=reading)
         self.frame = InputFrame.from_card(card, model.group)
         self.dtype = next(model.parameters()).dtype
         self.logits: np.ndarray | None = None  # (rows, cols, classes), made at the first result
         self.attention = np.full(image.shape[1:], np.nan, dtype=np.float32) if layer else None
+        # Every context's whole map, summed, and how many contexts covered each pixel: a mean where no centre is.
+        self.context_sum = np.zeros(image.shape[1:], dtype=np.float32) if layer else None
+        self.covered = np.zeros(image.shape[1:], dtype=np.uint8) if layer else None
 
     def _forward(self, contexts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(B, 3, X, Y)`` -> cell logits ``(B, rows, cols, classes)`` and attention ``(B, X, Y)`` (or None)."""
@@ -353,7 +368,10 @@ class _Runner:
             attention = None
             if self.layer:
                 user = self.frame.attention_to_user(trace.attention[self.layer])
-                attention = reduce_attention(user).mean(dim=1)  # (B, X, Y): mean over orientations
+                try:
+                    attention = reduce_attention(user, self.selection).mean(dim=1)  # (B, X, Y): mean over orientations
+                except ValueError as err:  # e.g. "spatial" of a layer with channel attention only
+                    raise RegionError(f"layer {self.layer}: {err}") from None
         return cells.double(), attention
 
     def _store(self, cells: torch.Tensor, attention: np.ndarray | None, i: int, j: int) -> None:
@@ -368,6 +386,10 @@ class _Runner:
                 raise RegionError(f"layer {self.layer}'s attention is not at the input's resolution: cannot stitch")
             top, left = self.grid.cell_origin(i, j)
             self.attention[top:top + rows * c, left:left + cols * c] = attention[m:m + rows * c, m:m + cols * c]
+            top, left = self.grid.context_origin(i, j)
+            height, width = attention.shape[-2:]
+            self.context_sum[top:top + height, left:left + width] += attention
+            self.covered[top:top + height, left:left + width] += 1
 
     def run_tile(self, rows: tuple[int, int], cols: tuple[int, int]) -> None:
         (i, n_rows), (j, n_cols) = rows, cols

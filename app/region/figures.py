@@ -1,11 +1,12 @@
 """PNG renderings (matplotlib, Agg) of a region's evaluation: tumour probability or attention over the tissue.
 
 One picture per call, in the image's own pixel coordinates at the model's scale (rows down): the region
-underneath, the per-cell map on top, each cell (i, j) covering exactly its 32 x 32 pixels
-(:meth:`~app.region.evaluation.RegionGrid.cell_origin`), cells that were not evaluated left uncoloured so that the glass
-and tissue show through, an outline around the evaluated area, a colour bar, a scale bar in micrometres and a
-title naming the class and the method. Large regions are resampled to the figure's resolution before
-matplotlib sees them, so that a 2000 x 2000 region renders in about half a second.
+underneath and the map blended into it, as :mod:`app.region.overlays` defines them. The probability is a smooth
+surface on the tissue with its p = 0.5 contour; the attention is drawn pixel by pixel on the evaluated cells, in
+the reading it was computed in, coloured over the 2nd to 98th percentile of its values on tissue. Around them: an
+outline of the evaluated area, a colour bar, a scale bar in micrometres and a title naming the class or reading
+and the method. Large regions are resampled to the figure's resolution before matplotlib sees them, so that a
+2000 x 2000 region renders in about half a second.
 """
 
 from __future__ import annotations
@@ -22,30 +23,30 @@ from PIL import Image
 from ..analysis.images import to_channels
 from ..analysis.pathology import scale_bar_microns
 from ..pictures.figures import png_bytes
-from ..pictures.map_style import PERCENTILES
 from .evaluation import RegionResult
+from .overlays import (
+    ATTENTION_OPACITY,
+    BRIGHT,
+    PROBABILITY_OPACITY,
+    attention_range,
+    blend,
+    cell_outline,
+    display_tissue,
+    probability_contour,
+    probability_field,
+)
 
-__all__ = ["render_region_png", "SHOW", "PROBABILITY_CMAP", "ATTENTION_CMAP", "attention_range"]
+__all__ = ["render_region_png", "SHOW", "PROBABILITY_CMAP", "ATTENTION_CMAP"]
 
 SHOW = ("probability", "attention")
-PROBABILITY_CMAP = "viridis"  # perceptually uniform, fixed at 0..1
-ATTENTION_CMAP = "cividis"  # another one (blue to yellow, apart from H&E's pinks), so the two are not mistaken
-OPACITY = 0.5  # of the map over the tissue
+# Fixed at 0..1 and diverging at 0.5, where the contour is drawn: blue normal, red tumour. Its blue end stays
+# apart from haematoxylin's purple under a light overlay, where viridis's dark purple vanished into it.
+PROBABILITY_CMAP = "RdYlBu_r"
+ATTENTION_CMAP = "cividis"  # another one (blue to yellow, perceptually uniform), so the two are not mistaken
 # Inches around the image: title above, colour bar and its label to the right; at text scale 1 (see _layout).
 TOP_IN, BOTTOM_IN, LEFT_IN, RIGHT_IN = 0.75, 0.15, 0.15, 1.45
 MIN_IMAGE_IN = 5.0  # a small region is still drawn this large, so the text stays in proportion
 MAX_TEXT_SCALE = 1.6  # text (and the margins holding it) grows with the figure, up to this factor
-
-
-def attention_range(attention: np.ndarray) -> tuple[float, float]:
-    """The robust colour range of an attention map: 2nd and 98th percentiles of its finite values."""
-    finite = attention[np.isfinite(attention)]
-    if not finite.size:
-        return 0.0, 1.0
-    low, high = (float(v) for v in np.percentile(finite, PERCENTILES))
-    if not high > low:
-        high = low + max(abs(low) * 1e-3, 1e-6)
-    return low, high
 
 
 def _to_display(values: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -70,25 +71,6 @@ def _to_display(values: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         return np.where(share >= 0.5, total / np.maximum(share, 1e-6), np.nan).astype(np.float32)
 
 
-def _outline(evaluated: np.ndarray, top: int, left: int, cell: int) -> np.ndarray:
-    """``(N, 2, 2)`` line segments ``((x0, y0), (x1, y1))`` along the border of the evaluated cells.
-
-    In imshow's coordinates: pixel (row, col) is centred on (x = col, y = row), so pixel edges sit at -0.5.
-    """
-    padded = np.pad(evaluated, 1)
-    # Horizontal edges: edge i lies above cell row i (i = rows: below the last), between padded rows i and i+1.
-    i, j = np.nonzero(padded[:-1, 1:-1] != padded[1:, 1:-1])
-    y = top + i * cell - 0.5
-    x = left + j * cell - 0.5
-    horizontal = np.stack([np.stack([x, y], -1), np.stack([x + cell, y], -1)], 1)
-    # Vertical edges: edge j lies left of cell column j.
-    i, j = np.nonzero(padded[1:-1, :-1] != padded[1:-1, 1:])
-    y = top + i * cell - 0.5
-    x = left + j * cell - 0.5
-    vertical = np.stack([np.stack([x, y], -1), np.stack([x, y + cell], -1)], 1)
-    return np.concatenate([horizontal, vertical]).astype(float)
-
-
 def _inches_per_px(rows: int, cols: int, dpi: int, max_side_px: int, text: float) -> float:
     """The image at its own size (at least :data:`MIN_IMAGE_IN` on its long side), the whole figure, margins at
     text scale ``text`` included, at most ``max_side_px`` a side."""
@@ -109,19 +91,21 @@ def _layout(rows: int, cols: int, dpi: int, max_side_px: int) -> tuple[float, fl
 
 def render_region_png(
     result: RegionResult, *, show: str = "probability", dpi: int = 100, max_side_px: int = 1600,
-    outline: bool = True, opacity: float = OPACITY,
+    outline: bool = True, opacity: float | None = None,
 ) -> bytes:
-    """The region with its per-cell tumour probability, or its stitched attention map, over it.
+    """The region with its tumour probability surface, or its stitched attention map, over it.
 
     Args:
         result: from :func:`app.region.evaluation.evaluate_region`.
-        show: ``"probability"`` (the last class, per cell, colours fixed at 0..1) or ``"attention"`` (the first
-            attentive layer's map, colours over the 2nd to 98th percentile of its values in evaluated cells).
+        show: ``"probability"`` (the last class, interpolated between cell centres, on tissue only, colours fixed
+            at 0..1, with its 0.5 contour) or ``"attention"`` (the first attentive layer's map in
+            ``result.reading``, colours over the 2nd to 98th percentile of its values on tissue).
         dpi: resolution.
         max_side_px: the PNG is at most this many pixels a side; the image is drawn at its own resolution up to
             that, resampled below it.
         outline: draw the border of the evaluated cells.
-        opacity: of the map over the image.
+        opacity: of the map over the image (default: :data:`~app.region.overlays.PROBABILITY_OPACITY` or
+            :data:`~app.region.overlays.ATTENTION_OPACITY`).
 
     Raises:
         ValueError: unknown ``show``, or ``"attention"`` for a model without attention.
@@ -141,29 +125,36 @@ def render_region_png(
     image_bottom = bottom_in + (panel_h - image_h) / 2
     ax = fig.add_axes((left_in / fig_w, image_bottom / fig_h, image_w / fig_w, image_h / fig_h))
 
-    # Pixel maps are resampled to the displayed size beforehand (when smaller): matplotlib only copies them.
+    # Maps are made at the displayed size (when smaller than the image) and blended in: matplotlib only copies them.
     shown = (round(image_h * dpi), round(image_w * dpi))
     whole = (-0.5, cols - 0.5, rows - 0.5, -0.5)  # imshow's extent of the whole image: pixel centres on integers
     background = _to_display(np.moveaxis(to_channels(result.image, 3), 0, -1), shown)
-    ax.imshow(background, extent=whole, interpolation="nearest")
-
-    top, left = grid.cell_origin(0, 0)
+    rgb = np.round(np.clip(background, 0, 1) * 255).astype(np.uint8)
+    scale = rows / rgb.shape[0]  # image pixels per displayed pixel
+    tissue = display_tissue(rgb, scale)
+    name = result.class_names[-1]
     if show == "probability":
-        values, cmap, norm = result.positive, PROBABILITY_CMAP, Normalize(0.0, 1.0)
-        extent = (left - 0.5, left + grid.cols * grid.cell - 0.5, top + grid.rows * grid.cell - 0.5, top - 0.5)
-        label = f"P({result.class_names[-1]}) of each {grid.cell} x {grid.cell} px cell"
-        heading = f"P({result.class_names[-1]}) per cell"
+        values, cmap, norm = probability_field(result, rgb.shape[:2], scale), PROBABILITY_CMAP, Normalize(0.0, 1.0)
+        alpha = np.where(tissue, PROBABILITY_OPACITY if opacity is None else opacity, 0.0)
+        label = f"P({name}), between cell centres; line: p = 0.5"
+        heading = f"P({name}) over the tissue"
+        subtitle = f"each {grid.cell} x {grid.cell} px cell judged in its {grid.context} x {grid.context} context"
     else:
-        low, high = attention_range(result.attention)
-        values, cmap, norm = _to_display(result.attention, shown), ATTENTION_CMAP, Normalize(low, high)
-        extent = whole
-        label = "attention (colours: its 2nd to 98th percentile)"
-        heading = f"Attention of {result.attention_layer or 'the first attentive layer'} (mean over orientations)"
-    ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, alpha=opacity, extent=extent,
-              interpolation="nearest")
+        values = _to_display(result.attention, rgb.shape[:2])
+        norm, cmap = Normalize(*attention_range(values, tissue)), ATTENTION_CMAP
+        alpha = np.where(tissue, ATTENTION_OPACITY if opacity is None else opacity, 0.0)
+        label = f"{result.reading} (colours: 2nd-98th percentile on tissue)"
+        heading = (f"Attention of {result.attention_layer or 'the first attentive layer'}, {result.reading} reading, "
+                   "mean over orientations")
+        subtitle = BRIGHT[result.reading]
+    ax.imshow(blend(rgb, values, alpha, norm.vmin, norm.vmax, cmap), extent=whole, interpolation="nearest")
+    top, left = grid.cell_origin(0, 0)
     if outline:
-        segments = _outline(result.evaluated, top, left, grid.cell)
-        ax.add_collection(LineCollection(segments, colors="#1a1a1a", linewidths=0.7, alpha=0.8), autolim=False)
+        segments = cell_outline(result.evaluated, top, left, grid.cell) - 0.5  # edges -> imshow's coordinates
+        ax.add_collection(LineCollection(segments, colors="#1a1a1a", linewidths=0.7, alpha=0.5), autolim=False)
+    if show == "probability":
+        lines = [line - 0.5 for line in probability_contour(result)]
+        ax.add_collection(LineCollection(lines, colors="black", linewidths=1.2 * text), autolim=False)
     ax.set_xlim(-0.5, cols - 0.5)
     ax.set_ylim(rows - 0.5, -0.5)  # rows grow downwards, as in the image
     ax.set_axis_off()
@@ -176,19 +167,21 @@ def render_region_png(
     bar.patch.set(facecolor="white", alpha=0.8, edgecolor="none")
     ax.add_artist(bar)
 
-    # Colour bar at full opacity (the overlay's colours are these, blended with the tissue).
+    # Colour bar at full opacity (the overlay's colours are these, blended with the tissue), in the map's values.
     bar_h = min(image_h, max(panel_h * 0.8, 2.0)) if image_h >= 2.0 else panel_h * 0.8
     cax = fig.add_axes(((left_in + image_w + 0.15 * text) / fig_w, (bottom_in + (panel_h - bar_h) / 2) / fig_h,
                         0.16 * text / fig_w, bar_h / fig_h))
     colourbar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax)
     colourbar.set_label(label, fontsize=9 * text)
     colourbar.ax.tick_params(labelsize=8 * text)
+    if show == "probability":
+        colourbar.ax.axhline(0.5, color="black", linewidth=1.2 * text)
 
     evaluated, total = int(result.evaluated.sum()), result.evaluated.size
     fig.text(left_in / fig_w, 1 - 0.12 * text / fig_h, heading, ha="left", va="top", fontsize=11 * text,
              fontweight="bold")
     fig.text(left_in / fig_w, 1 - 0.42 * text / fig_h,
-             f"method: {result.method} · {evaluated} of {total} cells evaluated (the others uncoloured) · "
-             f"shown at the model's {result.model_microns_per_pixel:g} µm/px",
+             f"{subtitle}\nmethod: {result.method} · {evaluated} of {total} cells evaluated · drawn on tissue only · "
+             f"at the model's {result.model_microns_per_pixel:g} µm/px",
              ha="left", va="top", fontsize=8 * text, color="#333333")
     return png_bytes(fig, dpi)

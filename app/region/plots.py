@@ -1,10 +1,11 @@
-"""Plotly figures of a region: the tumour heatmap or the stitched attention over the tissue, clickable per cell.
+"""Plotly figures of a region: the tumour probability or the stitched attention over the tissue, clickable per cell.
 
 Coordinates are pixels of the region at the model's scale (rows down). The background is the region as a PNG
-(downsampled to at most ``max_px`` a side, so the page stays light); the probability is a heatmap of one value
-per cell, placed so that cell (i, j) covers exactly its 32 x 32 pixels; cells that were not evaluated (glass)
-stay uncoloured. A transparent marker on every evaluated cell makes it clickable
-(``st.plotly_chart(on_select="rerun")``): :func:`clicked_cell` turns the event back into a cell.
+(downsampled to at most ``max_px`` a side, so the page stays light) with the map blended into it: the probability
+as a smooth surface on the tissue with its 0.5 contour (:mod:`app.region.overlays`), the attention pixel by pixel
+on the evaluated cells over the 2nd to 98th percentile of its values on tissue. A transparent marker on every
+evaluated cell makes it clickable (``st.plotly_chart(on_select="rerun")``): :func:`clicked_cell` turns the event
+back into a cell.
 """
 
 from __future__ import annotations
@@ -17,16 +18,27 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-from ..pictures.map_style import overlay
+from ..pictures.map_style import colour_lut
 from ..pictures.plots import image_rgb
 from .evaluation import RegionResult
-from .figures import ATTENTION_CMAP, PROBABILITY_CMAP, attention_range
+from .figures import ATTENTION_CMAP, PROBABILITY_CMAP
+from .overlays import (
+    ATTENTION_OPACITY,
+    PROBABILITY_OPACITY,
+    attention_range,
+    blend,
+    display_tissue,
+    probability_contour,
+    probability_field,
+    truth_outline,
+)
 
-__all__ = ["region_figure", "clicked_cell"]
+__all__ = ["region_figure", "clicked_cell", "TRUTH_COLOUR", "CONTOUR_COLOUR"]
 
-OPACITY = 0.9
-TRUTH_COLOURS = {1: "#00e5ff", 0: "#ffffff"}  # cyan: tumour, white: normal; both read on the maps and H&E
+TRUTH_COLOUR = "#00e5ff"  # cyan: apart from the probability map's colours and from H&E's
+CONTOUR_COLOUR = "#111111"
 SELECTED_COLOUR = "#ffd400"
+COLOURBAR_PX = 80  # the colour bar with its ticks and title, beside the plot
 
 
 def _downsampled(result: RegionResult, max_px: int) -> tuple[np.ndarray, int]:
@@ -55,18 +67,6 @@ def _block_means(values: np.ndarray, factor: int, shape: tuple[int, int]) -> np.
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def _cell_values(result: RegionResult, factor: int, shape: tuple[int, int]) -> np.ndarray:
-    """``(h, w)``: the positive-class probability of the cell under each displayed pixel's centre (NaN: none)."""
-    grid = result.grid
-    top, left = grid.cell_origin(0, 0)
-    i = np.floor(((np.arange(shape[0]) + 0.5) * factor - top) / grid.cell).astype(int)
-    j = np.floor(((np.arange(shape[1]) + 0.5) * factor - left) / grid.cell).astype(int)
-    rows, cols = (i >= 0) & (i < grid.rows), (j >= 0) & (j < grid.cols)
-    values = np.full(shape, np.nan)
-    values[np.ix_(rows, cols)] = result.positive[np.ix_(i[rows], j[cols])]
-    return values
-
-
 def _cell_centres(result: RegionResult, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pixel ``(x, y)`` of the centres of ``cells`` ``(N, 2)`` (row, col)."""
     grid = result.grid
@@ -74,13 +74,30 @@ def _cell_centres(result: RegionResult, cells: np.ndarray) -> tuple[np.ndarray, 
     return left + (cells[:, 1] + 0.5) * grid.cell, top + (cells[:, 0] + 0.5) * grid.cell
 
 
+def _polyline(lines: list[np.ndarray]) -> tuple[list, list]:
+    """``x`` and ``y`` of several lines as one trace, broken by None."""
+    x, y = [], []
+    for line in lines:
+        x += [*line[:, 0], None]
+        y += [*line[:, 1], None]
+    return x, y
+
+
+def _colourscale(cmap: str, steps: int = 11) -> list:
+    """The matplotlib colour map as a plotly colourscale, so the colour bar shows exactly the blended colours."""
+    lut = colour_lut(cmap)
+    return [[t, "rgb({},{},{})".format(*np.round(lut[round(t * 255)] * 255).astype(int))]
+            for t in np.linspace(0.0, 1.0, steps)]
+
+
 def region_figure(result: RegionResult, show: str = "probability", labels: np.ndarray | None = None,
                   selected: tuple[int, int] | None = None, max_px: int = 900, width_px: int = 640) -> go.Figure:
-    """The region with its heatmap (``show="probability"``) or stitched attention (``"attention"``).
+    """The region with its probability surface (``show="probability"``) or stitched attention (``"attention"``).
 
     Args:
         result: an evaluated region.
-        labels: ``(rows, cols)`` true labels (1, 0; -1 none): outlined, cyan for tumour, white for normal.
+        labels: ``(rows, cols)`` true labels (1, 0; -1 none): the contexts of the tumour-labelled cells (a
+            mosaic's tumour patches) outlined, dashed.
         selected: a cell to outline in yellow (its 96 x 96 context).
         max_px: longest side of the background image sent to the browser.
         width_px: the figure's width on the page (sets marker sizes and the height).
@@ -88,21 +105,27 @@ def region_figure(result: RegionResult, show: str = "probability", labels: np.nd
     rgb, factor = _downsampled(result, max_px)
     height, width = result.image.shape[1:]
     grid = result.grid
+    tissue = display_tissue(rgb, factor)
     if show == "attention" and result.attention is not None:
         values, cmap = _block_means(result.attention, factor, rgb.shape[:2]), ATTENTION_CMAP
-        low, high = attention_range(result.attention)
-        title = f"attention ({result.attention_layer})"
+        low, high = attention_range(values, tissue)
+        alpha = np.where(tissue, ATTENTION_OPACITY, 0.0)
+        title = f"{result.reading} ({result.attention_layer})"
     else:
-        values, (low, high), cmap = _cell_values(result, factor, rgb.shape[:2]), (0.0, 1.0), PROBABILITY_CMAP
+        values, (low, high), cmap = probability_field(result, rgb.shape[:2], factor), (0.0, 1.0), PROBABILITY_CMAP
+        alpha = np.where(tissue, PROBABILITY_OPACITY, 0.0)
         title = f"P({result.class_names[-1]})"
-    # Opacity grows with the value: tissue shows through where the value is low, high values glow.
-    background = overlay(rgb, np.where(np.isfinite(values), values, low), low, high, cmap, OPACITY)
     figure = go.Figure()
-    figure.add_trace(go.Image(source=_png_uri(background), x0=0, y0=0, dx=factor, dy=factor, hoverinfo="skip"))
-    # An invisible two-value heatmap carries the colour bar of the values drawn into the image.
-    figure.add_trace(go.Heatmap(z=[[low, high]], x=[0, 1], y=[0], zmin=low, zmax=high, colorscale=cmap.capitalize(),
-                                opacity=0, hoverinfo="skip", colorbar=dict(title=dict(text=title, side="right"),
-                                                                           thickness=12, len=0.8)))
+    figure.add_trace(go.Image(source=_png_uri(blend(rgb, values, alpha, low, high, cmap)), x0=0, y0=0, dx=factor,
+                              dy=factor, hoverinfo="skip"))
+    # An invisible two-value heatmap carries the colour bar of the values blended into the image.
+    colourbar = dict(title=dict(text=title, side="right"), thickness=12, len=0.8)
+    figure.add_trace(go.Heatmap(z=[[low, high]], x=[0, 1], y=[0], zmin=low, zmax=high, colorscale=_colourscale(cmap),
+                                opacity=0, hoverinfo="skip", colorbar=colourbar))
+    if show != "attention":
+        x, y = _polyline(probability_contour(result))
+        figure.add_trace(go.Scatter(x=x, y=y, mode="lines", name="p = 0.5", hoverinfo="skip",
+                                    line=dict(color=CONTOUR_COLOUR, width=1.5)))
     scale = width_px / width  # screen pixels per region pixel
     cells = np.argwhere(result.evaluated)
     x, y = _cell_centres(result, cells)
@@ -112,15 +135,11 @@ def region_figure(result: RegionResult, show: str = "probability", labels: np.nd
         marker=dict(size=max(4.0, grid.cell * scale), symbol="square", color="rgba(0,0,0,0)"),
         customdata=np.column_stack([cells, p]),
         hovertemplate="cell (%{customdata[0]}, %{customdata[1]})<br>P = %{customdata[2]:.3f}<extra></extra>"))
-    if labels is not None:
-        for value, name in ((1, "true tumour"), (0, "true normal")):
-            where = np.argwhere(labels == value)
-            if len(where):
-                tx, ty = _cell_centres(result, where)
-                figure.add_trace(go.Scatter(
-                    x=tx, y=ty, mode="markers", name=name, hoverinfo="skip",
-                    marker=dict(size=max(4.0, grid.cell * scale), symbol="square-open",
-                                line=dict(width=1.5, color=TRUTH_COLOURS[value]), color=TRUTH_COLOURS[value])))
+    if labels is not None and (labels == 1).any():
+        segments = truth_outline(grid, labels)
+        x, y = _polyline(list(segments))
+        figure.add_trace(go.Scatter(x=x, y=y, mode="lines", name="labelled tumour", hoverinfo="skip",
+                                    line=dict(color=TRUTH_COLOUR, width=1, dash="dash")))
     if selected is not None:
         sx, sy = _cell_centres(result, np.array([selected]))
         figure.add_trace(go.Scatter(x=sx, y=sy, mode="markers", name="opened cell", hoverinfo="skip",
@@ -128,9 +147,11 @@ def region_figure(result: RegionResult, show: str = "probability", labels: np.nd
                                                 line=dict(width=2.5, color=SELECTED_COLOUR), color=SELECTED_COLOUR)))
     figure.update_xaxes(range=[0, width], visible=False, constrain="domain")
     figure.update_yaxes(range=[height, 0], visible=False, scaleanchor="x", constrain="domain")
-    # A dark legend, so that the white outline of "true normal" shows in it.
+    # A dark legend, so that the cyan and yellow marks show in it.
     legend = dict(orientation="h", y=-0.02, x=0, bgcolor="#555555", font=dict(color="white"))
-    figure.update_layout(width=width_px, height=int(width_px * height / width) + 40, margin=dict(l=0, r=0, t=10, b=30),
+    # The colour bar takes its width from the plot: the height follows the image's width left, so no band is empty.
+    plot_px = width_px - COLOURBAR_PX
+    figure.update_layout(width=width_px, height=int(plot_px * height / width) + 40, margin=dict(l=0, r=0, t=10, b=30),
                          legend=legend, dragmode="pan", clickmode="event+select", plot_bgcolor="white")
     return figure
 

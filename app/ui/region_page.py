@@ -1,11 +1,12 @@
 """The region page: a whole H&E region through the PCam model, cell by cell, and a way into any cell.
 
 The sidebar picks a region (the PCam test mosaic, whose cells' truth is known; the CMU-1 region; an upload with
-its micrometres per pixel) and the method. The page shows the tumour-probability heatmap over the tissue beside
-the first attention layer's map stitched across the region, with the mosaic's score against the true labels.
-Clicking a cell (or picking one of the most probable) opens its 96 x 96 context in the patch explorer, with
-everything the patch view has. Results are cached per (model, region, scale, method); at most
-``$APP_CONCURRENT_ANALYSES`` evaluations run at once across sessions (:class:`app.analysis.cache.LRUCache`).
+its micrometres per pixel), the method and the attention's reading. The page shows the tumour probability as a
+surface over the tissue with its p = 0.5 contour (and, on the mosaic, dashed outlines of the patches labelled
+tumour) beside the first attention layer's map stitched across the region, with the mosaic's score against the
+true labels. Clicking a cell (or picking one of the most probable) opens its 96 x 96 context in the patch
+explorer, with everything the patch view has. Results are cached per (model, region, scale, method, reading); at
+most ``$APP_CONCURRENT_ANALYSES`` evaluations run at once across sessions (:class:`app.analysis.cache.LRUCache`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,17 @@ from ..analysis.pathology import model_microns_per_pixel
 from ..analysis.transforms import apply_element, element_name
 from ..gallery import list_regions
 from ..region.demo import pcam_test_mosaic, score_cells
-from ..region.evaluation import MAX_SIDE, METHODS, RegionError, RegionResult, default_method, evaluate_region
+from ..region.evaluation import (
+    DEFAULT_READING,
+    MAX_SIDE,
+    METHODS,
+    RegionError,
+    RegionResult,
+    default_method,
+    evaluate_region,
+    first_attentive_layer,
+)
+from ..region.overlays import BRIGHT, READING_LABELS
 from ..region.plots import clicked_cell, region_figure
 from .inputs import IMAGE_TYPES, REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, decoded_images
 
@@ -154,14 +165,24 @@ def method_ui(loaded: LoadedModel) -> str:
     return method
 
 
-def region_key(loaded: LoadedModel, region: ChosenRegion, method: str) -> tuple:
-    return "region", loaded.model_id, region.digest, region.element, region.microns_per_pixel, method
+def reading_ui(loaded: LoadedModel) -> str:
+    """Sidebar: which reading of the attention the right-hand panel shows; the paper's (alpha_s) by default."""
+    if not first_attentive_layer(loaded.model):
+        return DEFAULT_READING  # nothing to read: the evaluation ignores it
+    readings = list(READING_LABELS)
+    return st.sidebar.radio("Attention shows", readings, index=readings.index(DEFAULT_READING),
+                            format_func=READING_LABELS.get, key="region_reading")
 
 
-def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str, key: tuple | None = None
-                     ) -> RegionResult | None:
+def region_key(loaded: LoadedModel, region: ChosenRegion, method: str, reading: str = DEFAULT_READING) -> tuple:
+    """The cache key of a result: everything the evaluation depends on, the attention's reading included."""
+    return "region", loaded.model_id, region.digest, region.element, region.microns_per_pixel, method, reading
+
+
+def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str, key: tuple | None = None,
+                     reading: str = DEFAULT_READING) -> RegionResult | None:
     """The region's result, from the cache or computed with a progress bar; None (with the error shown) on bad input."""
-    key = key or region_key(loaded, region, method)
+    key = key or region_key(loaded, region, method, reading)
     bar = st.progress(0.0, text=f"Evaluating {region.name} cell by cell ...")
 
     def progress(done: int, total: int) -> None:
@@ -172,7 +193,7 @@ def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str, key
     try:
         return region_results().get_or_compute(key, lambda: evaluate_region(
             loaded.model, loaded.card, region.shown_pixels(), region.microns_per_pixel, method=method,
-            progress=progress, cells=cells))
+            progress=progress, cells=cells, reading=reading))
     except RegionError as err:
         st.error(str(err))
         return None
@@ -214,48 +235,72 @@ def region_page(loaded: LoadedModel) -> None:
     """The whole region view."""
     region = region_input_ui(loaded)
     method = method_ui(loaded)
+    reading = reading_ui(loaded)
     element = transform_ui(display_group(loaded.model))
     if region is None:
         return
     if region.note:
         st.warning(region.note, icon="⚠️")
     shown = region.moved(element)
-    key = region_key(loaded, shown, method)
-    if st.session_state.get("region_shown") != key:  # another region: its cells are not the last one's
-        st.session_state["region_shown"] = key
+    key = region_key(loaded, shown, method, reading)
+    if st.session_state.get("region_shown") != key[:-1]:  # another region: its cells are not the last one's
+        st.session_state["region_shown"] = key[:-1]
         st.session_state.pop(PICK_KEY, None)
-    result = evaluated_region(loaded, shown, method, key)
+    result = evaluated_region(loaded, shown, method, key, reading)
     if result is None:
         return
     summary(result, shown)
     if element:
-        original = evaluated_region(loaded, region, method)
+        original = evaluated_region(loaded, region, method, reading=reading)
         if original is not None:
             show_proof(result, original, element)
     region = shown
     selected = _selected_cell(result)
+    truth = region.labels is not None and st.toggle(
+        "Show the truth: dashed outlines of the patches labelled tumour", value=True, key="region_truth")
     left, right = st.columns(2)
     with left:
-        st.markdown(f"**P({result.class_names[-1]})** per 32 x 32 cell")
-        st.plotly_chart(_figure(key, "probability", selected, result, region.labels),
+        st.markdown(f"**P({result.class_names[-1]})** over the tissue")
+        st.plotly_chart(_figure(key, "probability", selected, truth, result, region.labels),
                         on_select="rerun", selection_mode="points", key=HEATMAP_KEY, width="content",
                         config={"displaylogo": False})
+        st.caption(probability_caption(result, truth))
     with right:
         if result.attention is not None:
             st.markdown(f"**Attention** of the first attentive layer, {result.attention_layer}")
-            st.plotly_chart(_figure(key, "attention", selected, result, None),
-                            key="region_attention", width="content", config={"displaylogo": False})
+            figure = _figure(key, "attention", selected, False, result, None)
+            st.plotly_chart(figure, key="region_attention", width="content", config={"displaylogo": False})
+            st.caption(attention_caption(result, figure.data[1].zmin, figure.data[1].zmax))
         else:
-            st.info("This model has no attention layer: only the heatmap is shown.")
+            st.info("This model has no attention layer: only the tumour probability is shown.")
     st.caption(f"Source: {region.source}")
     cell_ui(result, region, selected)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _figure(key: tuple, show: str, selected: tuple[int, int] | None, _result: RegionResult,
+def _figure(key: tuple, show: str, selected: tuple[int, int] | None, truth: bool, _result: RegionResult,
             _labels: np.ndarray | None):
-    """:func:`region_figure` of a cached result (a few tenths of a second each): reruns, e.g. clicks, reuse it."""
-    return region_figure(_result, show, _labels, selected, width_px=FIGURE_WIDTH_PX)
+    """:func:`region_figure` of a cached result (a few tenths of a second each): reruns, e.g. clicks, reuse it.
+    The truth marks are drawn from ``_labels`` when ``truth`` is on."""
+    return region_figure(_result, show, _labels if truth else None, selected, width_px=FIGURE_WIDTH_PX)
+
+
+def probability_caption(result: RegionResult, truth: bool) -> str:
+    """What the left panel draws."""
+    grid = result.grid
+    text = (f"Each {grid.cell} x {grid.cell} px cell's probability belongs to its centre; between centres it is "
+            "interpolated, and it is drawn on tissue only (glass stays clear). Black line: p = 0.5.")
+    if truth:
+        text += " Dashed cyan: the 96 x 96 patches PCam labels tumour (the label is of their central 32 x 32 px)."
+    return text
+
+
+def attention_caption(result: RegionResult, low: float, high: float) -> str:
+    """What the right panel draws, and what its colours span."""
+    return (f"{READING_LABELS.get(result.reading, result.reading)}, mean over orientations; "
+            f"{BRIGHT[result.reading]}. Colours span the 2nd to 98th percentile of its values on tissue "
+            f"({low:.3f} to {high:.3f}), values beyond drawn at the ends. Drawn on tissue: each evaluated cell's "
+            "centre from its own 96 x 96 context, the pixels around it the mean of the contexts covering them.")
 
 
 def _selected_cell(result: RegionResult) -> tuple[int, int] | None:
@@ -285,8 +330,7 @@ def summary(result: RegionResult, region: ChosenRegion) -> None:
                f"{(shown > 0.5).mean():.0%} of them above p = 0.5.")
     if region.labels is not None:
         score = score_cells(result.positive, region.labels)
-        st.success(f"Against the true labels of the patch centres: {score.summary()}. Cyan outline: true tumour; "
-                   "white: true normal.")
+        st.success(f"Against the true labels of the patch centres: {score.summary()}.")
 
 
 def cell_ui(result: RegionResult, region: ChosenRegion, selected: tuple[int, int] | None) -> None:
