@@ -153,6 +153,8 @@ def main() -> None:
         borders = padding_of(loaded.model_id, loaded)
     size = current.images.shape[-1]
     marks = panel_marks(card, size, chosen.microns_per_pixel)
+    with left:  # before the maps: a view that fails below still leaves the prediction on the page
+        show_summary(card, current, chosen, marks)
 
     if reading == COMPOSITE:
         layer_key, layer = COMPOSITE, current.composite
@@ -176,8 +178,6 @@ def main() -> None:
         zrange = value_range(layer, display, size, border)
         with right:
             show_maps(current, layer, display, zrange, marks, border, MAPS_WIDTH_PX)
-    with left:
-        show_summary(card, current, chosen, marks)
 
     pathology = is_pathology(card)
     names = ["Arrow field", "Equivariance proof", "Predictions per transform"]
