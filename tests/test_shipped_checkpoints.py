@@ -94,6 +94,7 @@ def test_card_is_complete(path):
         assert card["dataset"]["splits"] == {"train": 29822, "valid": 2907, "test": 1944}
         assert {"test_auc", "test_ece", "test_reliability", "test_intervals"} <= set(card["metrics"])
         assert len(card["dataset"]["test_files"]) == card["dataset"]["splits"]["test"]
+        assert error["max_relative_logit_error"] <= 1e-5, "an H&E model's logits move at most 1e-5 over its group"
     if card["dataset"]["name"] == "pcam_public" and card["config"].get("attention", "none") != "none":
         nuclei = card["attention_on_nuclei"]
         assert nuclei["patches"] == card["dataset"]["splits"]["test"] and "1944 of the 1944" in nuclei["measured_on"]
