@@ -24,7 +24,7 @@ from training import table3
 from training.cli import main
 from training.data import load_dataset
 from training.data.pcam_public import PatchRecord, PublicSplit
-from training.paired_tests import binomial_tail
+from training.paired_tests import binomial_tail, verdict
 from training.pcam_predictions import card_metrics, listing_sha256, read_record, read_test_labels, tumour_probability
 from training.provenance import sha256_file
 from training.readme_tables import replace_between_markers
@@ -195,7 +195,10 @@ def test_the_claims_on_the_two_shipped_checkpoints_predictions(truth, demonstrat
     assert test["p"] == binomial_tail(test["only_a_right"], test["only_a_right"] + test["only_b_right"])
     assert auc["difference"] == pytest.approx(fa["metrics"]["auc"] - p4m["metrics"]["auc"], abs=1e-12)
     assert auc["low"] < auc["difference"] < auc["high"]
-    assert claim["accuracy_verdict"] == "holds" and claim["auc_verdict"] == "holds"
+    # Since p4m_densenet_pcam is the controlled run (86.9 % against 87.0 %), the verdicts follow the p-values.
+    assert claim["accuracy_verdict"] == verdict(test["p"], test["p_reversed"],
+                                                test["only_a_right"] - test["only_b_right"])
+    assert claim["auc_verdict"] == verdict(auc["p"], auc["p_reversed"], auc["difference"])
     assert models["fa_p4m_densenet"].intervals["accuracy"]["value"] == pytest.approx(1 - fa["metrics"]["error"])
     assert found["alpha_F-p4 already outperforms p4m"]["waiting"] == "waiting for fa_p4_densenet"
     assert found["the paper's release beats our p4m_densenet"]["waiting"] == "waiting for the release"
@@ -210,7 +213,7 @@ def test_the_command_runs_on_stand_ins_without_the_release(truth, tmp_path, monk
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("**Stand-ins, not Table 3:** p4m_densenet")
-    assert "| p4m_densenet | stand-in: `p4m_densenet_pcam.json` | 78.7 [76.8, 80.4] | 0.882 [0.867, 0.896] |" in out
+    assert "| p4m_densenet | stand-in: `p4m_densenet_pcam.json` | 86.9 [85.3, 88.3] | 0.946 [0.937, 0.955] |" in out
     assert "| alpha_F-p4m beats p4m | fa_p4m_densenet | p4m_densenet | waiting for fa_p4m_densenet |" in out
     assert "| not measured: needs ../shared/reference |" in out
 
