@@ -34,7 +34,7 @@ from .reductions import MapSelection, reduce_attention
 __all__ = ["paper_composite", "COMPOSITE_DESCRIPTION"]
 
 COMPOSITE_DESCRIPTION = ("The paper's composite: the product over every attentive layer of its spatial attention "
-                         "alpha_s (what the layer removes), stretched over the image, one map per orientation; the "
+                         "α_s (what the layer removes), stretched over the image, one map per orientation; the "
                          "paper plots the sum over orientations, unnormalised.")
 
 SPATIAL = MapSelection(reading="spatial")

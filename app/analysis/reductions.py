@@ -205,9 +205,9 @@ def describe_reduction(layout: str, selection: MapSelection = MEANS) -> str:
 
 # What each reading's maps are, for captions.
 READING_FORMULAS = {
-    "kept": "Effective attention 1 - alpha_c * alpha_s (what the layer keeps)",
-    "removed": "Removed share alpha_c * alpha_s (what the layer subtracts)",
-    "spatial": "Spatial attention alpha_s alone (as the paper's figures draw it)",
+    "kept": "Effective attention α⁺ = 1 − α_c·α_s (what the layer keeps)",
+    "removed": "Removed share α⁻ = α_c·α_s (what the layer subtracts)",
+    "spatial": "Spatial attention α_s alone (as the paper's figures draw it)",
 }
 
 

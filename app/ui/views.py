@@ -433,7 +433,7 @@ def show_export(analysis: Analysis, layer: LayerMaps, field: ArrowField | None, 
         st.download_button("The paper's Fig. 5 of this image (PNG)", fig5, file_name=f"{stem}_fig5.png",
                            mime="image/png", key="export_fig5")
         st.caption("Fig. 5 as the paper lays it out: the image as shown, turned 90° and mirrored, each with the "
-                   "composite over layers (the product of every layer's alpha_s, summed over orientations; log "
+                   "composite over layers (the product of every layer's α_s, summed over orientations; log "
                    "colour scale, since its edges are orders of magnitude above its interior) and its arrow field. "
                    "Made when clicked: one more pass through the network.")
 
@@ -492,7 +492,7 @@ def show_nuclei(card: dict, analysis: Analysis) -> None:
     st.write(result.text)
     st.caption(f"Attention here: {analysis.attention[result.layer].description} The paper (Fig. 5): the "
                "network learns to focus on the nuclei of the cells and to remove background; its figures draw "
-               "alpha_s, the factor of what a layer removes. Haematoxylin by colour deconvolution (Ruifrok & "
+               "α_s, the factor of what a layer removes. Haematoxylin by colour deconvolution (Ruifrok & "
                "Johnston); tissue: largest optical density above 0.15 on average over 11 x 11 pixels (glass, lumens "
                "and fat are background); nuclei: tissue whose 3 x 3 mean haematoxylin exceeds 0.35. "
                + card_nuclei_summary(card, reading))
