@@ -39,13 +39,13 @@ import torch
 from app.analysis.composite import COMPOSITE_DESCRIPTION, paper_composite
 from app.analysis.frames import InputFrame
 from app.analysis.nuclei import MIN_BACKGROUND, MIN_NUCLEI, NUMBERS, PatchStains, map_numbers
+from app.analysis.readings import COMPOSITE
 from app.analysis.reductions import READING_FORMULAS, reduce_readings, upsample
 from models import load_checkpoint, save_checkpoint
 from models.cpu.allocator import retain_freed_memory
 from models.stain import NUCLEI_HAEMATOXYLIN, TISSUE_OD
 from training.data import load_dataset
 
-COMPOSITE = "composite"
 PROGRESS_EVERY = 128  # patches between progress lines
 RESAMPLES, BOOTSTRAP_SEED = 2000, 0
 INTERVAL = (f"95 % percentile bootstrap over patches ({RESAMPLES} resamples, seed {BOOTSTRAP_SEED}); "
@@ -91,8 +91,8 @@ def measure(model, card: dict, images: np.ndarray, batch: int = 16) -> dict[str,
             if composite is not None:
                 maps[COMPOSITE, COMPOSITE] = composite.sum(dim=1).numpy()  # as the paper plots it
         for (reading, name), values in maps.items():
-            rows.setdefault(reading, {}).setdefault(name, []).extend(
-                [map_numbers(s, v)[n] for n in NUMBERS] for s, v in zip(stains, values, strict=True))
+            numbers = (map_numbers(s, v) for s, v in zip(stains, values, strict=True))  # once per map
+            rows.setdefault(reading, {}).setdefault(name, []).extend([row[n] for n in NUMBERS] for row in numbers)
     order = ["kept", "removed", "spatial", COMPOSITE]
     return {reading: {name: np.array(values, dtype=np.float64) for name, values in rows[reading].items()}
             for reading in order if reading in rows}

@@ -45,7 +45,7 @@ from .reductions import (
 )
 from .transforms import apply_element
 
-__all__ = ["LayerMaps", "Analysis", "analyse", "display_group", "moved_by_every_element"]
+__all__ = ["LayerMaps", "Analysis", "analyse", "display_group", "moved_by_every_element", "proof_errors"]
 
 FEATURE_DESCRIPTION = "Response strength: mean over channels of |features| (before batch norm), per orientation."
 PLANAR_FEATURE_DESCRIPTION = "Response strength: mean over channels of |features|; a planar layer has no orientations."
@@ -272,7 +272,13 @@ def _action_index(group: Group, shape: tuple[int, ...], group_axes: tuple[int, .
 
 def _layer_maps(name, kind, layout, description, maps: torch.Tensor, expected: torch.Tensor) -> LayerMaps:
     maps, expected = maps.float().numpy(), expected.float().numpy()
+    return LayerMaps(name, kind, layout, description, maps, expected, *proof_errors(maps, expected))
+
+
+def proof_errors(maps: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(T,)`` max |maps - expected| per element, and that over max |expected| (the error itself where that is 0);
+    in the arrays' own precision."""
     diff = np.abs(maps - expected).reshape(len(maps), -1).max(axis=1)  # (T,)
     scale = np.abs(expected).reshape(len(maps), -1).max(axis=1)  # (T,)
     relative = np.where(scale > 0, diff / np.where(scale > 0, scale, 1), diff)
-    return LayerMaps(name, kind, layout, description, maps, expected, diff, relative)
+    return diff, relative

@@ -28,7 +28,7 @@ import numpy as np
 from models import Network
 from models.attention.parts import AttentiveLayer
 
-from .compute import LayerMaps
+from .compute import LayerMaps, proof_errors
 from .reductions import MapSelection
 
 __all__ = ["COMPOSITE", "PAGE_READINGS", "LABELS", "BRIGHT", "COLOUR_TITLES", "DEFAULT_WHY", "PageReadings",
@@ -111,8 +111,5 @@ def composite_sum(composite: LayerMaps) -> LayerMaps:
     """
     maps = composite.maps.sum(axis=1, keepdims=True, dtype=np.float64)  # (T, 1, S, S)
     expected = composite.expected.sum(axis=1, keepdims=True, dtype=np.float64)  # (T, 1, S, S)
-    diff = np.abs(maps - expected).reshape(len(maps), -1).max(axis=1)  # (T,)
-    scale = np.abs(expected).reshape(len(maps), -1).max(axis=1)  # (T,)
-    relative = np.where(scale > 0, diff / np.where(scale > 0, scale, 1), diff)
     return LayerMaps(composite.name, composite.kind, composite.layout, composite.description,
-                     maps.astype(np.float32), expected.astype(np.float32), diff, relative)
+                     maps.astype(np.float32), expected.astype(np.float32), *proof_errors(maps, expected))

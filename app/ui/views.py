@@ -139,19 +139,15 @@ def layer_keys(analysis: Analysis) -> list[str]:
 def default_layer_key(analysis: Analysis) -> str:
     """The layer shown first: the first attentive one with orientations (else any with them, else the first)."""
     keys = layer_keys(analysis)
-    return next((k for k in keys if _layer(analysis, k).orientations > 1), keys[0])
-
-
-def _layer(analysis: Analysis, key: str) -> LayerMaps:
-    if key == COMPOSITE:
-        return analysis.composite
-    kind, name = key.split("/", 1)
-    return getattr(analysis, kind)[name]
+    return next((k for k in keys if layer_of(analysis, k).orientations > 1), keys[0])
 
 
 def layer_of(analysis: Analysis, key: str) -> LayerMaps:
     """The maps of a key of :func:`layer_keys`, or of ``"composite"`` (:attr:`Analysis.composite`)."""
-    return _layer(analysis, key)
+    if key == COMPOSITE:
+        return analysis.composite
+    kind, name = key.split("/", 1)
+    return getattr(analysis, kind)[name]
 
 
 def selection_ui(layer: LayerMaps, widget_key: str, left, right) -> MapSelection:
@@ -260,7 +256,7 @@ def colour_title(quantity: str, display: Display) -> str:
 def default_arrow_key(analysis: Analysis) -> str | None:
     """The arrow field shown first: the first convolution's features with orientations (the lifting layer's
     oriented filters on the image, selective along strokes and nuclei edges), else any layer with orientations."""
-    keys = [k for k in layer_keys(analysis) if _layer(analysis, k).orientations > 1]
+    keys = [k for k in layer_keys(analysis) if layer_of(analysis, k).orientations > 1]
     return next((k for k in keys if k.startswith("features/")), keys[0] if keys else None)
 
 
@@ -269,7 +265,7 @@ def arrow_layer_ui(analysis: Analysis, model_id: str, composite: bool = False) -
 
     Attention layers draw the page's reading; with ``composite`` the composite's orientations come first.
     """
-    keys = [k for k in layer_keys(analysis) if _layer(analysis, k).orientations > 1]
+    keys = [k for k in layer_keys(analysis) if layer_of(analysis, k).orientations > 1]
     if composite and analysis.composite is not None:
         keys.insert(0, COMPOSITE)
     if not keys:
@@ -279,7 +275,7 @@ def arrow_layer_ui(analysis: Analysis, model_id: str, composite: bool = False) -
     key = left.selectbox("Arrow field of", keys, index=keys.index(first), format_func=_layer_label,
                          key=f"arrow-layer-{model_id}-{'composite' if keys[0] == COMPOSITE else 'layers'}")
     # Four orientations read well as four arrows per cell; eight (p4m) crowd it, so those start with one.
-    many = _layer(analysis, key).orientations > 4
+    many = layer_of(analysis, key).orientations > 4
     mode = right.radio("Arrow length", list(ARROW_MODES), index=list(ARROW_MODES).index("dominant" if many else
                                                                                          "selectivity"),
                        horizontal=True, key=f"arrow_mode-{analysis.group}",
