@@ -236,12 +236,13 @@ def test_switched_off_by_environment(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 # Channels: a multiple of the vector width, not one (the last block overlaps), exactly one vector.
-# Sizes: rows of 8 positions or more (tiles of 8 forward and 6 backward, the last one overlapping),
+# Sizes: rows of 8 positions or more (AVX-512: tiles of 8 forward and 6 backward; AVX2: 6 forward where
+# they cover the row with at most a fifth more, else 4, and 4 backward; the last tile overlapping),
 # 4 to 7, fewer; rows of 24 have tiles whose taps all lie inside the row (no bounds checks).
 @pytest.mark.parametrize(
     "batch,channels,size,k,dilation",
     [(3, 40, 9, 7, 1), (2, 33, 8, 5, 2), (2, 32, 5, 3, 1), (1, 16, 3, 7, 1), (2, 17, 12, 7, 1), (1, 16, 2, 3, 2),
-     (2, 40, 24, 7, 1), (1, 20, 24, 3, 1), (1, 16, 24, 5, 2)],
+     (2, 40, 24, 7, 1), (1, 20, 24, 3, 1), (1, 16, 24, 5, 2), (1, 24, 16, 7, 1)],
 )
 def test_depthwise_pair_equals_two_conv2d(batch, channels, size, k, dilation, dtype):
     generator = torch.Generator().manual_seed(2)

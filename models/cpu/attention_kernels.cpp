@@ -49,13 +49,14 @@ constexpr int LANES = 4, REGISTERS = 16;
 // Vector types of one dtype, and its register tiles: filter blocks and positions in the argmax,
 // filter blocks in the forward loop (one position), filter blocks and taps in the weight
 // gradient, positions in the gathered input gradient, positions in the depthwise convolutions
-// (the pair, and one input with two filters).
+// (the pair, with one or two accumulators per position, and one input with two filters).
 template <typename T, typename Lane, int ARGMAX_BLOCKS, int POSITIONS, int FORWARD_BLOCKS, int GRADIENT_BLOCKS,
-          int TAPS, int GATHER, int PAIR_POSITIONS, int SPLIT_POSITIONS>
+          int TAPS, int GATHER, int PAIR_POSITIONS, int PAIR_CHAINS, int SPLIT_POSITIONS>
 struct Lanes {
     static constexpr int argmax_blocks = ARGMAX_BLOCKS, positions = POSITIONS, forward_blocks = FORWARD_BLOCKS,
                          gradient_blocks = GRADIENT_BLOCKS, taps = TAPS, gather = GATHER,
-                         pair_positions = PAIR_POSITIONS, split_positions = SPLIT_POSITIONS;
+                         pair_positions = PAIR_POSITIONS, pair_chains = PAIR_CHAINS,
+                         split_positions = SPLIT_POSITIONS;
     typedef Lane lane;
     typedef T type __attribute__((vector_size(LANES * sizeof(T))));
     typedef Lane index __attribute__((vector_size(LANES * sizeof(T))));
@@ -65,7 +66,11 @@ struct Lanes {
 // ran 1.5x slower (spills). The argmax runs fastest with 6 positions (1.7x faster than 4 on
 // a_p4cnn's second layer). 16 registers (AVX2, SSE): two filter blocks of 4 positions in the
 // argmax (14 registers), two blocks in the forward loop (11), one block of 9 taps in the weight
-// gradient (10), 8 positions in the gather (10). float64 (for tests; a vector of it takes two
+// gradient (10), 8 positions in the gather (10), 6 positions of the depthwise pair with two
+// accumulators each (12 chains of multiply-adds; its 14 weights come from memory operands): with one
+// accumulator per position, 4 positions, the pair's 7x7 forward waited on the multiply-adds' latency
+// and ran 1.45x slower on a_p4cnn's second layer (8.0 against 11.6 ms, 16 samples, one thread, AVX2 code
+// on a Xeon); on 32 registers two accumulators per position spilled (1.1x slower). float64 (for tests; a vector of it takes two
 // registers) runs untiled, which keeps the build short, except for the gather (so that the tests
 // cover its lane sums) and 4 positions in the argmax (14 registers): one position there left a
 // single chain of multiply-adds waiting on its own latency, and a_p4m_allcnnc's float64
@@ -73,10 +78,10 @@ struct Lanes {
 template <typename T>
 struct Vec;
 template <>
-struct Vec<float> : std::conditional_t<REGISTERS == 32, Lanes<float, int32_t, 3, 6, 3, 3, 9, LANES, 8, 6>,
-                                       Lanes<float, int32_t, 2, 4, 2, 1, 9, LANES, 4, 4>> {};
+struct Vec<float> : std::conditional_t<REGISTERS == 32, Lanes<float, int32_t, 3, 6, 3, 3, 9, LANES, 8, 1, 6>,
+                                       Lanes<float, int32_t, 2, 4, 2, 1, 9, LANES, 6, 2, 4>> {};
 template <>
-struct Vec<double> : Lanes<double, int64_t, 1, 4, 1, 1, 1, LANES, 4, 4> {};
+struct Vec<double> : Lanes<double, int64_t, 1, 4, 1, 1, 1, LANES, 4, 1, 4> {};
 template <typename T>
 using V = typename Vec<T>::type;
 template <typename T>
@@ -651,8 +656,9 @@ void depthwise_pair(const int64_t* geometry, int64_t r0, int64_t r1, const T* in
         }
     };
     // Dilation 1: each input vector of a filter row meets up to K outputs of the tile, so it is
-    // loaded once, with the row's K weights (of each filter) held in registers; the pair shares
-    // one accumulator per position. Loads per multiply-add: 0.45 instead of 1.06 (forward, N = 8).
+    // loaded once, with the row's K weights (of each filter) held in registers; the pair has one
+    // accumulator per position, or two (pair_chains) where the registers allow too few positions
+    // to hide the multiply-adds' latency. Loads per multiply-add: 0.45 instead of 1.06 (forward, N = 8).
     auto row_tile = [&]<int N, bool CHECKED>(int64_t b, int64_t x, int64_t c0, int64_t y0) {
         V<T> acc1[N] = {}, acc2[N] = {};
         for (int u = 0; u < K; ++u) {
@@ -675,9 +681,12 @@ void depthwise_pair(const int64_t* geometry, int64_t r0, int64_t r1, const T* in
                 for (int v = 0; v < K; ++v) {
                     const int i = s - v;  // the output it meets through tap v
                     if (i < 0 || i >= N) continue;
-                    if constexpr (PAIR) {
+                    if constexpr (PAIR && Vec<T>::pair_chains == 1) {
                         acc1[i] += wa[v] * p1;
                         acc1[i] += wb[v] * p2;
+                    } else if constexpr (PAIR) {
+                        acc1[i] += wa[v] * p1;
+                        acc2[i] += wb[v] * p2;
                     } else {
                         acc1[i] += wa[v] * p1;
                         acc2[i] += wb[v] * p1;
@@ -688,8 +697,12 @@ void depthwise_pair(const int64_t* geometry, int64_t r0, int64_t r1, const T* in
         T* o1 = out1 + (b * size_x + x) * row + y0 * channels + c0;
         T* o2 = PAIR ? nullptr : out2 + (b * size_x + x) * row + y0 * channels + c0;
         for (int i = 0; i < N; ++i) {
-            store(o1 + i * channels, acc1[i]);
-            if constexpr (!PAIR) store(o2 + i * channels, acc2[i]);
+            if constexpr (PAIR && Vec<T>::pair_chains == 2) {
+                store(o1 + i * channels, acc1[i] + acc2[i]);
+            } else {
+                store(o1 + i * channels, acc1[i]);
+                if constexpr (!PAIR) store(o2 + i * channels, acc2[i]);
+            }
         }
     };
     // Tiles of N positions over a row, the last one ending at the row's end; those whose taps
@@ -708,12 +721,15 @@ void depthwise_pair(const int64_t* geometry, int64_t r0, int64_t r1, const T* in
                 tile.template operator()<N, true>(b, x, c0, first);
         }
     };
-    // The widest tile whose registers fit (the one-input pass keeps two accumulators per position).
+    // The widest tile whose registers fit (the one-input pass keeps two accumulators per position),
+    // unless its tiles would cover more than a fifth more positions than the row has (8 columns in
+    // tiles of 6 took 1.2x as long as in tiles of 4).
     constexpr int WIDE = PAIR ? Vec<T>::pair_positions : Vec<T>::split_positions;
+    const bool wide = size_y >= WIDE && 5 * ((size_y + WIDE - 1) / WIDE * WIDE) <= 6 * size_y;
     for (int64_t r = r0; r < r1; ++r)
         for (const int64_t c0 : blocks.start) {
             const int64_t b = r / size_x, x = r % size_x;
-            if (size_y >= WIDE)
+            if (wide)
                 over_row.template operator()<WIDE>(b, x, c0);
             else if (size_y >= 4)
                 over_row.template operator()<4>(b, x, c0);
