@@ -721,11 +721,12 @@ void depthwise_pair(const int64_t* geometry, int64_t r0, int64_t r1, const T* in
                 tile.template operator()<N, true>(b, x, c0, first);
         }
     };
-    // The widest tile whose registers fit (the one-input pass keeps two accumulators per position),
-    // unless its tiles would cover more than a fifth more positions than the row has (8 columns in
-    // tiles of 6 took 1.2x as long as in tiles of 4).
+    // The widest tile whose registers fit (the one-input pass keeps two accumulators per position).
+    // Tiles of 6 (the pair on 16 registers) give way to tiles of 4 where they would cover more than
+    // a fifth more positions than the row has: rows of 8 in two tiles of 6 took 1.2x as long. Tiles
+    // of 8 (32 registers) stay wherever the row has 8 (on rows of 26, as fast as tiles of 4).
     constexpr int WIDE = PAIR ? Vec<T>::pair_positions : Vec<T>::split_positions;
-    const bool wide = size_y >= WIDE && 5 * ((size_y + WIDE - 1) / WIDE * WIDE) <= 6 * size_y;
+    const bool wide = size_y >= WIDE && (WIDE % 4 == 0 || 5 * ((size_y + WIDE - 1) / WIDE * WIDE) <= 6 * size_y);
     for (int64_t r = r0; r < r1; ++r)
         for (const int64_t c0 : blocks.start) {
             const int64_t b = r / size_x, x = r % size_x;
