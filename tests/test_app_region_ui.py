@@ -18,10 +18,10 @@ from test_app_ui import checkpoint_box
 
 import models
 from app.analysis.images import read_image
+from app.analysis.readings import BRIGHT, LABELS
 from app.gallery import list_gallery
 from app.region.evaluation import RegionResult, evaluate_region, make_grid
 from app.region.overlays import (
-    BRIGHT,
     READING_LABELS,
     attention_range,
     display_tissue,
@@ -228,7 +228,8 @@ def test_each_reading_has_its_own_cache_key():
     region = ChosenRegion(np.zeros((3, 96, 96), np.float32), "r", 0.972, "here", "digest")
     keys = {region_key(loaded, region, "crops", reading) for reading in ("kept", "removed", "spatial")}
     assert len(keys) == 3
-    assert set(READING_LABELS) <= set(BRIGHT)
+    # The region page words each reading as the patch page does.
+    assert all(READING_LABELS[r] == LABELS[r] for r in READING_LABELS) and set(READING_LABELS) <= set(BRIGHT)
 
 
 def test_a_click_on_the_heatmap_names_its_cell(small_result):

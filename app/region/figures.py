@@ -22,11 +22,11 @@ from PIL import Image
 
 from ..analysis.images import to_channels
 from ..analysis.pathology import scale_bar_microns
+from ..analysis.readings import BRIGHT
 from ..pictures.figures import png_bytes
 from .evaluation import RegionResult
 from .overlays import (
     ATTENTION_OPACITY,
-    BRIGHT,
     PROBABILITY_OPACITY,
     attention_range,
     blend,

@@ -1,5 +1,5 @@
 """What the region view draws over the tissue, as numbers: the probability surface and where it is drawn, its 0.5
-contour, the truth marks, the attention's colour range, and the words for each attention reading.
+contour, the truth marks, the attention's colour range, and which readings the page offers.
 
 Probability. A cell's probability belongs to its centre. Between centres it is interpolated bilinearly, the way
 QuPath and TIAToolbox draw a heat map of tiles, so that the map is one surface instead of a mosaic of squares.
@@ -20,23 +20,16 @@ import numpy as np
 
 from models.stain import region_tissue_mask
 
+from ..analysis.readings import LABELS
 from ..pictures.map_style import PERCENTILES, colour_lut
 from .evaluation import RegionGrid, RegionResult
 
-__all__ = ["READING_LABELS", "BRIGHT", "PROBABILITY_OPACITY", "ATTENTION_OPACITY", "filled_cells",
+__all__ = ["READING_LABELS", "PROBABILITY_OPACITY", "ATTENTION_OPACITY", "filled_cells",
            "probability_field", "display_tissue", "blend", "probability_contour", "cell_outline", "truth_outline",
            "attention_range"]
 
-# The two readings the page offers, in the words of the patch page; the CLI also takes "removed".
-READING_LABELS = {
-    "kept": "What the network keeps (α⁺ = 1 − α_c·α_s)",
-    "spatial": "What it removes, as the paper's figures draw it (α_s)",
-}
-BRIGHT = {
-    "kept": "bright: what the layer keeps of its input (high α⁺)",
-    "removed": "bright: what the layer removes from its input (high α⁻ = α_c·α_s)",
-    "spatial": "bright: where the layer's spatial attention removes most (high α_s), as the paper's figures draw it",
-}
+# The two readings the page offers, named as on the patch page (one wording for both); the CLI also takes "removed".
+READING_LABELS = {reading: LABELS[reading] for reading in ("kept", "spatial")}
 PROBABILITY_OPACITY = 0.45  # the tissue stays readable under the surface
 ATTENTION_OPACITY = 0.75  # strong, and alike for every value (on tissue): its variation is the point of that panel
 TISSUE_WINDOW_PX = 11  # region_tissue_mask's window at the model's scale, about a cell nucleus and its cytoplasm

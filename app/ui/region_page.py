@@ -24,6 +24,7 @@ from ..analysis.cache import LRUCache, image_digest
 from ..analysis.compute import display_group
 from ..analysis.images import FORMATS, MAX_UPLOAD_BYTES, ImageError, read_image
 from ..analysis.pathology import model_microns_per_pixel
+from ..analysis.readings import BRIGHT
 from ..analysis.transforms import apply_element, element_name
 from ..gallery import list_regions
 from ..region.demo import pcam_test_mosaic, score_cells
@@ -37,7 +38,7 @@ from ..region.evaluation import (
     evaluate_region,
     first_attentive_layer,
 )
-from ..region.overlays import BRIGHT, READING_LABELS
+from ..region.overlays import READING_LABELS
 from ..region.plots import clicked_cell, region_figure
 from .inputs import IMAGE_TYPES, REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, decoded_images
 
@@ -297,8 +298,8 @@ def probability_caption(result: RegionResult, truth: bool) -> str:
 
 def attention_caption(result: RegionResult, low: float, high: float) -> str:
     """What the right panel draws, and what its colours span."""
-    return (f"{READING_LABELS.get(result.reading, result.reading)}, mean over orientations; "
-            f"{BRIGHT[result.reading]}. Colours span the 2nd to 98th percentile of its values on tissue "
+    return (f"{READING_LABELS.get(result.reading, result.reading)}, mean over orientations. "
+            f"{BRIGHT[result.reading]} Colours span the 2nd to 98th percentile of its values on tissue "
             f"({low:.3f} to {high:.3f}), values beyond drawn at the ends. Drawn on tissue: each evaluated cell's "
             "centre from its own 96 x 96 context, the pixels around it the mean of the contexts covering them.")
 
