@@ -29,6 +29,11 @@ one CPU can be a slow-down on another. ``ATEN_CPU_CAPABILITY=avx2
 ONEDNN_MAX_CPU_ISA=AVX2 AAGC_NATIVE_MARCH=x86-64-v3`` measures AVX2 code on an
 AVX-512 machine (all three: PyTorch's kernels, oneDNN's and ours).
 
+On a shared host whose speed drifts by the minute (a KVM guest beside busy neighbours), the models measured
+one after another see different machines: a_p4cnn's ratio to p4cnn read 3.5x and 5.4x an hour apart on one
+such host. ``--rounds 3`` measures every model three times over, in turn, and keeps each model's fastest round
+(the note lists every round), so that the ratios compare the models at the host's best.
+
 Run from the repository root::
 
     python -m benchmarks.train_step
@@ -171,6 +176,46 @@ def run_worker(name: str, args: argparse.Namespace, path: str = "default") -> di
         return {"model": name, "error": f"unreadable worker output: {proc.stdout[-200:]!r}"}
 
 
+def measure_round(names: list[str], args: argparse.Namespace, label: str = "") -> list[dict]:
+    """Every model once, each in its own process: the default path, then PyTorch's (with ``--paths both``)."""
+    results = []
+    for name in names:
+        print(f"  {label}measuring {name} ...", file=sys.stderr, flush=True)
+        result = run_worker(name, args)
+        if args.paths == "both" and "error" not in result:
+            pytorch = run_worker(name, args, "pytorch")
+            if "error" in pytorch:
+                result["pytorch_error"] = pytorch["error"]
+            else:
+                result["pytorch_seconds"], result["pytorch_times"] = pytorch["seconds"], pytorch["times"]
+        results.append(result)
+    return results
+
+
+def fastest_rounds(rounds: list[list[dict]]) -> list[dict]:
+    """Per model, the round whose default path was fastest, and the fastest round of PyTorch's path; with every
+    round's time in ``round_seconds`` (and ``pytorch_round_seconds``). A model that failed in any round fails."""
+    merged = []
+    for results in zip(*rounds, strict=True):
+        failed = next((r for r in results if "error" in r), None)
+        if failed is not None:
+            merged.append(failed)
+            continue
+        best = dict(min(results, key=lambda r: r["seconds"]))
+        best["round_seconds"] = [r["seconds"] for r in results]
+        paths = [r for r in results if "pytorch_seconds" in r]
+        for key in ("pytorch_seconds", "pytorch_times", "pytorch_error"):
+            best.pop(key, None)
+        if len(paths) == len(results):
+            fastest = min(paths, key=lambda r: r["pytorch_seconds"])
+            best["pytorch_seconds"], best["pytorch_times"] = fastest["pytorch_seconds"], fastest["pytorch_times"]
+            best["pytorch_round_seconds"] = [r["pytorch_seconds"] for r in results]
+        elif any("pytorch_error" in r for r in results):
+            best["pytorch_error"] = next(r["pytorch_error"] for r in results if "pytorch_error" in r)
+        merged.append(best)
+    return merged
+
+
 def describe_failure(proc: subprocess.CompletedProcess) -> str:
     if proc.returncode < 0:
         sig = signal.Signals(-proc.returncode).name
@@ -226,20 +271,24 @@ def header(args: argparse.Namespace) -> str:
         f"machine: {cpu}, {os.cpu_count()} CPUs ({platform.system()}) | {instruction_sets()} | "
         f"torch {torch.__version__} | "
         f"threads {args.threads} | batch {args.batch} | allocator {args.allocator} | "
-        f"median of {args.repeats} after 1 warm-up | "
+        f"median of {args.repeats} after 1 warm-up"
+        + (f", fastest of {args.rounds} rounds" if args.rounds > 1 else "") + " | "
         # Other processes competing for the cores make the timings unreliable; show how busy the machine was.
         f"load avg {os.getloadavg()[0]:.1f}"
     )
 
 
 def note(result: dict, spread: float = 1.5) -> str:
-    """Why a row is missing or should not be trusted."""
+    """Why a row is missing or should not be trusted, and how far its rounds spread."""
     if "error" in result:
         return "FAILED: " + shorten(result["error"])
+    notes = []
     fastest, slowest = min(result["times"]), max(result["times"])
     if slowest > spread * fastest:
-        return f"noisy: steps took {fastest:.3g}-{slowest:.3g} s"
-    return ""
+        notes.append(f"noisy: steps took {fastest:.3g}-{slowest:.3g} s")
+    if len(result.get("round_seconds", [])) > 1:
+        notes.append("rounds " + "/".join(f"{s:.3f}" for s in result["round_seconds"]) + " s")
+    return "; ".join(notes)
 
 
 def shorten(text: str, width: int = 100) -> str:
@@ -297,6 +346,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="kept: freed memory reused, as training runs (default); glibc: glibc's default")
     parser.add_argument("--paths", choices=["both", "default"], default="both",
                         help="both: the default path and PyTorch's (AAGC_NATIVE=0), alternating (default)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every model this many times over, in turn; each keeps its fastest round "
+                             "(a host whose speed drifts then compares the models at its best)")
     parser.add_argument("--json", metavar="PATH", help="also write the raw results here")
     parser.add_argument("--worker", metavar="NAME", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -310,17 +362,10 @@ def main(argv=None) -> None:
 
     head = header(args)
     print(head)
-    results = []
-    for name in select_models(args.models):
-        print(f"  measuring {name} ...", file=sys.stderr, flush=True)
-        result = run_worker(name, args)
-        if args.paths == "both" and "error" not in result:
-            pytorch = run_worker(name, args, "pytorch")
-            if "error" in pytorch:
-                result["pytorch_error"] = pytorch["error"]
-            else:
-                result["pytorch_seconds"], result["pytorch_times"] = pytorch["seconds"], pytorch["times"]
-        results.append(result)
+    names = select_models(args.models)
+    rounds = [measure_round(names, args, f"round {i + 1}/{args.rounds}, " if args.rounds > 1 else "")
+              for i in range(args.rounds)]
+    results = fastest_rounds(rounds)
     add_ratios(results)
     print("\n".join(table(results)))
     if args.json:
