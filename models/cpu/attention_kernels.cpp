@@ -175,6 +175,23 @@ inline void respond(const Geometry& g, const T* __restrict__ patch, int64_t step
     }
 }
 
+// acc[i][j] = f~ of CH consecutive input channels (planes plane_step apart, their filters weight_step
+// apart) at one output position, for filter blocks j0 .. j0 + NB - 1. Each f~ is summed in respond's tap
+// order; the channels' chains of multiply-adds are independent, so that CH x NB of them wait on the
+// latency together instead of NB.
+template <int CH, int NB, typename T>
+inline void respond_channels(const Geometry& g, const T* __restrict__ patch, int64_t plane_step,
+                             const T* __restrict__ w, int64_t weight_step, int64_t j0, V<T> (&acc)[CH][NB]) {
+    for (int i = 0; i < CH; ++i)
+        for (int j = 0; j < NB; ++j) acc[i][j] = V<T>{};
+    for (int64_t t = 0; t < g.taps(); ++t)
+        for (int i = 0; i < CH; ++i) {
+            const T p = patch[i * plane_step + g.tap[t]];
+            const T* wt = w + i * weight_step + t * g.q;
+            for (int j = 0; j < NB; ++j) acc[i][j] += p * load<V<T>>(wt + g.start[j0 + j]);
+        }
+}
+
 // The max over positions of each f~(b, ., c, h, .) and where it lies (the first maximum):
 // value, where (B, C, H, Q); where in 32 bits, kept for the backward pass at half the memory.
 template <typename T>
@@ -267,23 +284,36 @@ void attended_max_item(const Geometry& g, int64_t b, int64_t h, const T* planes,
         over_row<1>(g, [&]<int P>(int64_t y0) {
             const int64_t at = ((x * g.out_y + y0) * g.h + h) * g.q;
             over_blocks<Vec<T>::forward_blocks>(g, [&]<int NB>(int64_t j0) {
-                V<T> sum[P][NB], best[P][NB], acc[P][NB];
+                V<T> sum[P][NB], best[P][NB];
                 Index<T> win[P][NB];
                 for (int i = 0; i < P; ++i)
                     for (int j = 0; j < NB; ++j)
                         sum[i][j] = V<T>{}, best[i][j] = V<T>{} - std::numeric_limits<T>::infinity(),
                         win[i][j] = Index<T>{};
-                for (int64_t c = 0; c < g.c; ++c) {
-                    respond<P, NB>(g, planes_bh + c * plane_step + g.origin(x, y0), g.stride,
-                                   folded + c * weight_step, j0, acc);
+                // Channel by channel, in order (ties keep the first); f~ of two channels at a time.
+                auto reduce = [&](const V<T> (&f)[NB], int64_t c) {
                     const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
-                    for (int i = 0; i < P; ++i)
-                        for (int j = 0; j < NB; ++j) {
-                            sum[i][j] += acc[i][j];
-                            const auto better = acc[i][j] > best[i][j];
-                            best[i][j] = better ? acc[i][j] : best[i][j];
-                            win[i][j] = better ? channel : win[i][j];
-                        }
+                    for (int j = 0; j < NB; ++j) {
+                        sum[0][j] += f[j];
+                        const auto better = f[j] > best[0][j];
+                        best[0][j] = better ? f[j] : best[0][j];
+                        win[0][j] = better ? channel : win[0][j];
+                    }
+                };
+                const T* patch = planes_bh + g.origin(x, y0);
+                int64_t c = 0;
+                for (; c + 2 <= g.c; c += 2) {
+                    V<T> pair[2][NB];
+                    respond_channels<2, NB>(g, patch + c * plane_step, plane_step, folded + c * weight_step,
+                                            weight_step, j0, pair);
+                    reduce(pair[0], c);
+                    reduce(pair[1], c + 1);
+                }
+                if (c < g.c) {
+                    V<T> one[1][NB];
+                    respond_channels<1, NB>(g, patch + c * plane_step, plane_step, folded + c * weight_step,
+                                            weight_step, j0, one);
+                    reduce(one[0], c);
                 }
                 for (int i = 0; i < P; ++i)
                     for (int j = 0; j < NB; ++j) {
