@@ -19,6 +19,7 @@ from test_app_ui import AppTest, app, checkpoint_box, dev_card, ok, write_dev_ch
 
 import models
 from app.analysis.checkpoints import by_dataset, list_checkpoints
+from app.analysis.readings import BRIGHT, COLOUR_TITLES
 from app.analysis.variants import ATTENTION_KINDS, table1_text, variants_of
 from app.ui.views import FLAT_SPAN
 from training.report import seed_table, spread_text, table1_summary
@@ -152,6 +153,26 @@ def test_the_layer_picker_shows_one_layer_of_every_variant(variants_folder, monk
     assert set(at.dataframe[0].value["layer"]) == {"c3"}
     at = ok(at.selectbox(key="variants_layer").set_value("c1").run())
     assert set(at.dataframe[0].value["layer"]) == {"c1"}, "alpha_F's and rotation attention's c1: one map each"
+
+
+def test_every_row_in_the_chosen_reading(variants_folder, monkeypatch):
+    """As on the patch page: alpha_s by default, alpha- where a variant has no spatial map; kept = 1 - removed."""
+    at = open_variants(monkeypatch, variants_folder)
+    assert at.selectbox(key="variants_reading").value == "spatial"
+    shown = dict(zip(at.dataframe[0].value["checkpoint"], at.dataframe[0].value["shown"], strict=True))
+    assert shown == {**{f"{arch}_dev": COLOUR_TITLES["spatial"] for arch in TABLE1_ORDER},
+                     "ach_p4cnn_dev": COLOUR_TITLES["removed"]}, "channel attention has no alpha_s"
+    captions = " ".join(c.value for c in at.caption)
+    assert BRIGHT["spatial"] in captions and captions.count("No α_s in this layer") == 1
+    maps = {}
+    for reading in ("kept", "removed"):
+        at = ok(at.selectbox(key="variants_reading").set_value(reading).run())
+        assert set(at.dataframe[0].value["shown"]) == {COLOUR_TITLES[reading]}
+        assert BRIGHT[reading] in " ".join(c.value for c in at.caption)
+        maps[reading] = {name: heatmaps(spec) for name, spec in row_charts(at).items()}
+    for name, kept in maps["kept"].items():
+        for h, plane in enumerate(kept):
+            np.testing.assert_allclose(plane, 1 - maps["removed"][name][h], atol=1e-6, err_msg=f"{name}, {h}")
 
 
 def test_all_rows_in_one_png(variants_folder):

@@ -1,6 +1,8 @@
 """The Variants page: one image through every attention variant of Table 1 at once, one row each.
 
-Each row shows the layer's effective attention per orientation over the image, on the row's own colour range
+Each row shows the layer's attention per orientation over the image, in the reading chosen above the rows (as
+on the patch page: what it keeps, what it removes, or alpha_s as the paper's figures draw it; a variant without
+spatial attention shows what it removes where alpha_s is asked for, and says so), on the row's own colour range
 (so a nearly flat variant is not painted one colour by a livelier neighbour), beside the prediction, the
 architecture's Table 1 test error over seeds, this checkpoint's own, the parameter count and the deviation
 from equivariance measured on this very image. The sidebar's transform moves the image for every row alike.
@@ -16,6 +18,8 @@ import streamlit as st
 
 from ..analysis.checkpoints import CheckpointEntry, CheckpointError
 from ..analysis.compute import Analysis, LayerMaps
+from ..analysis.readings import BRIGHT, LABELS, layer_selections, page_readings
+from ..analysis.readings import COLOUR_TITLES as READING_TITLES
 from ..analysis.variants import (
     FIRST_ORIENTED,
     Variant,
@@ -36,7 +40,14 @@ from .views import FLAT_SPAN, Display, orientation_titles, value_range
 __all__ = ["variants_page", "ROW_WIDTH_PX"]
 
 ROW_WIDTH_PX = 640  # four orientation panels beside the row's facts, at 1440 px with the sidebar open
-COLOUR_TITLES = {"deviation": "attention - mean", "equalised": "attention: quantile"}
+READINGS = ("kept", "removed", "spatial")  # per layer: the paper's composite is the patch page's
+DEFAULT_READING = "spatial"  # as the patch page: the paper's figures draw alpha_s
+
+
+def colour_title(reading: str, range_mode: str) -> str:
+    """The colour bar's title: the quantity shown, and how the range mode transformed it."""
+    title = READING_TITLES[reading]
+    return {"deviation": f"{title} - mean", "equalised": f"{title}: quantile"}.get(range_mode, title)
 
 
 def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np.ndarray, element: int,
@@ -47,6 +58,10 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
         st.info("The Variants view needs at least two attentive checkpoints trained on the same data; "
                 f"{len(variants)} found for {loaded.name}.")
         return
+    picker, reading_picker, _ = st.columns([1, 1, 1])
+    reading = reading_picker.selectbox("Attention shown", READINGS, index=READINGS.index(DEFAULT_READING),
+                                       format_func=LABELS.get, key="variants_reading",
+                                       help=" ".join(f"{LABELS[r]}: {BRIGHT[r]}" for r in READINGS))
     rows: list[tuple[Variant, LoadedModel, Analysis]] = []
     with st.spinner(f"Analysing the image with {len(variants)} attention variants ..."):
         for variant in variants:
@@ -55,15 +70,15 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
             except (CheckpointError, OSError) as err:
                 st.error(f"Cannot load {variant.entry.name}: {err}")
                 continue
-            rows.append((variant, model, analysed(model, image, element, {})[0]))
+            selections = layer_selections(page_readings(model.model), reading)
+            rows.append((variant, model, analysed(model, image, element, selections)[0]))
     layers = common_layers([analysis for _, _, analysis in rows])
-    picker, _ = st.columns([1, 2])
     choice = picker.selectbox("Layer", [FIRST_ORIENTED] + layers, key="variants_layer",
                               help="The same layer of every variant, or each variant's first layer with an "
                                    "orientation axis (alpha_F and rotation attention act on the image itself "
                                    "first).")
-    st.caption("Each row: one checkpoint's effective attention (alpha-plus in [0, 1], what the network multiplies "
-               "by), the mean over its channels, per orientation of its filters, over the image, on the row's own "
+    st.caption(f"Each row: one checkpoint's attention, {LABELS[reading]}. **{BRIGHT[reading]}** The mean over its "
+               "channels, per orientation of its filters, over the image, on the row's own "
                f"colour range (a row that varies by less than {FLAT_SPAN} is drawn on a range that wide). Table 1: the "
                "architecture's test error on the 50,000 test digits, mean ± sd over seeds of the paper's recipe "
                "(`python -m training report results/rot_mnist --seeds`); this checkpoint's own error beside it. "
@@ -72,7 +87,7 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
     summary, pictures = [], []
     for variant, model, analysis in rows:
         layer = variant_layer(analysis, choice)
-        facts, picture = _row(variant, model, analysis, layer, display)
+        facts, picture = _row(variant, model, analysis, layer, display, reading)
         summary.append(facts)
         pictures.append(picture)
     st.markdown("**All variants**")
@@ -92,9 +107,10 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
 
 
 def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerMaps,
-         display: Display) -> tuple[dict, MapRow]:
+         display: Display, reading: str) -> tuple[dict, MapRow]:
     """One variant's row: its facts on the left, its maps on the right. Returns the row for the summary table and
     its maps for the PNG."""
+    shown_reading = layer.selection.reading  # alpha- where alpha_s was asked for and the layer has none
     size = analysis.images.shape[-1]
     border = padding_of(model.model_id, model).get(f"attention/{layer.name}", 0)
     zrange = value_range(layer, display, size, border)
@@ -114,6 +130,8 @@ def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerM
                     f"{table1_text(card) or 'no Table 1 row on its card'}; {own_error_text(card)}  \n"
                     f"{card.get('parameters', 0):,} parameters · layer {layer.name}  \n"
                     f"deviation {deviation:.1e} (maps), {analysis.probability_error:.1e} (probabilities)")
+        if shown_reading != reading:
+            st.caption(f"No α_s in this layer (its attention has no spatial map): {LABELS[shown_reading]} shown.")
         if flat:
             st.caption(f"Nearly flat: these maps vary by {span:.1e}, so they are drawn on a range {FLAT_SPAN} wide "
                        "around their middle (one colour), not stretched over the colour bar.")
@@ -121,13 +139,14 @@ def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerM
     with right:
         fig = map_panels(analysis.images[0], shown, orientation_titles(analysis, layer),
                          colorscale=display.shown_colorscale, opacity=display.opacity, zmin=zrange[0],
-                         zmax=zrange[1], colour_title=COLOUR_TITLES.get(display.range_mode, "attention"),
+                         zmax=zrange[1], colour_title=colour_title(shown_reading, display.range_mode),
                          style=display.style, signed=display.signed, border=border, width_px=ROW_WIDTH_PX)
         st.plotly_chart(fig, key=f"variant-{variant.entry.name}", config={"displaylogo": False})
     table1 = card.get("table1") or {}
     picture = MapRow(shown, zrange[0], zrange[1], tuple(orientation_titles(analysis, layer)),
-                     f"{variant.entry.name}\n{variant.kind} · {layer.name}")
+                     f"{variant.entry.name}\n{variant.kind} · {layer.name} · {READING_TITLES[shown_reading]}")
     facts = {"checkpoint": variant.entry.name, "attention": variant.kind, "layer": layer.name,
+             "shown": READING_TITLES[shown_reading],
              "prediction": analysis.class_names[top], "p": round(float(probabilities[top]), 4),
              "Table 1 error %": (round(100 * table1["test_error"]["mean"], 3) if table1 else None),
              "sd %": (round(100 * table1["test_error"]["sd"], 3) if table1.get("test_error", {}).get("sd") else None),
