@@ -8,6 +8,7 @@ from conftest import release_path
 from test_app_ui import MAIN, ok
 
 from app.analysis.checkpoints import list_checkpoints
+from app.analysis.readings import BRIGHT
 from app.analysis.releases import counterparts, is_release
 from models.reference_import import reference_card
 
@@ -50,3 +51,9 @@ def test_the_paper_pcam_release_beside_ours(monkeypatch):
                      "paper's code built a plain P4MDenseNet for that name: no attention. Shown is what it has: the "
                      "response strength of c1, its first convolution with an orientation axis."]
     assert not at.exception and not at.error
+    # Our attention in the reading picked beside it: alpha_s first, as on the patch page.
+    assert at.selectbox(key="paper_vs_ours_reading").value == "spatial"
+    assert BRIGHT["spatial"] in " ".join(c.value for c in at.caption)
+    at = ok(at.selectbox(key="paper_vs_ours_reading").set_value("kept").run())
+    captions = " ".join(c.value for c in at.caption)
+    assert BRIGHT["kept"] in captions and BRIGHT["spatial"] not in captions

@@ -31,11 +31,12 @@ from models.attention.parts import AttentiveLayer
 from .compute import LayerMaps, proof_errors
 from .reductions import MapSelection
 
-__all__ = ["COMPOSITE", "PAGE_READINGS", "LABELS", "BRIGHT", "COLOUR_TITLES", "DEFAULT_WHY", "PageReadings",
-           "page_readings", "layer_selections", "composite_sum"]
+__all__ = ["COMPOSITE", "PAGE_READINGS", "LAYER_READINGS", "LABELS", "BRIGHT", "COLOUR_TITLES", "DEFAULT_WHY",
+           "PageReadings", "page_readings", "layer_selections", "composite_sum"]
 
 COMPOSITE = "composite"
 PAGE_READINGS = ("kept", "removed", "spatial", COMPOSITE)
+LAYER_READINGS = PAGE_READINGS[:3]  # each layer's own map: the pages that compare models offer these
 # The symbol first: a narrow picker cuts a label's end, and the symbol is what the captions and the paper name.
 LABELS = {
     "kept": "α⁺: what the network keeps (1 − α_c·α_s)",

@@ -1,4 +1,5 @@
-"""The patch page's reading control and its composite view (:mod:`app.analysis.readings` says what each is)."""
+"""The reading controls (the patch page's, and the per-layer one of the pages that compare models) and the
+composite view (:mod:`app.analysis.readings` says what each is)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,21 @@ import streamlit as st
 from ..analysis.compute import Analysis
 from ..analysis.padding import border_left_out
 from ..analysis.pathology import nuclei_masks
-from ..analysis.readings import BRIGHT, COLOUR_TITLES, COMPOSITE, DEFAULT_WHY, LABELS, PageReadings, composite_sum
+from ..analysis.readings import (
+    BRIGHT,
+    COLOUR_TITLES,
+    COMPOSITE,
+    DEFAULT_WHY,
+    LABELS,
+    LAYER_READINGS,
+    PageReadings,
+    composite_sum,
+)
 from ..pictures.map_style import RANGE_MODES, colour_range, display_maps
 from ..pictures.plots import PanelMarks, map_panels
 from .views import NUCLEI_OUTLINE, Display, colour_title
 
-__all__ = ["reading_ui", "show_composite"]
+__all__ = ["reading_ui", "layer_reading_ui", "show_composite"]
 
 
 def reading_ui(readings: PageReadings, container) -> str | None:
@@ -30,6 +40,15 @@ def reading_ui(readings: PageReadings, container) -> str | None:
     if readings.missing:
         container.caption(readings.missing)
     return reading
+
+
+def layer_reading_ui(container, key: str) -> str:
+    """The per-layer reading for a page of several models (alpha_s first, as on the patch page); a model without
+    alpha_s shows alpha- where it is picked (:func:`app.analysis.readings.layer_selections`), and says so."""
+    return container.selectbox("Attention shown", LAYER_READINGS, index=LAYER_READINGS.index("spatial"),
+                               format_func=LABELS.get, key=key,
+                               help=" ".join(f"{LABELS[r]}: {BRIGHT[r]}" for r in LAYER_READINGS)
+                               + " A model without α_s shows α⁻ there. " + DEFAULT_WHY)
 
 
 def show_composite(analysis: Analysis, display: Display, marks: PanelMarks | None, border: int = 0,

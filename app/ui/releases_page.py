@@ -1,5 +1,6 @@
 """Ours against the paper's: a release of the paper's code and one of our shipped checkpoints on the same image,
-their predictions and maps side by side (what to compare is chosen by :mod:`app.analysis.releases`)."""
+their predictions and maps side by side (what to compare is chosen by :mod:`app.analysis.releases`), the
+attention in the reading picked here (as on the patch page; alpha_s by default)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import numpy as np
 import streamlit as st
 
 from ..analysis.checkpoints import CheckpointEntry, CheckpointError, error_text
+from ..analysis.readings import layer_selections, page_readings
 from ..analysis.releases import counterparts, verdict
 from .caches import analysed
 from .comparison import comparable_layer
 from .inputs import LoadedModel, load_entry
+from .readings import layer_reading_ui
 from .views import Display, panel_marks, show_maps, value_range
 
 __all__ = ["show_ours_against_paper"]
@@ -38,17 +41,19 @@ def show_ours_against_paper(release: LoadedModel, entries: list[CheckpointEntry]
                 f"{spec['size']} images with {spec['channels']} channel(s): nothing of ours to put beside it.")
         return
     by_name = {entry.name: entry for entry in found}
-    name = st.selectbox("Ours", list(by_name), format_func=lambda n: by_name[n].label, key="paper_vs_ours",
-                        help="Our shipped checkpoints on the same data and images; the same group and attention "
-                             "first.")
+    ours_picker, reading_picker = st.columns([2, 1])
+    name = ours_picker.selectbox("Ours", list(by_name), format_func=lambda n: by_name[n].label,
+                                 key="paper_vs_ours", help="Our shipped checkpoints on the same data and images; the "
+                                                           "same group and attention first.")
+    reading = layer_reading_ui(reading_picker, "paper_vs_ours_reading")
     try:
         ours = load_entry(by_name[name])
     except (CheckpointError, OSError) as err:
         st.error(f"Cannot load {name}: {err}. Pick another of ours.")
         return
     with st.spinner(f"Analysing the image with {ours.name} ..."):
-        theirs, _ = analysed(release, image, element, {})
-        mine, _ = analysed(ours, image, element, {})
+        theirs, mine = (analysed(model, image, element, layer_selections(page_readings(model.model), reading))[0]
+                        for model in (release, ours))
     said = verdict(theirs, mine)
     st.markdown(said.text)
     size = image.shape[-1]

@@ -35,19 +35,12 @@ from ..pictures.map_style import display_maps
 from ..pictures.plots import map_panels
 from .caches import analysed, padding_of
 from .inputs import LoadedModel, load_entry
-from .views import FLAT_SPAN, Display, orientation_titles, value_range
+from .readings import layer_reading_ui
+from .views import FLAT_SPAN, Display, colour_title, orientation_titles, value_range
 
 __all__ = ["variants_page", "ROW_WIDTH_PX"]
 
 ROW_WIDTH_PX = 640  # four orientation panels beside the row's facts, at 1440 px with the sidebar open
-READINGS = ("kept", "removed", "spatial")  # per layer: the paper's composite is the patch page's
-DEFAULT_READING = "spatial"  # as the patch page: the paper's figures draw alpha_s
-
-
-def colour_title(reading: str, range_mode: str) -> str:
-    """The colour bar's title: the quantity shown, and how the range mode transformed it."""
-    title = READING_TITLES[reading]
-    return {"deviation": f"{title} - mean", "equalised": f"{title}: quantile"}.get(range_mode, title)
 
 
 def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np.ndarray, element: int,
@@ -59,9 +52,7 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
                 f"{len(variants)} found for {loaded.name}.")
         return
     picker, reading_picker, _ = st.columns([1, 1, 1])
-    reading = reading_picker.selectbox("Attention shown", READINGS, index=READINGS.index(DEFAULT_READING),
-                                       format_func=LABELS.get, key="variants_reading",
-                                       help=" ".join(f"{LABELS[r]}: {BRIGHT[r]}" for r in READINGS))
+    reading = layer_reading_ui(reading_picker, "variants_reading")
     rows: list[tuple[Variant, LoadedModel, Analysis]] = []
     with st.spinner(f"Analysing the image with {len(variants)} attention variants ..."):
         for variant in variants:
@@ -139,7 +130,7 @@ def _row(variant: Variant, model: LoadedModel, analysis: Analysis, layer: LayerM
     with right:
         fig = map_panels(analysis.images[0], shown, orientation_titles(analysis, layer),
                          colorscale=display.shown_colorscale, opacity=display.opacity, zmin=zrange[0],
-                         zmax=zrange[1], colour_title=colour_title(shown_reading, display.range_mode),
+                         zmax=zrange[1], colour_title=colour_title(READING_TITLES[shown_reading], display),
                          style=display.style, signed=display.signed, border=border, width_px=ROW_WIDTH_PX)
         st.plotly_chart(fig, key=f"variant-{variant.entry.name}", config={"displaylogo": False})
     table1 = card.get("table1") or {}
