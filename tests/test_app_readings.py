@@ -7,12 +7,14 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from test_app_ui import app, chart, ok, select_model, write_dev_checkpoints
 from test_app_variants import heatmaps
 
 import models
 from app.analysis.compute import analyse
 from app.analysis.images import fit_to_model, read_image
+from app.analysis.nuclei import PatchStains
 from app.analysis.pathology import nuclei_masks
 from app.analysis.readings import (
     BRIGHT,
@@ -62,6 +64,15 @@ def test_nuclei_masks_move_with_the_image_and_find_nuclei():
     assert 0.01 < masks[0].mean() < 0.6, "a tumour patch has nuclei, and not only nuclei"
     for g in range(8):
         np.testing.assert_array_equal(masks[g], apply_element(masks[0], g), err_msg=f"element {g}")
+
+
+def test_the_outline_and_the_measurement_see_the_same_nuclei():
+    # A resized patch's values lie between the 256 levels: both convert them alike (app.analysis.pathology.rgb_255).
+    image = patch_pixels()
+    resized = torch.nn.functional.interpolate(torch.from_numpy(image)[None], size=(90, 90), mode="bilinear",
+                                              antialias=True)[0].clamp(0, 1).numpy()
+    assert not np.allclose(resized * 255, np.round(resized * 255), atol=1e-3)
+    np.testing.assert_array_equal(nuclei_masks(resized[None])[0], PatchStains.of(resized).nuclei)
 
 
 def test_the_composite_sum_over_orientations_keeps_its_proof():

@@ -29,6 +29,7 @@ import numpy as np
 from models.stain import nuclei_mask, region_tissue_mask, rgb_to_hed
 
 from .compute import Analysis
+from .pathology import rgb_255
 
 __all__ = ["NucleiAttention", "PatchStains", "attention_on_nuclei", "nuclei_statistics", "map_numbers", "spearman",
            "first_attention_layer", "MIN_BACKGROUND", "MIN_NUCLEI", "NUMBERS"]
@@ -60,7 +61,7 @@ class PatchStains:
     @classmethod
     def of(cls, image: np.ndarray) -> PatchStains:
         """The stains of a patch ``(3, S, S)`` in [0, 1]."""
-        rgb = 255.0 * image.transpose(1, 2, 0)  # (S, S, 3) on 0..255
+        rgb = rgb_255(image)  # (S, S, 3) on 0..255
         haematoxylin = rgb_to_hed(rgb)[..., 0]
         ranks = _average_ranks(haematoxylin.ravel())
         return cls(haematoxylin, region_tissue_mask(rgb), nuclei_mask(rgb), ranks - ranks.mean())

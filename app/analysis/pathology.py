@@ -19,7 +19,7 @@ import numpy as np
 from models.stain import nuclei_mask
 
 __all__ = ["PATHOLOGY_DATASETS", "dataset_name", "is_pathology", "is_proxy", "proxy_statement", "centre_region",
-           "model_microns_per_pixel", "scale_bar_microns", "Calibration", "calibration_at", "nuclei_masks"]
+           "model_microns_per_pixel", "scale_bar_microns", "Calibration", "calibration_at", "rgb_255", "nuclei_masks"]
 
 # Dataset name (lower case) -> micrometres per pixel of its patches.
 PATHOLOGY_DATASETS = {"he_demo": 1.0, "pcam": 0.972, "pcam_subset": 0.972, "pcam_public": 0.972,
@@ -121,8 +121,14 @@ def calibration_at(card: dict, confidence: float) -> Calibration | None:
                        int(curve["count"][index] or 0), None if ece is None else float(ece))
 
 
+def rgb_255(images: np.ndarray) -> np.ndarray:
+    """``(..., 3, S, S)`` in [0, 1] -> ``(..., S, S, 3)`` on 0..255, as :mod:`models.stain` takes images: 255 x, not
+    rounded (a resized image's values lie between integers). The page's nuclei outline and the nuclei measurement
+    (:mod:`app.analysis.nuclei`) both convert here, so that they classify every pixel alike."""
+    return 255.0 * np.moveaxis(images, -3, -1)
+
+
 def nuclei_masks(images: np.ndarray) -> np.ndarray:
     """The nuclei of each RGB image, :func:`models.stain.nuclei_mask`: ``(T, 3, S, S)`` in [0, 1] -> bool
     ``(T, S, S)``. Its windows are centred squares, so the mask of g.x is the mask of x moved by g."""
-    rgb = np.round(np.clip(images, 0.0, 1.0) * 255.0).transpose(0, 2, 3, 1)  # (T, S, S, 3) on 0..255
-    return np.stack([nuclei_mask(image) for image in rgb])
+    return np.stack([nuclei_mask(image) for image in rgb_255(images)])
