@@ -168,8 +168,14 @@ def test_stitched_attention_covers_the_evaluated_contexts_and_nothing_else(shipp
 def test_the_reading_changes_the_attention_and_kept_plus_removed_is_one(shipped, patches):
     model, card = shipped
     region = mosaic_of(patches, 2, 2)
-    results = {reading: evaluate_region(model, card, region, 0.972, method="tiles", reading=reading)
-               for reading in ("kept", "removed", "spatial")}
+    once = evaluate_region(model, card, region, 0.972, method="tiles")
+    assert once.reading == "spatial" and once.readings == ("kept", "removed", "spatial")
+    assert set(once.attentions) == {"removed", "spatial"}, "alpha+ = 1 - alpha- is derived, not held"
+    results = {reading: once.in_reading(reading) for reading in ("kept", "removed", "spatial")}
+    # One evaluation holds every reading: each is what an evaluation in that reading alone gives.
+    alone = evaluate_region(model, card, region, 0.972, method="tiles", reading="kept")
+    assert alone.reading == "kept"
+    np.testing.assert_array_equal(alone.attention, results["kept"].attention)
     kept, removed, spatial = (results[r].attention for r in ("kept", "removed", "spatial"))
     assert {r.reading for r in results.values()} == {"kept", "removed", "spatial"}
     np.testing.assert_allclose(kept + removed, 1.0, atol=1e-6)

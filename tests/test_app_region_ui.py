@@ -4,11 +4,11 @@ with a message while the app keeps serving; and the figure's cell geometry and c
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +20,7 @@ import models
 from app.analysis.images import read_image
 from app.analysis.readings import BRIGHT, LABELS
 from app.gallery import list_gallery
-from app.region.evaluation import RegionResult, evaluate_region, make_grid
+from app.region.evaluation import RegionError, RegionResult, evaluate_region, make_grid
 from app.region.overlays import (
     READING_LABELS,
     attention_range,
@@ -30,7 +30,7 @@ from app.region.overlays import (
     truth_outline,
 )
 from app.region.plots import _block_means, _downsampled, clicked_cell, region_figure
-from app.ui.region_page import ChosenRegion, region_key
+from app.ui import region_page
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 AppTest = streamlit_testing.AppTest
@@ -58,7 +58,7 @@ def region_app(monkeypatch, tmp_path) -> AppTest:
     return at
 
 
-def test_the_mosaic_is_scored_and_a_cell_opens_in_the_patch_explorer(region_app):
+def test_the_mosaic_is_scored_and_a_cell_opens_in_the_patch_explorer(region_app, monkeypatch):
     at = region_app
     assert not at.error, [e.value for e in at.error]
     assert re.search(r"AUC [01]\.\d{3} over 12 labelled cells \(6 tumour, 6 normal\)", at.success[0].value)
@@ -66,8 +66,12 @@ def test_the_mosaic_is_scored_and_a_cell_opens_in_the_patch_explorer(region_app)
     reading = at.sidebar.radio(key="region_reading")
     assert reading.value == "spatial" and "α_s" in caption_with(at, "Colours span")
     assert "percentile of its values on tissue" in caption_with(at, "Colours span")
+    evaluations = []
+    monkeypatch.setattr(region_page, "evaluate_region",
+                        lambda *args, **kwargs: evaluations.append(args) or evaluate_region(*args, **kwargs))
     at = reading.set_value("kept").run()
     assert not at.exception and "α⁺" in caption_with(at, "Colours span")
+    assert evaluations == [], "one evaluation holds every reading: another reading is shown without a new one"
     at = at.toggle(key="region_truth").set_value(False).run()
     names = {trace.get("name") for trace in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
     assert "labelled tumour" not in names and "p = 0.5" in names
@@ -124,7 +128,7 @@ def synthetic(p: np.ndarray, image: np.ndarray) -> RegionResult:
     assert p.shape == (grid.rows, grid.cols)
     attention = np.random.default_rng(1).random(image.shape[1:]).astype(np.float32)
     return RegionResult(image=image, grid=grid, tissue=np.isfinite(p).astype(float), evaluated=np.isfinite(p),
-                        probabilities=np.stack([1 - p, p], -1), attention=attention, attention_layer="c1",
+                        probabilities=np.stack([1 - p, p], -1), attentions={"spatial": attention}, attention_layer="c1",
                         class_names=("no_tumor", "tumor"), method="crops", microns_per_pixel=0.972,
                         model_microns_per_pixel=0.972, seconds=0.0)
 
@@ -223,12 +227,7 @@ def test_the_attention_colours_span_its_percentiles_on_tissue():
     assert expected[0] > 0.01 and expected[1] < 0.99, "the range is the percentiles, not the values' extremes"
 
 
-def test_each_reading_has_its_own_cache_key():
-    loaded = SimpleNamespace(model_id="model")
-    region = ChosenRegion(np.zeros((3, 96, 96), np.float32), "r", 0.972, "here", "digest")
-    keys = {region_key(loaded, region, "crops", reading) for reading in ("kept", "removed", "spatial")}
-    assert len(keys) == 3
-    # The region page words each reading as the patch page does.
+def test_the_page_words_each_reading_as_the_patch_page():
     assert all(READING_LABELS[r] == LABELS[r] for r in READING_LABELS) and set(READING_LABELS) <= set(BRIGHT)
 
 
@@ -288,3 +287,13 @@ def test_the_model_without_attention_uses_the_exact_shared_trunk(region_app):
     assert "(fast)" in next(c.value for c in at.caption if "cells evaluated" in c.value)
     assert "no attention layer" in at.info[0].value and len(at.get("plotly_chart")) == 1
     assert "AUC" in at.success[0].value
+
+
+def test_a_reading_the_layer_lacks_is_refused_by_name():
+    p = np.full((3, 3), 0.5)
+    channel_only = dataclasses.replace(synthetic(p, tissue_and_glass(160, 160)),
+                                       attentions={"removed": np.full((160, 160), 0.25, np.float32)}, reading="kept")
+    assert channel_only.readings == ("kept", "removed")
+    assert (channel_only.attention == 0.75).all() and (channel_only.in_reading("removed").attention == 0.25).all()
+    with pytest.raises(RegionError, match="layer c1 has no 'spatial' reading.*readings: kept, removed"):
+        channel_only.in_reading("spatial")

@@ -203,7 +203,7 @@ def _synthetic_result(rows: int, cols: int, evaluated: np.ndarray, p: np.ndarray
                                                                              np.ones((32, 32)))
     return RegionResult(
         image=image, grid=grid, tissue=evaluated.astype(float), evaluated=evaluated,
-        probabilities=np.stack([1 - p, p], -1), attention=attention, attention_layer="c1",
+        probabilities=np.stack([1 - p, p], -1), attentions={"spatial": attention}, attention_layer="c1",
         class_names=("no_tumor", "tumor"), method="tiles", microns_per_pixel=0.972, model_microns_per_pixel=0.972,
         seconds=0.0)
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from models.stain import TISSUE_OD, optical_density
 
 from ..analysis.frames import InputFrame
 from ..analysis.pathology import CENTRE, is_pathology, model_microns_per_pixel
-from ..analysis.reductions import MapSelection, reduce_attention
+from ..analysis.reductions import reduce_readings
 
 __all__ = ["RegionError", "RegionGrid", "RegionResult", "MAX_SIDE", "MPP_RANGE", "TISSUE_SHARE", "METHODS",
            "check_region", "to_model_scale", "make_grid", "tile_spans", "cell_tissue", "evaluate_region",
@@ -105,13 +105,15 @@ class RegionResult:
         tissue: ``(rows, cols)`` share of each cell's pixels that are stained tissue.
         evaluated: ``(rows, cols)`` bool, the cells with enough tissue.
         probabilities: ``(rows, cols, classes)`` float64; NaN where not evaluated.
-        attention: ``(H, W)`` float32, the first attentive layer's attention in ``reading`` (mean over its
-            orientations): each evaluated cell's centre from its own computation; a pixel in no evaluated cell
-            but in evaluated cells' contexts (glass at the tissue's edge, a mosaic's patch around its centre), the
-            mean over those contexts; NaN elsewhere. None for a model without attention.
+        attentions: reading -> ``(H, W)`` float32, the first attentive layer's attention from the same forward
+            passes: ``"removed"`` (alpha-) and, where it has spatial attention, ``"spatial"`` (alpha_s, the
+            paper's pictures); ``"kept"`` (alpha+ = 1 - alpha-) is derived when shown, so that a large region's
+            result holds two maps, not three. Each is the mean over the layer's orientations: each evaluated
+            cell's centre from its own computation; a pixel in no evaluated cell but in evaluated cells' contexts
+            (glass at the tissue's edge, a mosaic's patch around its centre), the mean over those contexts; NaN
+            elsewhere. Empty for a model without attention.
         attention_layer: that layer's name ("" without attention).
-        reading: which quantity ``attention`` is (:data:`models.attention.parts.READINGS`): ``"kept"`` (alpha+),
-            ``"removed"`` (alpha- = 1 - alpha+) or ``"spatial"`` (alpha_s, the paper's pictures).
+        reading: the reading :attr:`attention` shows (:meth:`in_reading` gives another at no cost).
         class_names: one per class.
         method: ``"tiles"`` or ``"crops"``.
         microns_per_pixel: of the region as given; ``model_microns_per_pixel``: of ``image``.
@@ -123,7 +125,7 @@ class RegionResult:
     tissue: np.ndarray
     evaluated: np.ndarray
     probabilities: np.ndarray
-    attention: np.ndarray | None
+    attentions: Mapping[str, np.ndarray]
     attention_layer: str
     class_names: tuple[str, ...]
     method: str
@@ -131,6 +133,29 @@ class RegionResult:
     model_microns_per_pixel: float
     seconds: float
     reading: str = DEFAULT_READING
+
+    @property
+    def readings(self) -> tuple[str, ...]:
+        """The readings this result can show (:data:`models.attention.parts.READINGS` order); none without attention."""
+        return tuple(r for r in READINGS if r == "kept" and "removed" in self.attentions or r in self.attentions)
+
+    @property
+    def attention(self) -> np.ndarray | None:
+        """``(H, W)``: the attention in :attr:`reading`; None for a model without attention."""
+        if not self.attentions:
+            return None
+        return 1 - self.attentions["removed"] if self.reading == "kept" else self.attentions[self.reading]
+
+    def in_reading(self, reading: str) -> RegionResult:
+        """The same evaluation shown in ``reading``.
+
+        Raises:
+            RegionError: a reading the attention layer does not have (``"spatial"`` without spatial attention).
+        """
+        if self.attentions and reading not in self.readings:
+            raise RegionError(f"layer {self.attention_layer} has no {reading!r} reading: its attention has no "
+                              f"spatial map (readings: {', '.join(self.readings)})")
+        return replace(self, reading=reading)
 
     @property
     def positive(self) -> np.ndarray:
@@ -274,7 +299,8 @@ def evaluate_region(
         progress: called with (done, total) after each forward pass.
         cells: ``(rows, cols)`` bool, the cells to evaluate instead of those with tissue (e.g. the labelled cells of
             a mosaic of patches).
-        reading: the attention's reading (:data:`READINGS`); the probabilities do not depend on it.
+        reading: the reading :attr:`RegionResult.attention` shows (:data:`READINGS`); every reading the layer
+            has is computed all the same, from the same forward passes.
 
     Raises:
         RegionError: a region, scale or model region mode cannot use, a region without tissue, or a reading the
@@ -298,7 +324,7 @@ def evaluate_region(
         raise RegionError(f"No tissue found: no 32 x 32 cell of the region is {TISSUE_SHARE:.0%} stained (optical "
                           f"density above {TISSUE_OD}). Is it a blank or a non-H&E image?")
     layer = first_attentive_layer(model)
-    runner = _Runner(model, card, scaled, grid, layer, reading)
+    runner = _Runner(model, card, scaled, grid, layer)
     if method == "tiles":
         blocks = [(r, c) for r in tile_spans(grid.rows, tile_cells) for c in tile_spans(grid.cols, tile_cells)
                   if evaluated[r[0]:r[0] + r[1], c[0]:c[0] + c[1]].any()]
@@ -316,42 +342,47 @@ def evaluate_region(
     probabilities[~evaluated] = np.nan
     return RegionResult(
         image=scaled, grid=grid, tissue=tissue, evaluated=evaluated, probabilities=probabilities,
-        attention=_stitched_attention(runner, grid, evaluated), attention_layer=layer,
+        attentions=_stitched_attention(runner, grid, evaluated), attention_layer=layer,
         class_names=tuple(card.get("class_names") or [str(k) for k in range(probabilities.shape[-1])]),
         method=method, microns_per_pixel=float(microns_per_pixel), model_microns_per_pixel=model_mpp,
-        seconds=time.perf_counter() - start, reading=reading,
-    )
+        seconds=time.perf_counter() - start,
+    ).in_reading(reading)
 
 
-def _stitched_attention(runner: _Runner, grid: RegionGrid, evaluated: np.ndarray) -> np.ndarray | None:
-    """The centres of evaluated cells, and elsewhere the mean over the evaluated contexts that cover a pixel."""
-    if runner.attention is None:
-        return None
+def _stitched_attention(runner: _Runner, grid: RegionGrid, evaluated: np.ndarray) -> dict[str, np.ndarray]:
+    """Per reading: the centres of evaluated cells, and elsewhere the mean over the evaluated contexts that cover
+    a pixel."""
+    if runner.covered is None:
+        return {}
     top, left = grid.cell_origin(0, 0)
-    centres = np.zeros(runner.attention.shape, dtype=bool)
+    centres = np.zeros(runner.covered.shape, dtype=bool)
     centres[top:top + grid.rows * grid.cell, left:left + grid.cols * grid.cell] = np.kron(
         evaluated, np.ones((grid.cell, grid.cell), dtype=bool))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        around = np.where(runner.covered > 0, runner.context_sum / runner.covered, np.nan)
-    return np.where(centres, runner.attention, around).astype(np.float32)
+    stitched = {}
+    for reading, attention in runner.attention.items():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            around = np.where(runner.covered > 0, runner.context_sum[reading] / runner.covered, np.nan)
+        stitched[reading] = np.where(centres, attention, around).astype(np.float32)
+    return stitched
 
 
 class _Runner:
     """Forward passes over contexts and tiles, collecting per-cell logits and the stitched attention."""
 
-    def __init__(self, model: Network, card: dict, image: np.ndarray, grid: RegionGrid, layer: str, reading: str):
+    def __init__(self, model: Network, card: dict, image: np.ndarray, grid: RegionGrid, layer: str):
         self.model, self.image, self.grid, self.layer = model, image, grid, layer
-        self.selection = MapSelection(reading=reading)
         self.frame = InputFrame.from_card(card, model.group)
         self.dtype = next(model.parameters()).dtype
         self.logits: np.ndarray | None = None  # (rows, cols, classes), made at the first result
-        self.attention = np.full(image.shape[1:], np.nan, dtype=np.float32) if layer else None
-        # Every context's whole map, summed, and how many contexts covered each pixel: a mean where no centre is.
-        self.context_sum = np.zeros(image.shape[1:], dtype=np.float32) if layer else None
+        # Per reading, made at the first result: the centres' maps, and every context's whole map summed.
+        self.attention: dict[str, np.ndarray] = {}
+        self.context_sum: dict[str, np.ndarray] = {}
+        # How many contexts covered each pixel: a mean where no centre is.
         self.covered = np.zeros(image.shape[1:], dtype=np.uint8) if layer else None
 
-    def _forward(self, contexts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(B, 3, X, Y)`` -> cell logits ``(B, rows, cols, classes)`` and attention ``(B, X, Y)`` (or None)."""
+    def _forward(self, contexts: np.ndarray) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+        """``(B, 3, X, Y)`` -> cell logits ``(B, rows, cols, classes)`` and, per reading, attention ``(B, X, Y)``
+        (or None)."""
         x = self.frame.to_network(torch.from_numpy(contexts).to(self.dtype))
         with torch.inference_mode():
             if self.model.output_stride:
@@ -368,28 +399,33 @@ class _Runner:
             attention = None
             if self.layer:
                 user = self.frame.attention_to_user(trace.attention[self.layer])
-                try:
-                    attention = reduce_attention(user, self.selection).mean(dim=1)  # (B, X, Y): mean over orientations
-                except ValueError as err:  # e.g. "spatial" of a layer with channel attention only
-                    raise RegionError(f"layer {self.layer}: {err}") from None
+                # (B, X, Y) per reading: the mean over orientations; alpha+ = 1 - alpha- is derived when shown.
+                attention = {reading: maps.mean(dim=1).float() for reading, maps in reduce_readings(user).items()
+                             if reading != "kept"}
         return cells.double(), attention
 
-    def _store(self, cells: torch.Tensor, attention: np.ndarray | None, i: int, j: int) -> None:
-        """One context's or tile's results, its first cell being (i, j)."""
+    def _store(self, cells: torch.Tensor, attention: dict[str, np.ndarray] | None, i: int, j: int) -> None:
+        """One context's or tile's results, its first cell being (i, j); attention: ``(X, Y)`` per reading."""
         rows, cols, classes = cells.shape
         if self.logits is None:
             self.logits = np.full((self.grid.rows, self.grid.cols, classes), np.nan)
         self.logits[i:i + rows, j:j + cols] = cells.numpy()
-        if attention is not None and self.attention is not None:
-            m, c = self.grid.margin, self.grid.cell
-            if attention.shape[-2:] != (rows * c + 2 * m, cols * c + 2 * m):
+        if attention is None or self.covered is None:
+            return
+        m, c = self.grid.margin, self.grid.cell
+        top, left = self.grid.cell_origin(i, j)
+        context_top, context_left = self.grid.context_origin(i, j)
+        for reading, values in attention.items():
+            if values.shape[-2:] != (rows * c + 2 * m, cols * c + 2 * m):
                 raise RegionError(f"layer {self.layer}'s attention is not at the input's resolution: cannot stitch")
-            top, left = self.grid.cell_origin(i, j)
-            self.attention[top:top + rows * c, left:left + cols * c] = attention[m:m + rows * c, m:m + cols * c]
-            top, left = self.grid.context_origin(i, j)
-            height, width = attention.shape[-2:]
-            self.context_sum[top:top + height, left:left + width] += attention
-            self.covered[top:top + height, left:left + width] += 1
+            if reading not in self.attention:
+                self.attention[reading] = np.full(self.covered.shape, np.nan, dtype=np.float32)
+                self.context_sum[reading] = np.zeros(self.covered.shape, dtype=np.float32)
+            self.attention[reading][top:top + rows * c, left:left + cols * c] = values[m:m + rows * c, m:m + cols * c]
+            height, width = values.shape[-2:]
+            self.context_sum[reading][context_top:context_top + height, context_left:context_left + width] += values
+        height, width = next(iter(attention.values())).shape[-2:]
+        self.covered[context_top:context_top + height, context_left:context_left + width] += 1
 
     def run_tile(self, rows: tuple[int, int], cols: tuple[int, int]) -> None:
         (i, n_rows), (j, n_cols) = rows, cols
@@ -397,7 +433,7 @@ class _Runner:
         cell, context = self.grid.cell, self.grid.context
         height, width = (n_rows - 1) * cell + context, (n_cols - 1) * cell + context
         cells, attention = self._forward(self.image[None, :, top:top + height, left:left + width])
-        self._store(cells[0], None if attention is None else attention[0].numpy(), i, j)
+        self._store(cells[0], None if attention is None else {r: a[0].numpy() for r, a in attention.items()}, i, j)
 
     def run_crops(self, cells: np.ndarray) -> None:
         size = self.grid.context
@@ -405,7 +441,8 @@ class _Runner:
         contexts = np.stack([self.image[:, r:r + size, c:c + size] for r, c in origins])
         logits, attention = self._forward(contexts)
         for k, (i, j) in enumerate(cells):
-            self._store(logits[k], None if attention is None else attention[k].numpy(), int(i), int(j))
+            self._store(logits[k], None if attention is None else {r: a[k].numpy() for r, a in attention.items()},
+                        int(i), int(j))
 
     def probabilities(self) -> np.ndarray:
         return torch.softmax(torch.from_numpy(self.logits), dim=-1).numpy()

@@ -5,8 +5,9 @@ its micrometres per pixel), the method and the attention's reading. The page sho
 surface over the tissue with its p = 0.5 contour (and, on the mosaic, dashed outlines of the patches labelled
 tumour) beside the first attention layer's map stitched across the region, with the mosaic's score against the
 true labels. Clicking a cell (or picking one of the most probable) opens its 96 x 96 context in the patch
-explorer, with everything the patch view has. Results are cached per (model, region, scale, method, reading); at
-most ``$APP_CONCURRENT_ANALYSES`` evaluations run at once across sessions (:class:`app.analysis.cache.LRUCache`).
+explorer, with everything the patch view has. Results are cached per (model, region, scale, method), each with
+every reading of the attention (another reading needs no new evaluation); at most ``$APP_CONCURRENT_ANALYSES``
+evaluations run at once across sessions (:class:`app.analysis.cache.LRUCache`).
 """
 
 from __future__ import annotations
@@ -175,15 +176,17 @@ def reading_ui(loaded: LoadedModel) -> str:
                             format_func=READING_LABELS.get, key="region_reading")
 
 
-def region_key(loaded: LoadedModel, region: ChosenRegion, method: str, reading: str = DEFAULT_READING) -> tuple:
-    """The cache key of a result: everything the evaluation depends on, the attention's reading included."""
-    return "region", loaded.model_id, region.digest, region.element, region.microns_per_pixel, method, reading
+def region_key(loaded: LoadedModel, region: ChosenRegion, method: str) -> tuple:
+    """The cache key of a result: everything the evaluation depends on. Not the reading: one evaluation holds every
+    reading of the attention (:meth:`RegionResult.in_reading`), so another reading is shown without a new one."""
+    return "region", loaded.model_id, region.digest, region.element, region.microns_per_pixel, method
 
 
 def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str, key: tuple | None = None,
                      reading: str = DEFAULT_READING) -> RegionResult | None:
-    """The region's result, from the cache or computed with a progress bar; None (with the error shown) on bad input."""
-    key = key or region_key(loaded, region, method, reading)
+    """The region's result in ``reading``, from the cache or computed with a progress bar; None (with the error
+    shown) on bad input."""
+    key = key or region_key(loaded, region, method)
     bar = st.progress(0.0, text=f"Evaluating {region.name} cell by cell ...")
 
     def progress(done: int, total: int) -> None:
@@ -194,7 +197,7 @@ def evaluated_region(loaded: LoadedModel, region: ChosenRegion, method: str, key
     try:
         return region_results().get_or_compute(key, lambda: evaluate_region(
             loaded.model, loaded.card, region.shown_pixels(), region.microns_per_pixel, method=method,
-            progress=progress, cells=cells, reading=reading))
+            progress=progress, cells=cells)).in_reading(reading)
     except RegionError as err:
         st.error(str(err))
         return None
@@ -243,9 +246,9 @@ def region_page(loaded: LoadedModel) -> None:
     if region.note:
         st.warning(region.note, icon="⚠️")
     shown = region.moved(element)
-    key = region_key(loaded, shown, method, reading)
-    if st.session_state.get("region_shown") != key[:-1]:  # another region: its cells are not the last one's
-        st.session_state["region_shown"] = key[:-1]
+    key = region_key(loaded, shown, method)
+    if st.session_state.get("region_shown") != key:  # another region: its cells are not the last one's
+        st.session_state["region_shown"] = key
         st.session_state.pop(PICK_KEY, None)
     result = evaluated_region(loaded, shown, method, key, reading)
     if result is None:
