@@ -277,30 +277,28 @@ template <typename T>
 void attended_max_item(const Geometry& g, int64_t b, int64_t h, const T* planes, const T* kernels, const T* channel,
                        T* total, T* peak, uint8_t* winner, T* folded) {
     using Lane = typename Vec<T>::lane;
-    const int64_t plane_step = g.h * g.plane(), weight_step = g.taps() * g.q, row = g.h * g.q;
+    const int64_t plane_step = g.h * g.plane(), weight_step = g.taps() * g.q;
     const T* planes_bh = planes + (b * g.c * g.h + h) * g.plane();
     fold_channel_attention(g, kernels, channel, b, h, folded);  // the filters of one h stay in the L1 cache
     for (int64_t x = 0; x < g.out_x; ++x)
-        over_row<1>(g, [&]<int P>(int64_t y0) {
-            const int64_t at = ((x * g.out_y + y0) * g.h + h) * g.q;
+        for (int64_t y = 0; y < g.out_y; ++y) {  // one position at a time: its sum, max and winner fill the tile
+            const int64_t at = ((x * g.out_y + y) * g.h + h) * g.q;
+            const T* patch = planes_bh + g.origin(x, y);
             over_blocks<Vec<T>::forward_blocks>(g, [&]<int NB>(int64_t j0) {
-                V<T> sum[P][NB], best[P][NB];
-                Index<T> win[P][NB];
-                for (int i = 0; i < P; ++i)
-                    for (int j = 0; j < NB; ++j)
-                        sum[i][j] = V<T>{}, best[i][j] = V<T>{} - std::numeric_limits<T>::infinity(),
-                        win[i][j] = Index<T>{};
+                V<T> sum[NB], best[NB];
+                Index<T> win[NB];
+                for (int j = 0; j < NB; ++j)
+                    sum[j] = V<T>{}, best[j] = V<T>{} - std::numeric_limits<T>::infinity(), win[j] = Index<T>{};
                 // Channel by channel, in order (ties keep the first); f~ of two channels at a time.
                 auto reduce = [&](const V<T> (&f)[NB], int64_t c) {
                     const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
                     for (int j = 0; j < NB; ++j) {
-                        sum[0][j] += f[j];
-                        const auto better = f[j] > best[0][j];
-                        best[0][j] = better ? f[j] : best[0][j];
-                        win[0][j] = better ? channel : win[0][j];
+                        sum[j] += f[j];
+                        const auto better = f[j] > best[j];
+                        best[j] = better ? f[j] : best[j];
+                        win[j] = better ? channel : win[j];
                     }
                 };
-                const T* patch = planes_bh + g.origin(x, y0);
                 int64_t c = 0;
                 for (; c + 2 <= g.c; c += 2) {
                     V<T> pair[2][NB];
@@ -315,15 +313,14 @@ void attended_max_item(const Geometry& g, int64_t b, int64_t h, const T* planes,
                                             weight_step, j0, one);
                     reduce(one[0], c);
                 }
-                for (int i = 0; i < P; ++i)
-                    for (int j = 0; j < NB; ++j) {
-                        const int64_t o = at + i * row + g.start[j0 + j];
-                        store(total + o, sum[i][j]);
-                        store(peak + o, best[i][j]);
-                        store(winner + o, __builtin_convertvector(win[i][j], Bytes));
-                    }
+                for (int j = 0; j < NB; ++j) {
+                    const int64_t o = at + g.start[j0 + j];
+                    store(total + o, sum[j]);
+                    store(peak + o, best[j]);
+                    store(winner + o, __builtin_convertvector(win[j], Bytes));
+                }
             });
-        });
+        }
 }
 
 // The backward pass of attended_max_forward works on one (b, h) and input channel c at a time,
