@@ -18,12 +18,16 @@ from ..analysis.readings import (
     LAYER_READINGS,
     PageReadings,
     composite_sum,
+    layer_selections,
+    page_readings,
 )
 from ..pictures.map_style import RANGE_MODES, colour_range, display_maps
 from ..pictures.plots import PanelMarks, map_panels
+from .caches import analysed
+from .inputs import LoadedModel
 from .views import NUCLEI_OUTLINE, Display, colour_title
 
-__all__ = ["reading_ui", "layer_reading_ui", "show_composite"]
+__all__ = ["reading_ui", "layer_reading_ui", "analysed_in_reading", "show_composite"]
 
 
 def reading_ui(readings: PageReadings, container) -> str | None:
@@ -49,6 +53,12 @@ def layer_reading_ui(container, key: str) -> str:
                                format_func=LABELS.get, key=key,
                                help=" ".join(f"{LABELS[r]}: {BRIGHT[r]}" for r in LAYER_READINGS)
                                + " A model without α_s shows α⁻ there. " + DEFAULT_WHY)
+
+
+def analysed_in_reading(loaded: LoadedModel, image: np.ndarray, element: int, reading: str) -> Analysis:
+    """``loaded``'s analysis of ``image`` moved by ``element``, every attentive layer reduced in ``reading``
+    (alpha- where a layer has no alpha_s), from the shared cache."""
+    return analysed(loaded, image, element, layer_selections(page_readings(loaded.model), reading))[0]
 
 
 def show_composite(analysis: Analysis, display: Display, marks: PanelMarks | None, border: int = 0,

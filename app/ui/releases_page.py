@@ -8,12 +8,10 @@ import numpy as np
 import streamlit as st
 
 from ..analysis.checkpoints import CheckpointEntry, CheckpointError, error_text
-from ..analysis.readings import layer_selections, page_readings
 from ..analysis.releases import counterparts, verdict
-from .caches import analysed
 from .comparison import comparable_layer
 from .inputs import LoadedModel, load_entry
-from .readings import layer_reading_ui
+from .readings import analysed_in_reading, layer_reading_ui
 from .views import Display, panel_marks, show_maps, value_range
 
 __all__ = ["show_ours_against_paper"]
@@ -52,8 +50,7 @@ def show_ours_against_paper(release: LoadedModel, entries: list[CheckpointEntry]
         st.error(f"Cannot load {name}: {err}. Pick another of ours.")
         return
     with st.spinner(f"Analysing the image with {ours.name} ..."):
-        theirs, mine = (analysed(model, image, element, layer_selections(page_readings(model.model), reading))[0]
-                        for model in (release, ours))
+        theirs, mine = (analysed_in_reading(model, image, element, reading) for model in (release, ours))
     said = verdict(theirs, mine)
     st.markdown(said.text)
     size = image.shape[-1]

@@ -18,7 +18,7 @@ import streamlit as st
 
 from ..analysis.checkpoints import CheckpointEntry, CheckpointError
 from ..analysis.compute import Analysis, LayerMaps
-from ..analysis.readings import BRIGHT, LABELS, layer_selections, page_readings
+from ..analysis.readings import BRIGHT, LABELS
 from ..analysis.readings import COLOUR_TITLES as READING_TITLES
 from ..analysis.variants import (
     FIRST_ORIENTED,
@@ -33,9 +33,9 @@ from ..analysis.variants import variants_of as find_variants
 from ..pictures.figures import MapRow, render_map_grid_png
 from ..pictures.map_style import display_maps
 from ..pictures.plots import map_panels
-from .caches import analysed, padding_of
+from .caches import padding_of
 from .inputs import LoadedModel, load_entry
-from .readings import layer_reading_ui
+from .readings import analysed_in_reading, layer_reading_ui
 from .views import FLAT_SPAN, Display, colour_title, orientation_titles, value_range
 
 __all__ = ["variants_page", "ROW_WIDTH_PX"]
@@ -61,8 +61,7 @@ def variants_page(loaded: LoadedModel, entries: list[CheckpointEntry], image: np
             except (CheckpointError, OSError) as err:
                 st.error(f"Cannot load {variant.entry.name}: {err}")
                 continue
-            selections = layer_selections(page_readings(model.model), reading)
-            rows.append((variant, model, analysed(model, image, element, selections)[0]))
+            rows.append((variant, model, analysed_in_reading(model, image, element, reading)))
     layers = common_layers([analysis for _, _, analysis in rows])
     choice = picker.selectbox("Layer", [FIRST_ORIENTED] + layers, key="variants_layer",
                               help="The same layer of every variant, or each variant's first layer with an "
