@@ -146,6 +146,38 @@ def test_parallel_runs_go_at_once_and_a_failure_starts_no_more(tiny_sweep, monke
     assert len(started) == 2 and sum("failed (exit 1)" in line for line in lines) == 2
 
 
+def test_a_time_limit_starts_no_run_after_it_and_leaves_cut_short_runs_to_resume(tiny_sweep, monkeypatch):
+    sweep, runs = tiny_sweep
+    monkeypatch.setitem(SWEEPS, "tiny", Sweep(**{**sweep.__dict__, "overrides": {**sweep.overrides, "epochs": 2}}))
+    status = sweep_module.RunStatus("p4cnn", 0, runs / "run", 0, 2, False)
+    command = sweep_module.train_command(SWEEPS["tiny"], status, threads=1, time_limit=299.6)
+    assert command[command.index("--time-limit") + 1] == "300"
+    # The first run gets a limit too short for its second epoch; then the clock passes the sweep's limit.
+    clock, real_command, real_start = [0.0], sweep_module.train_command, sweep_module._start
+
+    def short_command(*args):
+        command = real_command(*args)
+        return command[:command.index("--time-limit") + 1] + ["0.001"] + command[command.index("--time-limit") + 2:]
+
+    def start_then_pass_the_limit(*args):
+        process = real_start(*args)
+        clock[0] = 1e9
+        return process
+
+    monkeypatch.setattr(sweep_module, "train_command", short_command)
+    monkeypatch.setattr(sweep_module, "_start", start_then_pass_the_limit)
+    monkeypatch.setattr(sweep_module.time, "time", lambda: clock[0])
+    lines = []
+    assert run_sweep("tiny", runs, time_limit=100, log=lambda *a, **k: lines.append(a[0])) == 4
+    assert sum(line.startswith("[") for line in lines) == 1  # one run started, three not after the limit
+    assert lines[-1] == "z2cnn seed 0: cut short at epoch 1/2 by the time limit; the sweep resumes it"
+    monkeypatch.undo()
+    monkeypatch.setitem(SWEEPS, "tiny", Sweep(**{**sweep.__dict__, "overrides": {**sweep.overrides, "epochs": 2}}))
+    assert run_sweep("tiny", runs, models=("z2cnn",), seeds=(0,), log=lambda *a, **k: None) == 0
+    card = json.loads(sweep_module.result_card(SWEEPS["tiny"], "z2cnn", 0).read_text())
+    assert card["training"]["epochs_completed"] == 2 and "--time-limit 0.001" in card["training"]["invocations"][0]
+
+
 def test_parallel_below_one_is_refused(capsys):
     with pytest.raises(SystemExit):
         cli_main(["sweep", "table1", "--parallel", "0", "--status"])

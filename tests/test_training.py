@@ -22,6 +22,7 @@ from training.cli import main as cli_main
 from training.evaluation import evaluate_checkpoint
 from training.loop import record_invocation
 from training.presets import recipe
+from training.provenance import from_scratch
 from training.report import recipe_changes, results_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -119,6 +120,34 @@ def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):
     assert expected.keys() == actual.keys()
     for name in expected:
         assert torch.equal(expected[name], actual[name]), name
+
+
+def test_a_time_limit_stops_at_an_epoch_end_and_the_resumed_run_ends_as_an_uninterrupted_one(amat_dir, tmp_path,
+                                                                                                capsys):
+    epochs = ["--epochs", "3", "--threads", "1"]
+    straight, limited = tmp_path / "straight", tmp_path / "limited"
+    assert cli_main(train_args(amat_dir, straight, *epochs)) == 0
+    # The first epoch of a call always runs; with a millisecond, no second one is expected to fit.
+    assert cli_main(train_args(amat_dir, limited, *epochs, "--time-limit", "0.001")) == 0
+    assert "stopped after epoch 1/3" in capsys.readouterr().out
+    assert len(history(limited)) == 1
+    assert json.loads((limited / "best.json").read_text())["training"]["provisional"] is True
+    assert torch.load(limited / "state.pt", weights_only=True).get("finished") is None
+    assert cli_main(train_args(amat_dir, limited, *epochs, "--resume", "--time-limit", "600")) == 0
+    assert history(limited) == history(straight)
+    training = json.loads((limited / "best.json").read_text())["training"]
+    straight_command = json.loads((straight / "best.json").read_text())["training"]["command"]
+    # The limit cut calls short, not the run: the command that trains it from scratch has none.
+    assert training["provisional"] is False and training["command"] == straight_command.replace("straight", "limited")
+    assert [c.split("--time-limit ")[1] for c in training["invocations"]] == ["0.001", "600"]
+    expected, actual = final_weights(straight), final_weights(limited)
+    assert all(torch.equal(expected[name], actual[name]) for name in expected)
+
+
+def test_the_command_from_scratch_drops_resume_and_the_time_limit():
+    assert from_scratch("python -m training train pcam_public --resume --time-limit 500 --threads 3") == (
+        "python -m training train pcam_public --threads 3")
+    assert from_scratch("python -m training train x --time-limit=5 --out 'a b'") == "python -m training train x --out 'a b'"
 
 
 def test_a_piece_records_its_machine_beside_its_command_even_after_pieces_that_did_not():

@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
     train.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     train.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
+    train.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
+                       help="stop after the last epoch expected to end within SECONDS (then --resume continues)")
     hints = typing.get_type_hints(TrainConfig)
     for field in dataclasses.fields(TrainConfig):
         flag = "--" + field.name.replace("_", "-")
@@ -111,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--threads", type=int, default=0, help="CPU threads for each run")
     sweep.add_argument("--parallel", type=_at_least_one, default=1,
                        help="runs at once (default 1, right for a CPU; on a GPU many small runs share it well)")
+    sweep.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
+                       help="start no run after SECONDS and stop each at the last epoch that fits (all resumable)")
     sweep.add_argument("--status", action="store_true", help="say what is done, cut short or missing; run nothing")
 
     table3.add_arguments(commands.add_parser(
@@ -175,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {', '.join(sorted(unknown))} not in sweep {args.name}", file=sys.stderr)
             return 2
         missing = run_sweep(args.name, args.runs_dir, models=args.models, seeds=args.seeds, threads=args.threads,
-                            parallel=args.parallel, status_only=args.status)
+                            parallel=args.parallel, time_limit=args.time_limit, status_only=args.status)
         return 0 if args.status or missing == 0 else 1
     # Training and evaluation allocate and free the same large activations every step; kept, they are reused
     # instead of faulted in afresh (a p4m DenseNet step 2x faster on CPU: benchmarks.densenet_step).
@@ -192,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or f"runs/{args.preset}-{cfg.model}-seed{cfg.seed}"
     try:
         fit(cfg, out, resume=args.resume, preset=args.preset, device=args.device,
-            command=provenance.command_line(argv))
+            command=provenance.command_line(argv), time_limit=args.time_limit)
     except (DataError, RunExistsError, CheckpointError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -220,7 +220,8 @@ def fit(
     preset: str = "",
     device: str = "auto",
     command: str = "",
-) -> dict:
+    time_limit: float = 0.0,
+) -> dict | None:
     """Train, select on validation, evaluate on test, write ``best.safetensors`` with its final card.
 
     Args:
@@ -230,19 +231,24 @@ def fit(
         preset: the preset's name, for the card.
         device: ``auto``, ``cpu`` or ``cuda``.
         command: the command line, for the card.
+        time_limit: seconds this call may take (0: no limit); it stops after the last epoch that it expects to
+            end within them, the run resumable as after any interruption (a lent GPU's minutes, a session's end).
 
     Returns:
-        The final card.
+        The final card, or None when the time limit stopped the run before its last epoch.
     """
     run_dir = Path(run_dir)
     ctx = setup(device)
     try:
-        return _fit(cfg, run_dir, ctx, resume=resume, preset=preset, command=command or provenance.command_line())
+        return _fit(cfg, run_dir, ctx, resume=resume, preset=preset, command=command or provenance.command_line(),
+                    time_limit=time_limit)
     finally:
         teardown(ctx)
 
 
-def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset: str, command: str) -> dict:
+def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset: str, command: str,
+         time_limit: float = 0.0) -> dict | None:
+    called = time.time()
     state = _start_or_resume(cfg, run_dir, resume)
     if state.get("finished") and state["epoch"] >= cfg.epochs:
         if ctx.is_main:
@@ -283,12 +289,19 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
     # Every invocation is kept; the card's "command" is the one that trains the same run from scratch (no
     # --resume): runs are deterministic per epoch, so it reproduces the interrupted-and-resumed run exactly.
     record_invocation(state, command, provenance.hardware(ctx.device, ctx.world_size))
-    base_card = dict(preset=preset, command=provenance.without_resume(command), invocations=state["invocations"],
+    base_card = dict(preset=preset, command=provenance.from_scratch(command), invocations=state["invocations"],
                      invocation_hardware=state["invocation_hardware"],
                      commit=state.setdefault("commit", provenance.git_commit()))
     started = time.time() - state["seconds"]
     epoch = state["epoch"]
+    epoch_seconds: list[float] = []  # this call's epochs (a resumed run's earlier ones may have run elsewhere)
     while epoch < cfg.epochs and not (cfg.max_steps and state["steps"] >= cfg.max_steps):
+        if time_limit and not _another_epoch_fits(time_limit - (time.time() - called), epoch_seconds,
+                                                  last=epoch + 1 == cfg.epochs, ctx=ctx):
+            if ctx.is_main:
+                print(f"stopped after epoch {epoch}/{cfg.epochs}: another would pass the time limit of "
+                      f"{time_limit:.0f} s; the same command with --resume continues the run", flush=True)
+            return None
         tick = time.time()
         lr = optimizer.param_groups[0]["lr"]
         budget = cfg.max_steps - state["steps"] if cfg.max_steps else 0
@@ -329,11 +342,25 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
                   f"{100 * row['train_error']:.2f}%, valid error {100 * valid['error']:.2f}%, valid NLL "
                   f"{valid['nll']:.4f}{auc}"
                   f"{' (best)' if improved else ''}, {history[-1]['seconds']:.1f} s", flush=True)
+        epoch_seconds.append(time.time() - tick)
         if ctx.distributed:
             torch.distributed.barrier()  # the other ranks read best.safetensors only once rank 0 has written it
     if ctx.distributed:
         state["max_parameter_difference_between_ranks"] = _rank_disagreement(model, ctx)
     return _finish(cfg, run_dir, ctx, splits, state, base_card, calibration, epoch, time.time() - started)
+
+
+def _another_epoch_fits(seconds_left: float, epoch_seconds: list[float], *, last: bool, ctx: Context) -> bool:
+    """Whether one more epoch is expected to end in ``seconds_left``: as long as this call's slowest so far (runs
+    sharing a device speed up as others end, rarely slow down), half as long again for the last one's final
+    evaluation. The first epoch of a call always runs: nothing measured yet says what an epoch costs here.
+    Every rank follows rank 0, so that none waits at a barrier for ranks that stopped."""
+    fits = not epoch_seconds or seconds_left >= max(epoch_seconds) * (1.5 if last else 1.0)
+    if ctx.distributed:
+        flag = torch.tensor([float(fits)], device=ctx.device)
+        torch.distributed.broadcast(flag, 0)
+        fits = bool(flag.item())
+    return fits
 
 
 def _rank_disagreement(model: nn.Module, ctx: Context) -> float:

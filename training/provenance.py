@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["command_line", "without_resume", "git_commit", "hardware", "sha256_file"]
+__all__ = ["command_line", "from_scratch", "git_commit", "hardware", "sha256_file"]
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINING_CODE = ("models", "training")
@@ -23,9 +23,16 @@ def command_line(argv: list[str] | None = None) -> str:
     return "python -m training " + " ".join(shlex.quote(arg) for arg in argv)
 
 
-def without_resume(command: str) -> str:
-    """The command that trains the same run from scratch: ``command`` without its ``--resume`` flag."""
-    return shlex.join(word for word in shlex.split(command) if word != "--resume")
+def from_scratch(command: str) -> str:
+    """The command that trains the same run from scratch: ``command`` without its ``--resume`` flag and without
+    a ``--time-limit`` (which cuts a call short, not the run)."""
+    words, kept = iter(shlex.split(command)), []
+    for word in words:
+        if word == "--time-limit":
+            next(words, None)
+        elif word != "--resume" and not word.startswith("--time-limit="):
+            kept.append(word)
+    return shlex.join(kept)
 
 
 def git_commit() -> str:

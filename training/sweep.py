@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -198,7 +199,7 @@ def sweep_status(sweep: Sweep, runs_dir: Path, models=None, seeds=None) -> list[
             if (not models or model in models) and (seeds is None or seed in seeds)]
 
 
-def train_command(sweep: Sweep, status: RunStatus, threads: int) -> list[str]:
+def train_command(sweep: Sweep, status: RunStatus, threads: int, time_limit: float = 0.0) -> list[str]:
     # The folder relative to here, so that cards (which record the command) name no absolute path of this machine.
     command = [sys.executable, "-m", "training", "train", sweep.preset, "--model", status.model,
                "--seed", str(status.seed), "--out", os.path.relpath(status.folder)]
@@ -214,15 +215,21 @@ def train_command(sweep: Sweep, status: RunStatus, threads: int) -> list[str]:
             command += [flag, str(value)]
     if threads:
         command += ["--threads", str(threads)]
+    if time_limit:
+        command += ["--time-limit", f"{time_limit:.0f}"]
     if status.started:
         command.append("--resume")
     return command
 
 
 def run_sweep(name: str, runs_dir: str | Path, *, models=None, seeds=None, threads: int = 0, parallel: int = 1,
-              status_only: bool = False, log=print) -> int:
+              time_limit: float = 0.0, status_only: bool = False, log=print) -> int:
     """Run every missing or cut-short run of sweep ``name`` in order, ``parallel`` at a time; returns the number
     of runs still missing.
+
+    With a ``time_limit`` (seconds), no run starts after it has passed and each run gets what is left of it (a
+    run stops at the end of an epoch, resumable): a lent GPU's minutes go to as many epochs as fit, and a later
+    sweep, here or elsewhere, continues every run where it stopped.
 
     One run at a time suits a CPU, whose cores one run already fills; on a GPU, small models leave most of the
     device idle, so many runs at once finish sooner. A failed run stops the sweep from starting more (the same
@@ -243,28 +250,39 @@ def run_sweep(name: str, runs_dir: str | Path, *, models=None, seeds=None, threa
     log(f"{name}: {len(runs) - len(todo)} of {len(runs)} runs done")
     if status_only:
         return len(todo)
-    waiting, running, failed = list(enumerate(todo, start=1)), {}, 0
-    while running or (waiting and not failed):
-        while waiting and len(running) < parallel and not failed:
+    deadline = time.time() + time_limit if time_limit else math.inf
+    waiting, running, failed, stopped = list(enumerate(todo, start=1)), {}, 0, 0
+    while running or (waiting and not failed and time.time() < deadline):
+        while waiting and len(running) < parallel and not failed and time.time() < deadline:
             index, status = waiting.pop(0)
             log(f"[{index}/{len(todo)}] {status.model} seed {status.seed}: {status.describe()}", flush=True)
-            running[_start(sweep, status, threads)] = status
+            left = deadline - time.time() if time_limit else 0.0
+            running[_start(sweep, status, threads, left)] = status
+        if not running:
+            break
         process = _wait_for_any(running)
         status = running.pop(process)
         if process.returncode != 0:
             failed += 1
             log(f"{status.model} seed {status.seed} failed (exit {process.returncode}); "
                 f"see {status.folder / 'train.out'}", flush=True)
+            continue
+        now = run_status(runs_dir, sweep, status.model, status.seed)
+        if now.finished:
+            log(f"card: {collect_card(now, sweep)}", flush=True)
         else:
-            log(f"card: {collect_card(run_status(runs_dir, sweep, status.model, status.seed), sweep)}", flush=True)
-    return failed + len(waiting)
+            stopped += 1
+            log(f"{status.model} seed {status.seed}: {now.describe()} by the time limit; the sweep resumes it",
+                flush=True)
+    return failed + stopped + len(waiting)
 
 
-def _start(sweep: Sweep, status: RunStatus, threads: int) -> subprocess.Popen:
+def _start(sweep: Sweep, status: RunStatus, threads: int, time_limit: float) -> subprocess.Popen:
     """Start one run, its output appended to ``train.out`` in its folder."""
     status.folder.mkdir(parents=True, exist_ok=True)
     with open(status.folder / "train.out", "a") as out:  # the child keeps its own handle on the file
-        return subprocess.Popen(train_command(sweep, status, threads), stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(train_command(sweep, status, threads, time_limit), stdout=out,
+                                stderr=subprocess.STDOUT)
 
 
 def _wait_for_any(running: dict[subprocess.Popen, RunStatus], poll_seconds: float = 1.0) -> subprocess.Popen:
