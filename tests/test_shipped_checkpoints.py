@@ -38,9 +38,10 @@ SHIPPED = sorted((REPO / "checkpoints").glob("*.safetensors"))
 BUILD_OPTIONS = {"rot_mnist": {"fetch": True}, "he_demo": {"build": True}}
 PCAM = [path for path in SHIPPED if path.stem.endswith("_pcam")]
 # What each shipped PCam model keeps on PCam's test split (accuracy, AUC), a little under what it measured so that
-# a retrained replacement must be as good. The issue's goal for the attentive model was 87 % / 0.94 (Table 3:
-# 89.1 %); it measured 87.0 % / 0.948 (checkpoints/README.md).
-PCAM_BAR = {"fa_p4m_densenet_pcam": (0.865, 0.94), "p4m_densenet_pcam": (0.865, 0.94)}
+# a retrained replacement must be as good. All three are the controlled Table 3 runs (issue 41; checkpoints/README.md):
+# fa_p4m 88.6 % / 0.958 (Table 3: 89.1 %), p4m 86.9 % / 0.946, fa_p4 84.8 % / 0.936.
+PCAM_BAR = {"fa_p4m_densenet_pcam": (0.88, 0.95), "p4m_densenet_pcam": (0.865, 0.94),
+            "fa_p4_densenet_pcam": (0.84, 0.93)}
 PCAM_TEST = 1944  # patches in PCam's test split of pcam_public
 # The card's claim is over all of them, read from results/pcam_test_predictions/ (benchmarks.pcam_test_record): the
 # forward passes take minutes on a slow CPU. A seeded random sample, recomputed every run, binds that record to the
@@ -70,7 +71,7 @@ def read_data(name: str, folder: Path):
 def test_there_are_shipped_checkpoints():
     names = {path.stem for path in SHIPPED}
     assert {"z2cnn_rot_mnist", "p4cnn_rot_mnist", "fa_p4cnn_rot_mnist", "a_p4cnn_rot_mnist"} <= names
-    assert {"fa_p4m_densenet_pcam", "p4m_densenet_pcam"} <= names
+    assert {"fa_p4m_densenet_pcam", "p4m_densenet_pcam", "fa_p4_densenet_pcam"} <= names
     assert not any("pcam_subset" in name for name in names), "the 190-patch models are retired"
     assert not any("he_demo" in name for name in names), "the stain proxy is retired from the shipped models"
 
