@@ -187,7 +187,9 @@ def test_kept_and_removed_rank_exactly_opposite_and_the_lifting_layer_reads_the_
     for name in layers:
         kept, removed = measured["kept"][name], measured["removed"][name]
         assert kept.shape == (len(images), len(NUMBERS))
-        np.testing.assert_allclose(kept[:, spearman_column], -removed[:, spearman_column], rtol=0, atol=1e-12,
+        # Exact but for ties: where alpha- is 1e-4 or less (the shipped model's second and third attention layers),
+        # 1 - alpha- in float64 rounds distinct values of alpha- to one, and the tied ranks move rho by up to ~1e-6.
+        np.testing.assert_allclose(kept[:, spearman_column], -removed[:, spearman_column], rtol=0, atol=1e-5,
                                    err_msg=name)
         for number in ("tissue_minus_background", "nuclei_minus_stroma"):
             column = NUMBERS.index(number)
@@ -206,7 +208,12 @@ def test_the_benchmarks_kept_reading_is_the_apps_measure(shipped_measure):
     for i, image in enumerate(images):
         analysis = analyse(model, card, image)
         assert list(measured["kept"]) == list(analysis.attention)
-        for name in ("c1", "block_layers.0.conv"):
+        # Only layers whose kept map float32 resolves: the shipped model's second and third attention layers remove
+        # about 1e-4, of which float32's 1 - alpha- keeps three digits, and their tied ranks move rho by up to 0.02
+        # (their removed and spatial readings are exact; the benchmark reads kept in float64).
+        resolved = [name for name in ("c1", "block_layers.0.conv") if 1 - analysis.attention[name].maps.mean() > 1e-2]
+        assert "c1" in resolved
+        for name in resolved:
             app, ours = attention_on_nuclei(analysis, layer=name), measured["kept"][name][i]
             assert ours[column["spearman"]] == pytest.approx(app.spearman, abs=1e-4), name
             if app.background_mean is not None:

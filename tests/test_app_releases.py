@@ -24,7 +24,7 @@ needs_shipped = pytest.mark.skipif(not (SHIPPED / "fa_p4m_densenet_pcam.safetens
 def test_counterparts_put_our_attentive_model_of_the_same_group_first():
     entries = list_checkpoints(SHIPPED)
     assert [e.name for e in counterparts(reference_card("p4m_densenet"), entries)] == [
-        "fa_p4m_densenet_pcam", "p4m_densenet_pcam"]
+        "fa_p4m_densenet_pcam", "p4m_densenet_pcam", "fa_p4_densenet_pcam"]  # p4m first, attentive first
     digits = [e.name for e in counterparts(reference_card("a_p4cnn"), entries)]
     assert digits[0] == "a_p4cnn_rot_mnist" and "z2cnn_rot_mnist" == digits[-1]
     assert [e.name for e in counterparts(reference_card("z2cnn"), entries)][0] == "z2cnn_rot_mnist"
@@ -57,3 +57,13 @@ def test_the_paper_pcam_release_beside_ours(monkeypatch):
     at = ok(at.selectbox(key="paper_vs_ours_reading").set_value("kept").run())
     captions = " ".join(c.value for c in at.caption)
     assert BRIGHT["kept"] in captions and BRIGHT["spatial"] not in captions
+
+
+@needs_shipped
+def test_the_app_opens_on_the_most_accurate_attentive_he_model():
+    from app.ui.inputs import default_checkpoint
+
+    entries = list_checkpoints(SHIPPED)
+    assert entries[default_checkpoint(entries)].name == "fa_p4m_densenet_pcam"  # not fa_p4, first by name
+    plain_first = sorted(entries, key=lambda e: e.name != "p4m_densenet_pcam")
+    assert plain_first[default_checkpoint(plain_first)].name == "fa_p4m_densenet_pcam"  # attentive before plain

@@ -45,7 +45,9 @@ def test_the_apps_removed_maps_are_one_minus_its_kept_maps(pcam):
 
 def test_float64_readings_give_exactly_opposite_ranks_at_every_layer():
     """:func:`reduce_readings` (what the Fig. 5 measurement uses): kept = 1 - removed in float64, so the per-patch
-    rank correlations with haematoxylin are negatives to round-off of the correlation itself."""
+    rank correlations with haematoxylin are negatives, but for ties: where alpha- is 1e-4 or less (the shipped
+    model's second and third attention layers), 1 - alpha- rounds distinct values of alpha- to one float64, and
+    those tied ranks move the correlation by up to about 1e-6."""
     model, card = models.load_checkpoint(SHIPPED_PCAM)
     model.eval()
     image = fit_to_model(read_image(Path(PATCH).read_bytes()), 96, 3).pixels
@@ -58,7 +60,7 @@ def test_float64_readings_give_exactly_opposite_ranks_at_every_layer():
         spatial = upsample(readings["spatial"], 96).mean(dim=1)[0].numpy()
         rho = {reading: nuclei_statistics(image, values, name).spearman
                for reading, values in (("kept", 1 - removed), ("removed", removed), ("spatial", spatial))}
-        assert rho["kept"] == pytest.approx(-rho["removed"], abs=1e-12), name
+        assert rho["kept"] == pytest.approx(-rho["removed"], abs=1e-5), name
         if index == 0:  # the lifting layer: alpha_s is alpha- divided by one positive number
             assert rho["spatial"] == pytest.approx(rho["removed"], abs=1e-12)
 

@@ -30,6 +30,7 @@ from benchmarks.pcam_test_record import (
 from models import load_checkpoint
 from training.data import DataError, load_dataset
 from training.evaluation import evaluate_checkpoint
+from training.pcam_predictions import card_tolerances
 from training.provenance import sha256_file
 from training.report import PAPER_TABLE1, seed_table, spread_text, table1_summary
 
@@ -193,8 +194,9 @@ def test_pcam_model_reproduces_its_card_on_pcams_test_split_and_keeps_its_bar(pa
     measured = card_metrics(tumour, test.labels)
     assert measured == recorded["metrics"], "the record's metrics do not follow from its probabilities and labels"
     assert measured["count"] == card["metrics"]["test_count"] == len(card["dataset"]["test_files"]) == PCAM_TEST
+    tolerance = card_tolerances(card)  # round-off, or a GPU's other kernels where the card was measured on one
     for name in ("error", "nll", "auc", "ece"):
-        assert measured[name] == pytest.approx(card["metrics"][f"test_{name}"], abs=1e-6), name
+        assert measured[name] == pytest.approx(card["metrics"][f"test_{name}"], abs=tolerance[name]), name
     accuracy, auc = PCAM_BAR[path.stem]
     assert 1 - measured["error"] >= accuracy and measured["auc"] >= auc
 

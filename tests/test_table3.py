@@ -25,7 +25,14 @@ from training.cli import main
 from training.data import load_dataset
 from training.data.pcam_public import PatchRecord, PublicSplit
 from training.paired_tests import binomial_tail, verdict
-from training.pcam_predictions import card_metrics, listing_sha256, read_record, read_test_labels, tumour_probability
+from training.pcam_predictions import (
+    card_metrics,
+    card_tolerances,
+    listing_sha256,
+    read_record,
+    read_test_labels,
+    tumour_probability,
+)
 from training.provenance import sha256_file
 from training.readme_tables import replace_between_markers
 from training.table3 import BEGIN, CLAIMS, END, MODELS, RELEASE, Model, block, claims, claims_markdown, ours
@@ -228,8 +235,9 @@ def test_each_runs_record_is_of_its_card_and_gives_its_test_metrics(record_file,
     measured = card_metrics(tumour, labels)
     assert measured == record["metrics"]
     card = json.loads(card_file.read_text())
+    tolerance = card_tolerances(card)  # round-off, or a GPU's other kernels where the card was measured on one
     for name in ("error", "nll", "auc", "ece"):
-        assert measured[name] == pytest.approx(card["metrics"][f"test_{name}"], abs=1e-6), name
+        assert measured[name] == pytest.approx(card["metrics"][f"test_{name}"], abs=tolerance[name]), name
 
 
 @pytest.mark.parametrize("record_file", RECORDS, ids=lambda p: p.stem)

@@ -147,7 +147,8 @@ def test_a_time_limit_stops_at_an_epoch_end_and_the_resumed_run_ends_as_an_unint
 def test_the_command_from_scratch_drops_resume_and_the_time_limit():
     assert from_scratch("python -m training train pcam_public --resume --time-limit 500 --threads 3") == (
         "python -m training train pcam_public --threads 3")
-    assert from_scratch("python -m training train x --time-limit=5 --out 'a b'") == "python -m training train x --out 'a b'"
+    assert from_scratch("python -m training train x --time-limit=5 --out 'a b'") == (
+        "python -m training train x --out 'a b'")
 
 
 def test_a_piece_records_its_machine_beside_its_command_even_after_pieces_that_did_not():

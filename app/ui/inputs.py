@@ -11,6 +11,7 @@ function returns None so that the page says what to do instead of failing.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from ..analysis.checkpoints import (
 )
 from ..analysis.images import FORMATS, MAX_UPLOAD_BYTES, FitInfo, ImageError, fit_to_model, read_image, to_channels
 from ..analysis.pathology import is_pathology, is_proxy
+from ..analysis.variants import attention_kind
 from ..gallery import list_patches
 
 __all__ = ["LoadedModel", "ChosenImage", "default_checkpoint", "model_ui", "image_ui", "transform_ui",
@@ -102,11 +104,13 @@ def decoded_images() -> LRUCache:
 
 
 def default_checkpoint(entries: list) -> int:
-    """Index of the checkpoint the app opens with: the first H&E model trained on real tumour labels, else the first."""
-    for index, entry in enumerate(entries):
-        if entry.card and is_pathology(entry.card) and not is_proxy(entry.card):
-            return index
-    return 0
+    """Index of the checkpoint the app opens with: of the H&E models trained on real tumour labels, an attentive
+    one (what the app is about) with the lowest test error, else the first checkpoint."""
+    candidates = [(attention_kind(entry.card) == "none",
+                   math.inf if entry.test_error is None else entry.test_error, index)
+                  for index, entry in enumerate(entries)
+                  if entry.card and is_pathology(entry.card) and not is_proxy(entry.card)]
+    return min(candidates)[2] if candidates else 0
 
 
 def load_entry(entry: CheckpointEntry) -> LoadedModel:

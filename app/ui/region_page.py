@@ -162,8 +162,9 @@ def method_ui(loaded: LoadedModel) -> str:
                               key=f"region_method-{loaded.name}")  # each model starts on its own default
     if method == "tiles" and default != "tiles":
         st.sidebar.caption("About 5x faster on a tissue-filled region, but not this model's function: its attention "
-                           "pools over the whole tile instead of one 96 x 96 context (docs/region.md gives the "
-                           "measured differences).")
+                           "pools over the whole tile instead of one 96 x 96 context, which can change its "
+                           "probabilities completely (the shipped fa_p4m_densenet_pcam is at chance this way on the "
+                           "PCam test mosaic: AUC 0.46 against 0.96 with crops; docs/region.md).")
     return method
 
 
