@@ -346,3 +346,18 @@ def test_plain_versus_equivariant_tab_on_a_digit(monkeypatch):
     # On an H&E model the digit models cannot see the patch: the tab says so instead.
     at = select_model(at, "fa_p4m_densenet")
     assert any("which take 28 x 28 grey images" in i.value for i in at.info)
+
+
+@pytest.mark.skipif(not PCAM_MODEL.exists(), reason="the shipped PCam checkpoint is absent")
+def test_the_first_layer_shown_is_the_first_oriented_one_that_is_not_nearly_flat():
+    from app.analysis.images import fit_to_model
+    from app.ui.views import FLAT_SPAN, default_layer_key, layer_of
+
+    model, card = models.load_checkpoint(PCAM_MODEL)
+    image = fit_to_model(read_image((REPO / "app/gallery/pcam_tumour_0a5f22f6a5.jpg").read_bytes()), 96, 3).pixels
+    analysis = analyse(model.eval(), card, image)
+    # Its second and third attention layers remove about 1e-4: nearly flat maps, skipped.
+    assert default_layer_key(analysis) == "attention/block_layers.1.conv"
+    for skipped in ("attention/block_layers.0.conv", "attention/trans_layers.0.conv"):
+        low, high = np.percentile(layer_of(analysis, skipped).maps[0], [2, 98])
+        assert high - low < FLAT_SPAN

@@ -137,9 +137,19 @@ def layer_keys(analysis: Analysis) -> list[str]:
 
 
 def default_layer_key(analysis: Analysis) -> str:
-    """The layer shown first: the first attentive one with orientations (else any with them, else the first)."""
+    """The layer shown first: the first with orientations whose map of the image as given is not nearly flat
+    (its 2nd-98th percentiles at least FLAT_SPAN apart), else the first with orientations, else the first.
+
+    A layer can learn to act almost nowhere (the shipped fa_p4m_densenet_pcam's second and third attention layers
+    remove about 1e-4 of their input): its map then says little at first sight, however exactly it turns."""
     keys = layer_keys(analysis)
-    return next((k for k in keys if layer_of(analysis, k).orientations > 1), keys[0])
+    oriented = [k for k in keys if layer_of(analysis, k).orientations > 1]
+
+    def lively(key: str) -> bool:
+        low, high = np.percentile(layer_of(analysis, key).maps[0], [2, 98])
+        return high - low >= FLAT_SPAN
+
+    return next((k for k in oriented if lively(k)), oriented[0] if oriented else keys[0])
 
 
 def layer_of(analysis: Analysis, key: str) -> LayerMaps:
@@ -444,7 +454,8 @@ def show_true_label(card: dict, analysis: Analysis, true_label: str | None) -> N
     if true_label in names:
         right = names[int(probability.argmax())] == true_label
         text += (f" · the model gives it p = {probability[names.index(true_label)]:.3f} "
-                 f"({'right' if right else 'wrong'} at the 0.5 threshold)")
+                 f"({'correct' if right else 'wrong'}: its most probable class "
+                 f"{'is' if right else 'is not'} the label)")
     st.write(text)
     if true_label and card["dataset"].get("test_files"):
         st.caption("Gallery PCam patches come from PCam's test split: no shipped model trained on them.")
