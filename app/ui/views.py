@@ -137,19 +137,22 @@ def layer_keys(analysis: Analysis) -> list[str]:
 
 
 def default_layer_key(analysis: Analysis) -> str:
-    """The layer shown first: the first with orientations whose map of the image as given is not nearly flat
-    (its 2nd-98th percentiles at least FLAT_SPAN apart), else the first with orientations, else the first.
+    """The layer shown first: the first attentive one with orientations whose map of the image as given is not
+    nearly flat (2nd-98th percentiles at least FLAT_SPAN apart), else the first attentive one with orientations,
+    else any with them, else the first.
 
     A layer can learn to act almost nowhere (the shipped fa_p4m_densenet_pcam's second and third attention layers
-    remove about 1e-4 of their input): its map then says little at first sight, however exactly it turns."""
+    remove about 1e-4 of their input): its map then says little at first sight, however exactly it turns. Channel
+    attention alone is flat in every layer, and stays on its first."""
     keys = layer_keys(analysis)
     oriented = [k for k in keys if layer_of(analysis, k).orientations > 1]
+    attentive = [k for k in oriented if layer_of(analysis, k).kind == "attention"]
 
     def lively(key: str) -> bool:
         low, high = np.percentile(layer_of(analysis, key).maps[0], [2, 98])
         return high - low >= FLAT_SPAN
 
-    return next((k for k in oriented if lively(k)), oriented[0] if oriented else keys[0])
+    return next((k for k in attentive if lively(k)), (attentive or oriented or keys)[0])
 
 
 def layer_of(analysis: Analysis, key: str) -> LayerMaps:
