@@ -152,6 +152,8 @@ def test_a_time_limit_starts_no_run_after_it_and_leaves_cut_short_runs_to_resume
     status = sweep_module.RunStatus("p4cnn", 0, runs / "run", 0, 2, False)
     command = sweep_module.train_command(SWEEPS["tiny"], status, threads=1, time_limit=299.6)
     assert command[command.index("--time-limit") + 1] == "300"
+    command = sweep_module.train_command(SWEEPS["tiny"], status, threads=1, time_limit=0.3)
+    assert command[command.index("--time-limit") + 1] == "1"  # not "0", which would mean no limit
     # The first run gets a limit too short for its second epoch; then the clock passes the sweep's limit.
     clock, real_command, real_start = [0.0], sweep_module.train_command, sweep_module._start
 

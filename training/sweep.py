@@ -215,8 +215,8 @@ def train_command(sweep: Sweep, status: RunStatus, threads: int, time_limit: flo
             command += [flag, str(value)]
     if threads:
         command += ["--threads", str(threads)]
-    if time_limit:
-        command += ["--time-limit", f"{time_limit:.0f}"]
+    if time_limit:  # whole seconds, at least one: "0" would mean no limit
+        command += ["--time-limit", f"{max(time_limit, 1.0):.0f}"]
     if status.started:
         command.append("--resume")
     return command
