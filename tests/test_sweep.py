@@ -236,3 +236,13 @@ def test_table3_trains_the_five_pcam_densenets_with_one_recipe():
     cfg = configs["densenet"]
     assert cfg.epochs * cfg.epoch_size >= 40 * 7456 and cfg.init_from in (None, "")
     assert (cfg.augment, cfg.precision, cfg.cosine, cfg.select_on) == ("group_stain_strong", "bf16", True, "nll")
+
+
+def test_table3_seeds_are_table3_with_other_seeds_in_folders_of_their_own(tmp_path):
+    table3, seeds = SWEEPS["table3"], SWEEPS["table3_seeds"]
+    assert seeds.models == table3.models and seeds.seeds == (1, 2) and seeds.results != table3.results
+    assert all(seeds.config(model) == table3.config(model) for model in table3.models)
+    folders = {sweep_module.run_folder(tmp_path, sweep, model, seed) for sweep in (table3, seeds)
+               for model, seed in sweep.order()}
+    assert len(folders) == 15  # no run of one resumes a run of the other
+

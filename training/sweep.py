@@ -123,6 +123,15 @@ SWEEPS: dict[str, Sweep] = {
         seeds=(0,),
         results="results/pcam_table3",
     ),
+    # Seeds 1 and 2 of the same runs, to tell Table 3's differences from the spread between seeds (one seed's
+    # differences are of the size of late-epoch validation noise); their cards apart from seed 0's, whose records
+    # and claims `python -m training table3` reads.
+    "table3_seeds": Sweep(
+        preset="pcam_table3",
+        models=("p4m_densenet", "fa_p4_densenet", "p4_densenet", "densenet", "fa_p4m_densenet"),
+        seeds=(1, 2),
+        results="results/pcam_table3_seeds",
+    ),
 }
 
 
