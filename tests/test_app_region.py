@@ -125,6 +125,19 @@ def test_the_heatmap_of_a_moved_region_is_the_moved_heatmap(shipped, patches, me
         assert np.array_equal(np.isnan(result.attention), moved(np.isnan(base.attention), g))
 
 
+def test_the_p4_models_heatmap_turns_with_the_region(patches):
+    """fa_p4_densenet_pcam, the p4 H&E model: its crops' heatmap and attention move exactly with quarter turns, its
+    group's elements (a mirror is not one of them, and the region page offers none for it)."""
+    model, card = models.load_checkpoint(REPO / "checkpoints" / "fa_p4_densenet_pcam.safetensors")
+    assert card["group"] == "p4"
+    region = mosaic_of(patches, 2, 3)
+    base = evaluate_region(model.eval(), card, region, 0.8, method="crops")
+    for g in range(1, 4):
+        result = evaluate_region(model, card, apply_element(region, g), 0.8, method="crops")
+        assert np.nanmax(np.abs(result.positive - moved(base.positive, g))) < TOLERANCE, g
+        assert np.nanmax(np.abs(result.attention - moved(base.attention, g))) < TOLERANCE, g
+
+
 def test_without_attention_tiles_are_the_same_function_as_crops(patches):
     """Valid convolutions and pooling at even offsets: the shared trunk computes every context exactly (the shipped
     p4m DenseNet without attention, so region mode uses the fast way for it)."""

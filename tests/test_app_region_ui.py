@@ -297,3 +297,13 @@ def test_a_reading_the_layer_lacks_is_refused_by_name():
     assert (channel_only.attention == 0.75).all() and (channel_only.in_reading("removed").attention == 0.25).all()
     with pytest.raises(RegionError, match="layer c1 has no 'spatial' reading.*readings: kept, removed"):
         channel_only.in_reading("spatial")
+
+
+def test_the_p4_model_turns_the_region_and_offers_no_mirror(region_app):
+    box = checkpoint_box(region_app)
+    at = box.set_value(next(o for o in box.options if o.startswith("fa_p4_densenet_pcam"))).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "region_mirror" not in [w.key for w in at.sidebar.toggle], "a mirror is not an element of p4"
+    at = at.sidebar.radio(key="region_rotate").set_value(270).run()
+    proof = next(c.value for c in at.caption if c.value.startswith("Proof of equivariance"))
+    assert float(proof.split("max |difference| = ")[1].split(" ")[0]) < 1e-5 and "over 12 cells" in proof
