@@ -50,6 +50,18 @@ def require(condition: bool, message: str) -> None:
     pytest.skip(message)
 
 
+def scroll_to(locator, attempts: int = 5) -> None:
+    """Scroll a Streamlit element into view, again where a rerun replaced it meanwhile ("not attached to the DOM":
+    a tab's maps are drawn after its text, and the text can be drawn anew)."""
+    for attempt in range(attempts):
+        try:
+            locator.scroll_into_view_if_needed(timeout=30_000)
+            return
+        except Exception as error:  # playwright's Error; the module is optional (app_page says so)
+            if "not attached" not in str(error) or attempt == attempts - 1:
+                raise
+
+
 @contextlib.contextmanager
 def app_page(folder: Path, tmp_path: Path, viewport: dict = VIEWPORT):
     """A Chromium page on ``streamlit run app/main.py`` serving the checkpoints in ``folder``; both stop after."""
@@ -150,7 +162,7 @@ def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
         page.get_by_role("tab", name="Attention on nuclei").click()
         page.get_by_text("rank correlation of attention with haematoxylin", exact=False).wait_for()
         # Streamlit scrolls inside its main block: bring the nuclei figure into the window for a second picture.
-        page.get_by_text("rank correlation of attention with haematoxylin", exact=False).scroll_into_view_if_needed()
+        scroll_to(page.get_by_text("rank correlation of attention with haematoxylin", exact=False))
         page.wait_for_timeout(500)
         page.screenshot(path=str(tmp_path / "pathology-nuclei-screenshot.png"))
     check_and_keep(screenshot, "pathology-screenshot.png", FIRST_SCREEN)

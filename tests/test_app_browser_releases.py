@@ -11,15 +11,10 @@ from pathlib import Path
 
 from conftest import RELEASES, release_path
 from safetensors.torch import save_file
-from test_app_browser import FIRST_SCREEN, app_page, check_and_keep
+from test_app_browser import FIRST_SCREEN, app_page, check_and_keep, scroll_to
 
 import models
 from models.checkpoint import CARD_KEY
-
-try:
-    from playwright.sync_api import Error as PlaywrightError
-except ImportError:  # app_page skips without playwright (and fails under REQUIRE_REFERENCE=1)
-    PlaywrightError = Exception
 
 REPO = Path(__file__).resolve().parents[1]
 UPLOADER = '[data-testid="stFileUploader"] input[type="file"]'
@@ -77,15 +72,7 @@ def test_releases_and_bad_files_in_chromium(tmp_path, monkeypatch):
         page.get_by_role("tab", name="Ours against the paper's").click()
         page.get_by_text("Ours: fa_p4m_densenet_pcam").wait_for()
         # Streamlit scrolls inside its own container, which a full-page screenshot does not unroll: scroll to it.
-        # The tab can be drawn again while this runs (its maps after its text), replacing the element: try again.
-        release = page.get_by_text("The paper's release: model.pth").first
-        for attempt in range(5):
-            try:
-                release.scroll_into_view_if_needed(timeout=30_000)
-                break
-            except PlaywrightError as error:
-                if "not attached" not in str(error) or attempt == 4:
-                    raise
+        scroll_to(page.get_by_text("The paper's release: model.pth").first)
         page.wait_for_timeout(1500)  # let plotly paint
         page.screenshot(path=str(tmp_path / "paper_pcam_vs_ours.png"))
         no_traceback(page)
