@@ -141,12 +141,13 @@ def test_full_attention_reduction_equals_mean_of_the_effective_map():
     with torch.no_grad():
         _, trace = model.trace(x)
     parts = trace.attention["c2"]
-    effective = parts.effective()  # (B, C_out, G, C_in, G_in, X, Y)
+    effective = parts.effective().double()  # (B, C_out, G, C_in, G_in, X, Y); kept maps are float64
+    assert reduce_attention(parts).dtype == torch.float64
     assert torch.allclose(reduce_attention(parts), effective.mean(dim=(1, 3, 4)), atol=1e-6)
     chosen = reduce_attention(parts, MapSelection(channel=3, in_orientation=2))
     assert torch.allclose(chosen, effective[:, 3, :, :, 2].mean(dim=2), atol=1e-6)
     lifting = trace.attention["c1"]
-    assert torch.allclose(reduce_attention(lifting), lifting.effective().mean(dim=(1, 3)), atol=1e-6)
+    assert torch.allclose(reduce_attention(lifting), lifting.effective().double().mean(dim=(1, 3)), atol=1e-6)
 
 
 def test_selected_channel_and_input_orientation_are_still_exact(analysed):

@@ -217,11 +217,6 @@ def analyse(
 
 def _attention_maps(name: str, user: AttentionParts, group: Group, selection: MapSelection) -> LayerMaps:
     """``user``: the layer's parts in the user's frame."""
-    if selection.reading == "kept":
-        # alpha+ = 1 - alpha-: float32 keeps only a few digits of an alpha- near 1e-4 (layers that act almost
-        # nowhere), whose tied values would blur the map's ranks; in float64 they stay apart.
-        user = AttentionParts(*(None if t is None else t.double() for t in (user.channel, user.spatial)),
-                              group_axes=user.group_axes)
     axes = tuple(user.group_axes)
     # The identity's parts moved by every g (batch T), reduced in one call.
     moved = AttentionParts(*(None if t is None else moved_by_every_element(t[:1], group, axes)
@@ -276,7 +271,8 @@ def _action_index(group: Group, shape: tuple[int, ...], group_axes: tuple[int, .
 
 
 def _layer_maps(name, kind, layout, description, maps: torch.Tensor, expected: torch.Tensor) -> LayerMaps:
-    """float32 maps, but for the kept reading's float64 (:func:`_attention_maps`)."""
+    """float32 maps, but attention in the kept reading stays float64
+    (:func:`~app.analysis.reductions.reduce_attention`)."""
     dtype = torch.float64 if kind == "attention" and maps.dtype == torch.float64 else torch.float32
     maps, expected = maps.to(dtype).numpy(), expected.to(dtype).numpy()
     return LayerMaps(name, kind, layout, description, maps, expected, *proof_errors(maps, expected))

@@ -116,7 +116,9 @@ def reduce_attention(parts: AttentionParts, selection: MapSelection = MEANS) -> 
 
     Returns:
         ``(B, H, X, Y)`` in [0, 1]; H = G for group layers, 1 for alpha_F and alpha_RH
-        lifting layers (whose attention is on the image, rotation invariant).
+        lifting layers (whose attention is on the image, rotation invariant). In the parts' dtype, but for
+        the ``"kept"`` reading: float64, since float32's ``1 - x`` keeps only a few digits of an x near 1e-4
+        (a layer that acts almost nowhere) and rounds its distinct values together.
 
     Raises:
         ValueError: a selection outside the layer's channels or orientations, or the ``"spatial"``
@@ -138,7 +140,7 @@ def reduce_attention(parts: AttentionParts, selection: MapSelection = MEANS) -> 
     present = [t for t in (channel, spatial) if t is not None]
     product = present[0] if len(present) == 1 else present[0] * present[1]
     # Every mean below is linear, so the "removed" maps are exactly 1 - the "kept" ones, up to round-off.
-    effective = 1 - product if selection.reading == "kept" else product
+    effective = 1 - product.double() if selection.reading == "kept" else product
     if layout == "full_group":
         if selection.in_orientation is not None:
             effective = _pick(effective, IN_ORIENTATION_AXIS, selection.in_orientation, "input orientation")
