@@ -149,7 +149,7 @@ def default_layer_key(analysis: Analysis) -> str:
     attentive = [k for k in oriented if layer_of(analysis, k).kind == "attention"]
 
     def lively(key: str) -> bool:
-        low, high = np.percentile(layer_of(analysis, key).maps[0], [2, 98])
+        low, high = colour_range(layer_of(analysis, key).maps[0], "robust")  # the captions' "nearly flat" range
         return high - low >= FLAT_SPAN
 
     return next((k for k in attentive if lively(k)), (attentive or oriented or keys)[0])
