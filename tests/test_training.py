@@ -22,7 +22,7 @@ from training.cli import main as cli_main
 from training.evaluation import evaluate_checkpoint
 from training.loop import record_invocation
 from training.presets import recipe
-from training.provenance import from_scratch
+from training.provenance import from_scratch, hardware, on_cpu
 from training.report import recipe_changes, results_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -149,6 +149,11 @@ def test_the_command_from_scratch_drops_resume_and_the_time_limit():
         "python -m training train pcam_public --threads 3")
     assert from_scratch("python -m training train x --time-limit=5 --out 'a b'") == (
         "python -m training train x --out 'a b'")
+
+
+def test_a_machine_string_says_whether_it_is_a_cpu():
+    assert on_cpu(hardware(torch.device("cpu"))) and on_cpu(hardware(torch.device("cpu"), processes=2))
+    assert not on_cpu("NVIDIA H200") and not on_cpu("2 x NVIDIA H200")
 
 
 def test_a_piece_records_its_machine_beside_its_command_even_after_pieces_that_did_not():

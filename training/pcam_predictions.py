@@ -27,7 +27,7 @@ from .data.pcam_public import read_labels
 from .distributed import Context
 from .evaluation import Normaliser, predict
 from .metrics import classification_metrics
-from .provenance import _cpu_name, git_commit, sha256_file
+from .provenance import _cpu_name, git_commit, on_cpu, sha256_file
 
 __all__ = ["BATCH_SIZE", "CARD_METRICS", "data_identity", "listing_sha256", "tumour_probability", "encode", "decode",
            "card_metrics", "card_tolerances", "prediction_record", "read_test_labels", "read_record"]
@@ -101,7 +101,7 @@ def card_tolerances(card: dict) -> dict[str, float]:
     finished on an H200, error equal); so NLL and AUC agree to 1e-4, the error to one patch in case one sits on
     0.5, and ECE to two patches' worth (a patch crossing one of its bin edges moves it by up to 1/count).
     """
-    if card["training"]["hardware"].endswith("threads"):  # provenance.hardware names a CPU with its threads
+    if on_cpu(card["training"]["hardware"]):
         return dict.fromkeys(("error", "nll", "auc", "ece"), 1e-6)
     count = card["metrics"]["test_count"]
     return {"error": 1 / count + 1e-12, "nll": 1e-4, "auc": 1e-4, "ece": 2 / count}

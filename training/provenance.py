@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["command_line", "from_scratch", "git_commit", "hardware", "sha256_file"]
+__all__ = ["command_line", "from_scratch", "git_commit", "hardware", "on_cpu", "sha256_file"]
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINING_CODE = ("models", "training")
@@ -57,6 +57,11 @@ def hardware(device: torch.device, processes: int = 1) -> str:
         name = _cpu_name()
         name += f", {torch.get_num_threads()} threads"
     return f"{processes} x {name}" if processes > 1 else name
+
+
+def on_cpu(hardware_text: str) -> bool:
+    """Whether a :func:`hardware` string names a CPU (its name and threads) rather than a GPU."""
+    return hardware_text.endswith(" threads")
 
 
 def _cpu_name() -> str:
