@@ -64,17 +64,17 @@ struct Lanes {
 // 32 registers (AVX-512, NEON): float fills them (3 filter blocks x 9 taps), except in the forward
 // loop, where the sum, max and winner of one position already take 9 of them: two positions there
 // ran 1.5x slower (spills). The argmax runs fastest with 6 positions (1.7x faster than 4 on
-// a_p4cnn's second layer). 16 registers (AVX2, SSE): two filter blocks of 4 positions in the
-// argmax (14 registers), two blocks in the forward loop (11, and 2 more for a second channel's f~), one block of 9 taps in the weight
-// gradient (10), 8 positions in the gather (10), 6 positions of the depthwise pair with two
-// accumulators each (12 chains of multiply-adds; its 14 weights come from memory operands): with one
-// accumulator per position, 4 positions, the pair's 7x7 forward waited on the multiply-adds' latency
-// and took 1.31x as long on a_p4cnn's second layer (9.53 against 7.28 ms, 16 samples, one thread, AVX2
-// code on a Xeon, benchmarks.depthwise_pair); on 32 registers two accumulators per position spill
-// (about 1.1x slower in one run). float64 (for tests; a vector of it takes two
-// registers) runs untiled, which keeps the build short, except for the gather (so that the tests
-// cover its lane sums) and 4 positions in the argmax (14 registers): one position there left a
-// single chain of multiply-adds waiting on its own latency, and a_p4m_allcnnc's float64
+// a_p4cnn's second layer). 16 registers (AVX2, SSE): two filter blocks of 4 positions in the argmax
+// (14 registers), two blocks in the forward loop (11, and 2 more for a second channel's f~), one
+// block of 9 taps in the weight gradient (10), 8 positions in the gather (10), 6 positions of the
+// depthwise pair with two accumulators each (12 chains of multiply-adds; its 14 weights come from
+// memory operands): with one accumulator per position, 4 positions, the pair's 7x7 forward waited
+// on the multiply-adds' latency and took 1.31x as long on a_p4cnn's second layer (9.53 against 7.28
+// ms, 16 samples, one thread, AVX2 code on a Xeon, benchmarks.depthwise_pair); on 32 registers two
+// accumulators per position spill (about 1.1x slower in one run). float64 (for tests; a vector of
+// it takes two registers) runs untiled, which keeps the build short, except for the gather (so that
+// the tests cover its lane sums) and 4 positions in the argmax (14 registers): one position there
+// left a single chain of multiply-adds waiting on its own latency, and a_p4m_allcnnc's float64
 // equivariance test ran 1.4x longer. Wider float64 tiles ran slower.
 template <typename T>
 struct Vec;
