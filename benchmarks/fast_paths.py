@@ -24,6 +24,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from benchmarks.train_step import instruction_sets  # noqa: E402
 from models.attention.full_attentive_conv import _MaxOverFirst  # noqa: E402
 from models.attention.statistics import maximum  # noqa: E402
 from models.gconv import conv2d  # noqa: E402
@@ -80,6 +81,18 @@ def cases() -> list[tuple[str, str, Callable[[], object], Callable[[], object]]]
                          lambda planes=planes, bank=bank: F.conv2d(planes, bank),
                          lambda planes=planes, bank=bank: conv2d(planes, bank)))
 
+    # The alpha_F spatial attention of the p4m DenseNet's first dense layer: 2 statistics x 8 orientations in,
+    # 8 orientations out, 7x7 dilated by 4 (the plain operation: oneDNN on NCHW, ours through channels-last).
+    stats, att_bank = torch.randn(8, 16, 94, 94), torch.randn(8, 16, 7, 7)
+    with torch.inference_mode():
+        rows.append(("7x7 dilated conv, no grad", "8x16x94x94",
+                     lambda: F.conv2d(stats, att_bank, padding=12, dilation=4),
+                     lambda: conv2d(stats, att_bank, padding=12, dilation=4)))
+    big_stats = torch.randn(32, 16, 46, 46)  # a training batch's second dense block
+    rows.append(("7x7 dilated conv, fwd+bwd", "32x16x46x46",
+                 backward_of(lambda t: F.conv2d(t, att_bank, padding=12, dilation=4), big_stats),
+                 backward_of(lambda t: conv2d(t, att_bank, padding=12, dilation=4), big_stats)))
+
     f = torch.randn(8, 18, 8, 92, 92)  # an alpha_F layer's input: (B, C, G, X, Y)
     channel, spatial = torch.rand(8, 18, 8, 1, 1), torch.rand(8, 1, 8, 92, 92)
     with torch.inference_mode():
@@ -109,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, float32; median ms of {args.repeats}")
+    print(instruction_sets())
     print(f"{'operation':34s} {'shape':>15s} {'plain':>9s} {'ours':>9s} {'speed-up':>9s}")
     for what, shape, plain, ours in cases():
         before, after = median_ms(plain, args.repeats), median_ms(ours, args.repeats)

@@ -77,6 +77,12 @@ def conv2d(x: torch.Tensor, filters: torch.Tensor, stride: int = 1, padding: int
         return out.view(b, -1, rows, cols)
     if nnpack.applies(x, filters, stride, padding, dilation):
         return nnpack.conv3x3(x, filters, padding)
+    if dilation > 1 and x.dtype == torch.float32 and x.device.type == "cpu":
+        # oneDNN's NCHW kernels for dilated filters ran 4x slower than its channels-last ones on AVX2 (the alpha_F
+        # spatial attention's 7x7 filters, dilation 2-4), conversions included; on AVX-512 the two were equal in
+        # inference and channels-last 1.1-1.5x faster in training (benchmarks.fast_paths).
+        last = x.contiguous(memory_format=torch.channels_last)
+        return F.conv2d(last, filters, stride=stride, padding=padding, dilation=dilation).contiguous()
     return F.conv2d(x, filters, stride=stride, padding=padding, dilation=dilation)
 
 
