@@ -6,10 +6,12 @@ means the same value in every orientation; differences get their own
 symmetric diverging axis. Images are drawn as ``go.Image`` (rows down, as the
 arrays), maps as ``go.Heatmap`` on top, upsampled to the image beforehand.
 Panel figures are written out as one dict of traces and one of layout and
-built in one go (see :func:`_grid`).
+built in one go (see :func:`_grid`), without plotly's validation (see :func:`_figure`).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import plotly.graph_objects as go
@@ -61,6 +63,25 @@ class PanelMarks:
             layout["annotations"].append(dict(x=x1 - self.bar_px / 2, y=y - 0.03 * size, text=self.bar_label,
                                               showarrow=False, font=dict(color="white", size=10), yanchor="bottom",
                                               **refs))
+
+
+def _figure(data: list[dict], layout: dict) -> go.Figure:
+    """``go.Figure(data=data, layout=layout)`` without plotly's validation.
+
+    Validation checks (and copies) every property of every trace again for each new image: about 40 % of
+    building the page's panel figures, 15 ms of the 0.3 s the app has for a new patch. The builders write
+    every value as validation would leave it (colour scales spelled out, :func:`_colour_scale`; empty lists of
+    shapes or annotations dropped here); tests/test_app_plots.py checks that each builder's figure serialises as
+    its validated twin.
+    """
+    layout = {key: value for key, value in layout.items() if not (isinstance(value, list) and not value)}
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
+@functools.cache
+def _colour_scale(name: str) -> tuple:
+    """The colour scale ``name`` as plotly's validation spells it out: (position, colour) pairs."""
+    return go.layout.Coloraxis(colorscale=name).colorscale
 
 
 def _axis(letter: str, panel: int) -> str:
@@ -164,10 +185,10 @@ def map_panels(
                                          y1=size - border - 0.5, line=dict(color="#d0d0d0", width=1, dash="dot"),
                                          xref=_axis("x", slot), yref=_axis("y", slot)))
     side = min(width_px // max(width, 3), 320)
-    layout.update(coloraxis=dict(colorscale=colorscale, cmin=zmin, cmax=zmax,
+    layout.update(coloraxis=dict(colorscale=_colour_scale(colorscale), cmin=zmin, cmax=zmax,
                                  colorbar=dict(title=dict(text=colour_title, side="right"), thickness=12)),
                   height=rows * (side + 25) + 35, margin=dict(l=0, r=0, t=55, b=0))
-    return go.Figure(data=data, layout=layout)
+    return _figure(data, layout)
 
 
 OUTLINE_COLOUR = "rgba(255, 255, 255, 0.9)"  # reads on viridis' dark and middle colours and on H&E
@@ -218,12 +239,13 @@ def proof_figure(
                                                             zeroline=False, title=dict(text=label))
     side = min(WIDTH_PX // max(count, 3), 320)
     layout.update(
-        coloraxis=dict(colorscale=colorscale, cmin=zmin, cmax=zmax, colorbar=dict(len=0.62, y=0.69, thickness=12)),
-        coloraxis2=dict(colorscale="RdBu", cmin=-bound, cmax=bound,
+        coloraxis=dict(colorscale=_colour_scale(colorscale), cmin=zmin, cmax=zmax,
+                       colorbar=dict(len=0.62, y=0.69, thickness=12)),
+        coloraxis2=dict(colorscale=_colour_scale("RdBu"), cmin=-bound, cmax=bound,
                         colorbar=dict(len=0.3, y=0.14, thickness=12, exponentformat="e")),
         height=3 * (side + 15) + 65, margin=dict(l=0, r=0, t=55, b=0),
     )
-    return go.Figure(data=data, layout=layout)
+    return _figure(data, layout)
 
 
 def arrow_panels(field: ArrowField, images: np.ndarray, titles: list[str], *, columns: int = 4) -> go.Figure:
@@ -259,18 +281,17 @@ def arrow_panels(field: ArrowField, images: np.ndarray, titles: list[str], *, co
                   yaxis=dict(visible=False, range=[mosaic.height - 0.5, -0.5], scaleanchor="x"),
                   annotations=annotations, height=round(0.85 * WIDTH_PX * mosaic.height / mosaic.width),
                   margin=dict(l=0, r=0, t=0, b=0))
-    return go.Figure(data=data, layout=layout)
+    return _figure(data, layout)
 
 
 def probability_figure(probabilities: np.ndarray, class_names: list[str], element_names: list[str]) -> go.Figure:
     """Grouped bars: one group per class, one bar per transform of the image."""
-    fig = go.Figure()
-    for t, name in enumerate(element_names):
-        fig.add_trace(go.Bar(x=list(class_names), y=probabilities[t], name=name,
-                             hovertemplate="%{x}: %{y:.4f}<extra>" + name + "</extra>"))
-    fig.update_layout(barmode="group", yaxis=dict(range=[0, 1], title="probability"), height=300,
-                      margin=dict(l=0, r=0, t=10, b=0), legend=dict(orientation="h", y=-0.2))
-    return fig
+    data = [dict(type="bar", x=list(class_names), y=probabilities[t], name=name,
+                 hovertemplate="%{x}: %{y:.4f}<extra>" + name + "</extra>")
+            for t, name in enumerate(element_names)]
+    layout = dict(barmode="group", yaxis=dict(range=[0, 1], title=dict(text="probability")), height=300,
+                  margin=dict(l=0, r=0, t=10, b=0), legend=dict(orientation="h", y=-0.2))
+    return _figure(data, layout)
 
 
 def reliability_figure(curve: dict, confidence: float | None = None) -> go.Figure:
@@ -284,18 +305,19 @@ def reliability_figure(curve: dict, confidence: float | None = None) -> go.Figur
     centres, widths = (edges[1:] + edges[:-1]) / 2, np.diff(edges)
     accuracy = [np.nan if a is None else a for a in curve["accuracy"]]
     counts = [c or 0 for c in curve["count"]]
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=centres, y=accuracy, width=widths * 0.95, name="accuracy", customdata=counts,
-                         hovertemplate="confidence %{x:.2f}: accuracy %{y:.2f} (%{customdata} patches)<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
-                             line=dict(dash="dash", color="grey")))
-    if confidence is not None:
-        fig.add_vline(x=confidence, line=dict(color="crimson", width=2), annotation_text="this patch")
-    low = float(edges[0])
-    fig.update_layout(xaxis=dict(range=[low, 1], title="confidence (largest probability)"),
-                      yaxis=dict(range=[0, 1], title="accuracy"), height=300, margin=dict(l=0, r=0, t=10, b=0),
-                      legend=dict(orientation="h", y=-0.3))
-    return fig
+    data = [dict(type="bar", x=centres, y=accuracy, width=widths * 0.95, name="accuracy", customdata=counts,
+                 hovertemplate="confidence %{x:.2f}: accuracy %{y:.2f} (%{customdata} patches)<extra></extra>"),
+            dict(type="scatter", x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
+                 line=dict(dash="dash", color="grey"))]
+    layout = dict(xaxis=dict(range=[float(edges[0]), 1], title=dict(text="confidence (largest probability)")),
+                  yaxis=dict(range=[0, 1], title=dict(text="accuracy")), height=300, margin=dict(l=0, r=0, t=10, b=0),
+                  legend=dict(orientation="h", y=-0.3), shapes=[], annotations=[])
+    if confidence is not None:  # a vertical line over the plot's height, labelled at its top
+        layout["shapes"].append(dict(type="line", x0=confidence, x1=confidence, xref="x", y0=0, y1=1,
+                                     yref="y domain", line=dict(color="crimson", width=2)))
+        layout["annotations"].append(dict(text="this patch", x=confidence, xref="x", y=1, yref="y domain",
+                                          xanchor="left", yanchor="top", showarrow=False))
+    return _figure(data, layout)
 
 
 def nuclei_figure(image: np.ndarray, haematoxylin: np.ndarray, attention: np.ndarray, tissue: np.ndarray,
@@ -316,8 +338,9 @@ def nuclei_figure(image: np.ndarray, haematoxylin: np.ndarray, attention: np.nda
                                  (3, np.where(tissue, attention, np.nan), "Viridis")):
         finite = values[np.isfinite(values)]
         low, high = np.percentile(finite, [2, 98]) if finite.size else (0.0, 1.0)
-        data.append(_heatmap(values, panel, colorscale=scale, zmin=float(low), zmax=float(max(high, low + 1e-6)),
-                             showscale=False, hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>"))
+        data.append(_heatmap(values, panel, colorscale=_colour_scale(scale), zmin=float(low),
+                             zmax=float(max(high, low + 1e-6)), showscale=False,
+                             hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>"))
     side = WIDTH_PX // 4
     layout.update(height=side + 40, margin=dict(l=0, r=0, t=30, b=0))
-    return go.Figure(data=data, layout=layout)
+    return _figure(data, layout)

@@ -1,0 +1,74 @@
+"""The panel figures are built without plotly's validation (app.pictures.plots._figure): each must serialise,
+as st.plotly_chart sends it, exactly as the same figure validated."""
+
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+from app.pictures.arrows import ArrowField
+from app.pictures.map_style import DIVERGING
+from app.pictures.plots import (
+    COLOUR_MAPS,
+    PanelMarks,
+    arrow_panels,
+    map_panels,
+    nuclei_figure,
+    probability_figure,
+    proof_figure,
+    reliability_figure,
+)
+
+RNG = np.random.default_rng(0)
+IMAGES = RNG.random((8, 3, 24, 24), dtype=np.float32)
+MAPS = RNG.random((8, 24, 24), dtype=np.float32)
+TITLES = [f"g{t}" for t in range(8)]
+
+
+def sent(figure: go.Figure) -> dict:
+    """What st.plotly_chart sends for ``figure`` (``to_dict``, then ``to_json``), parsed."""
+    return json.loads(pio.to_json(figure.to_dict(), validate=False))
+
+
+def assert_as_validated(figure: go.Figure) -> None:
+    validated = go.Figure(figure.to_dict())  # the builder's raw dicts, validated
+    assert sent(figure) == sent(validated)
+
+
+@pytest.mark.parametrize("colorscale", [*COLOUR_MAPS, DIVERGING])
+@pytest.mark.parametrize("style", ["overlay", "side"])
+def test_map_panels_serialise_as_validated(colorscale, style):
+    marks = PanelMarks(centre=(8, 8, 8), bar_px=6.0, bar_label="20 µm")
+    outlines = MAPS > 0.8
+    assert_as_validated(map_panels(IMAGES, MAPS, TITLES, colorscale=colorscale, style=style, marks=marks,
+                                   border=2, colour_title="attention", outlines=outlines))
+
+
+def test_proof_figure_serialises_as_validated():
+    expected = MAPS + RNG.normal(0, 1e-6, MAPS.shape).astype(np.float32)
+    assert_as_validated(proof_figure(IMAGES[1], MAPS, expected, TITLES, colorscale="Magma", zmin=0.1, zmax=0.9))
+
+
+def test_arrow_panels_serialise_as_validated():
+    positions = np.stack(np.meshgrid(np.arange(2, 24, 4), np.arange(2, 24, 4), indexing="ij"), -1).reshape(-1, 2)
+    angles = np.arange(8) * np.pi / 4
+    field = ArrowField(positions=positions.astype(float), directions=np.stack([np.sin(angles), np.cos(angles)], 1),
+                       lengths=RNG.random((8, 8, len(positions))), orientation_ids=np.arange(8),
+                       mirrored=np.arange(8) >= 4, scale=1.0, spacing=4, image_size=24)
+    assert_as_validated(arrow_panels(field, IMAGES, TITLES))
+
+
+def test_nuclei_figure_serialises_as_validated():
+    tissue = MAPS[1] > 0.2
+    assert_as_validated(nuclei_figure(IMAGES[0], MAPS[0], MAPS[1], tissue, TITLES[:4]))
+
+
+def test_prediction_figures_serialise_as_validated():
+    probabilities = RNG.dirichlet([1.0, 1.0], size=8)
+    assert_as_validated(probability_figure(probabilities, ["normal", "tumour"], TITLES))
+    curve = {"bin_edges": np.linspace(0.5, 1.0, 6).tolist(), "confidence": [0.55, 0.65, None, 0.85, 0.97],
+             "accuracy": [0.5, 0.6, None, 0.9, 0.98], "count": [10, 12, 0, 40, 176]}
+    for confidence in (None, 0.93):
+        assert_as_validated(reliability_figure(curve, confidence))
