@@ -126,3 +126,20 @@ def test_under_bfloat16_autocast_the_attention_runs_in_float32():
     expected, expected_parts = super(InputAttentiveGroupConv, module).attend(x.detach().float())
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(parts.spatial, expected_parts.spatial, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_spatial_argmax_is_the_first_maximum_wherever_it_lies(dtype):
+    # The kernel tests whole blocks of 32 pixels for the max before scanning one: maxima at the first pixel, inside
+    # and at the edges of blocks, in the tail after the last whole block, at the last pixel, tied across blocks.
+    pixels = 101
+    places = [(0,), (31,), (32,), (45, 90), (95,), (100,), (33, 64, 96), (70, 71)]
+    f = torch.rand(1, len(places), 1, pixels, dtype=dtype)
+    for plane, at in enumerate(places):
+        f[0, plane, 0, list(at)] = 2.0
+    mean, peak = f.new_empty(1, len(places), 1), f.new_empty(1, len(places), 1)
+    where = torch.empty(1, len(places), 1, dtype=torch.int64)
+    geometry = torch.tensor([1, len(places), 1, pixels], dtype=torch.int64)
+    input_attention_kernels._run("input_spatial_stats", geometry, f, mean, peak, where)
+    assert where.flatten().tolist() == [at[0] for at in places]
+    torch.testing.assert_close(peak, f.amax(dim=-1, keepdim=True).view_as(peak))
