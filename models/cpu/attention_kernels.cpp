@@ -46,31 +46,28 @@ constexpr int LANES = 4, REGISTERS = 32;
 constexpr int LANES = 4, REGISTERS = 16;
 #endif
 
-// Vector types of one dtype, and its register tiles: filter blocks and positions in the argmax,
-// filter blocks in the forward loop (one position), filter blocks and taps in the weight
-// gradient, positions in the gathered input gradient, positions in the depthwise convolutions
-// (the pair, with one or two accumulators per position, and one input with two filters).
-template <typename T, typename Lane, int ARGMAX_BLOCKS, int POSITIONS, int FORWARD_BLOCKS, int GRADIENT_BLOCKS,
+// Vector types of one dtype, and its register tiles: filter blocks and positions of f~ in the argmax
+// and the forward loop, filter blocks and taps in the weight gradient, positions in the gathered
+// input gradient, positions in the depthwise convolutions (the pair, with one or two accumulators
+// per position, and one input with two filters).
+template <typename T, typename Lane, int ARGMAX_BLOCKS, int POSITIONS, int GRADIENT_BLOCKS,
           int TAPS, int GATHER, int PAIR_POSITIONS, int PAIR_CHAINS, int SPLIT_POSITIONS>
 struct Lanes {
-    static constexpr int argmax_blocks = ARGMAX_BLOCKS, positions = POSITIONS, forward_blocks = FORWARD_BLOCKS,
-                         gradient_blocks = GRADIENT_BLOCKS, taps = TAPS, gather = GATHER,
-                         pair_positions = PAIR_POSITIONS, pair_chains = PAIR_CHAINS,
+    static constexpr int argmax_blocks = ARGMAX_BLOCKS, positions = POSITIONS, gradient_blocks = GRADIENT_BLOCKS,
+                         taps = TAPS, gather = GATHER, pair_positions = PAIR_POSITIONS, pair_chains = PAIR_CHAINS,
                          split_positions = SPLIT_POSITIONS;
     typedef Lane lane;
     typedef T type __attribute__((vector_size(LANES * sizeof(T))));
     typedef Lane index __attribute__((vector_size(LANES * sizeof(T))));
 };
-// 32 registers (AVX-512, NEON): float fills them (3 filter blocks x 9 taps), except in the forward
-// loop, where the sum, max and winner of one position already take 9 of them: two positions there
-// ran 1.5x slower (spills). The argmax runs fastest with 6 positions (1.7x faster than 4 on
-// a_p4cnn's second layer). 16 registers (AVX2, SSE): two filter blocks of 4 positions in the argmax
-// (14 registers), two blocks in the forward loop (11, and 2 more for a second channel's f~), one
-// block of 9 taps in the weight gradient (10), 8 positions in the gather (10), 6 positions of the
-// depthwise pair with two accumulators each (12 chains of multiply-adds; its 14 weights come from
-// memory operands): with one accumulator per position, 4 positions, the pair's 7x7 forward waited
-// on the multiply-adds' latency and took 1.31x as long on a_p4cnn's second layer (9.53 against 7.28
-// ms, 16 samples, one thread, AVX2 code on a Xeon, benchmarks.depthwise_pair); on 32 registers two
+// 32 registers (AVX-512, NEON): float fills them (3 filter blocks x 9 taps). The argmax runs fastest
+// with 6 positions (1.7x faster than 4 on a_p4cnn's second layer). 16 registers (AVX2, SSE): two
+// filter blocks of 4 positions in the argmax and the forward loop (14 registers), one block of 9
+// taps in the weight gradient (10), 8 positions in the gather (10), 6 positions of the depthwise
+// pair with two accumulators each (12 chains of multiply-adds; its 14 weights come from memory
+// operands): with one accumulator per position, 4 positions, the pair's 7x7 forward waited on the
+// multiply-adds' latency and took 1.31x as long on a_p4cnn's second layer (9.53 against 7.28 ms,
+// 16 samples, one thread, AVX2 code on a Xeon, benchmarks.depthwise_pair); on 32 registers two
 // accumulators per position spill (about 1.1x slower in one run). float64 (for tests; a vector of
 // it takes two registers) runs untiled, which keeps the build short, except for the gather (so that
 // the tests cover its lane sums) and 4 positions in the argmax (14 registers): one position there
@@ -79,10 +76,10 @@ struct Lanes {
 template <typename T>
 struct Vec;
 template <>
-struct Vec<float> : std::conditional_t<REGISTERS == 32, Lanes<float, int32_t, 3, 6, 3, 3, 9, LANES, 8, 1, 6>,
-                                       Lanes<float, int32_t, 2, 4, 2, 1, 9, LANES, 6, 2, 4>> {};
+struct Vec<float> : std::conditional_t<REGISTERS == 32, Lanes<float, int32_t, 3, 6, 3, 9, LANES, 8, 1, 6>,
+                                       Lanes<float, int32_t, 2, 4, 1, 9, LANES, 6, 2, 4>> {};
 template <>
-struct Vec<double> : Lanes<double, int64_t, 1, 4, 1, 1, 1, LANES, 4, 1, 4> {};
+struct Vec<double> : Lanes<double, int64_t, 1, 4, 1, 1, LANES, 4, 1, 4> {};
 template <typename T>
 using V = typename Vec<T>::type;
 template <typename T>
@@ -176,21 +173,36 @@ inline void respond(const Geometry& g, const T* __restrict__ patch, int64_t step
     }
 }
 
-// acc[i][j] = f~ of CH consecutive input channels (planes plane_step apart, their filters weight_step
-// apart) at one output position, for filter blocks j0 .. j0 + NB - 1. Each f~ is summed in respond's tap
-// order; the channels' chains of multiply-adds are independent, so that CH x NB of them wait on the
-// latency together instead of NB.
-template <int CH, int NB, typename T>
-inline void respond_channels(const Geometry& g, const T* __restrict__ patch, int64_t plane_step,
-                             const T* __restrict__ w, int64_t weight_step, int64_t j0, V<T> (&acc)[CH][NB]) {
-    for (int i = 0; i < CH; ++i)
+// respond for 3 x 3 filters with stride and dilation 1 (every full attention layer of the paper's
+// networks but the last): the taps' offsets are known when compiling, so each load takes a constant
+// displacement from one of three row pointers instead of an address computed per tap and position.
+// Same taps in the same order, so the same sums.
+template <int P, int NB, typename T>
+inline void respond_3x3(const Geometry& g, const T* __restrict__ patch, const T* __restrict__ w, int64_t j0,
+                        V<T> (&acc)[P][NB]) {
+    for (int i = 0; i < P; ++i)
         for (int j = 0; j < NB; ++j) acc[i][j] = V<T>{};
-    for (int64_t t = 0; t < g.taps(); ++t)
-        for (int i = 0; i < CH; ++i) {
-            const T p = patch[i * plane_step + g.tap[t]];
-            const T* wt = w + i * weight_step + t * g.q;
-            for (int j = 0; j < NB; ++j) acc[i][j] += p * load<V<T>>(wt + g.start[j0 + j]);
+    for (int u = 0; u < 3; ++u) {
+        const T* row = patch + u * g.yp;
+        for (int v = 0; v < 3; ++v) {
+            V<T> wt[NB];
+            for (int j = 0; j < NB; ++j) wt[j] = load<V<T>>(w + (u * 3 + v) * g.q + g.start[j0 + j]);
+            for (int i = 0; i < P; ++i) {
+                const T p = row[i + v];
+                for (int j = 0; j < NB; ++j) acc[i][j] += p * wt[j];
+            }
         }
+    }
+}
+
+// respond, through respond_3x3 where it applies.
+template <int P, int NB, typename T>
+inline void respond_any(const Geometry& g, const T* __restrict__ patch, const T* __restrict__ w, int64_t j0,
+                        V<T> (&acc)[P][NB]) {
+    if (g.k == 3 && g.stride == 1 && g.dilation == 1)
+        respond_3x3<P, NB>(g, patch, w, j0, acc);
+    else
+        respond<P, NB>(g, patch, g.stride, w, j0, acc);
 }
 
 // The max over positions of each f~(b, ., c, h, .) and where it lies (the first maximum):
@@ -212,7 +224,7 @@ void spatial_max(const int64_t* geometry, int64_t b0, int64_t b1, const T* plane
                 for (int64_t x = 0; x < g.out_x; ++x)
                     over_row<Vec<T>::positions>(g, [&]<int P>(int64_t y0) {
                         V<T> acc[P][NB];
-                        respond<P, NB>(g, plane + g.origin(x, y0), g.stride, w, j0, acc);
+                        respond_any<P, NB>(g, plane + g.origin(x, y0), w, j0, acc);
                         for (int i = 0; i < P; ++i) {  // in position order: ties keep the first
                             const Lane position = static_cast<Lane>(x * g.out_y + y0 + i);
                             for (int j = 0; j < NB; ++j) {
@@ -273,55 +285,52 @@ void fold_channel_attention(const Geometry& g, const T* kernels, const T* channe
 
 // With the filters W = alpha_c K of sample b: total = sum_c f~, peak = max_c f~ and its c, for
 // input orientation h. total, peak, winner point at sample b's (X', Y', H, Q) block; folded
-// holds C * k * k * Q values.
+// holds C * k * k * Q values. Row by row: f~ of one channel at a tile of positions x filter blocks
+// (respond, with the argmax's register tile), added into the row's running sums, maxima and winners,
+// which are kept per filter block (overlapping blocks each keep their own copy) and stored once the
+// channels are done. The channels go in order and each f~ sums its taps in order: the same additions as
+// reducing one position at a time over the channels, which ran 2-3x slower on AVX2 (16 registers hold
+// the sum, max and winner of only a few filter blocks, leaving too few independent multiply-adds).
 template <typename T>
 void attended_max_item(const Geometry& g, int64_t b, int64_t h, const T* planes, const T* kernels, const T* channel,
                        T* total, T* peak, uint8_t* winner, T* folded) {
     using Lane = typename Vec<T>::lane;
-    const int64_t plane_step = g.h * g.plane(), weight_step = g.taps() * g.q;
+    const int64_t plane_step = g.h * g.plane(), weight_step = g.taps() * g.q, blocks = g.blocks();
     const T* planes_bh = planes + (b * g.c * g.h + h) * g.plane();
     fold_channel_attention(g, kernels, channel, b, h, folded);  // the filters of one h stay in the L1 cache
-    for (int64_t x = 0; x < g.out_x; ++x)
-        for (int64_t y = 0; y < g.out_y; ++y) {  // one position at a time: its sum, max and winner fill the tile
-            const int64_t at = ((x * g.out_y + y) * g.h + h) * g.q;
-            const T* patch = planes_bh + g.origin(x, y);
-            over_blocks<Vec<T>::forward_blocks>(g, [&]<int NB>(int64_t j0) {
-                V<T> sum[NB], best[NB];
-                Index<T> win[NB];
-                for (int j = 0; j < NB; ++j)
-                    sum[j] = V<T>{}, best[j] = V<T>{} - std::numeric_limits<T>::infinity(), win[j] = Index<T>{};
-                // Channel by channel, in order (ties keep the first); f~ of two channels at a time.
-                auto reduce = [&](const V<T> (&f)[NB], int64_t c) {
-                    const Index<T> channel = Index<T>{} + static_cast<Lane>(c);
-                    for (int j = 0; j < NB; ++j) {
-                        sum[j] += f[j];
-                        const auto better = f[j] > best[j];
-                        best[j] = better ? f[j] : best[j];
-                        win[j] = better ? channel : win[j];
-                    }
-                };
-                int64_t c = 0;
-                for (; c + 2 <= g.c; c += 2) {
-                    V<T> pair[2][NB];
-                    respond_channels<2, NB>(g, patch + c * plane_step, plane_step, folded + c * weight_step,
-                                            weight_step, j0, pair);
-                    reduce(pair[0], c);
-                    reduce(pair[1], c + 1);
-                }
-                if (c < g.c) {
-                    V<T> one[1][NB];
-                    respond_channels<1, NB>(g, patch + c * plane_step, plane_step, folded + c * weight_step,
-                                            weight_step, j0, one);
-                    reduce(one[0], c);
-                }
-                for (int j = 0; j < NB; ++j) {
-                    const int64_t o = at + g.start[j0 + j];
-                    store(total + o, sum[j]);
-                    store(peak + o, best[j]);
-                    store(winner + o, __builtin_convertvector(win[j], Bytes));
-                }
+    std::vector<V<T>> sum(g.out_y * blocks), best(g.out_y * blocks);  // (Y', blocks) of the current row
+    std::vector<Index<T>> win(g.out_y * blocks);
+    for (int64_t x = 0; x < g.out_x; ++x) {
+        std::fill(sum.begin(), sum.end(), V<T>{});
+        std::fill(best.begin(), best.end(), V<T>{} - std::numeric_limits<T>::infinity());
+        std::fill(win.begin(), win.end(), Index<T>{});
+        for (int64_t c = 0; c < g.c; ++c) {  // in order: ties keep the first
+            const T* plane = planes_bh + c * plane_step;
+            const T* w = folded + c * weight_step;
+            const Index<T> tag = Index<T>{} + static_cast<Lane>(c);
+            over_blocks<Vec<T>::argmax_blocks>(g, [&]<int NB>(int64_t j0) {
+                over_row<Vec<T>::positions>(g, [&]<int P>(int64_t y0) {
+                    V<T> acc[P][NB];
+                    respond_any<P, NB>(g, plane + g.origin(x, y0), w, j0, acc);
+                    for (int i = 0; i < P; ++i)
+                        for (int j = 0; j < NB; ++j) {
+                            const int64_t at = (y0 + i) * blocks + j0 + j;
+                            sum[at] += acc[i][j];
+                            const auto better = acc[i][j] > best[at];
+                            best[at] = better ? acc[i][j] : best[at];
+                            win[at] = better ? tag : win[at];
+                        }
+                });
             });
         }
+        for (int64_t y = 0; y < g.out_y; ++y)
+            for (int64_t j = 0; j < blocks; ++j) {
+                const int64_t o = ((x * g.out_y + y) * g.h + h) * g.q + g.start[j], at = y * blocks + j;
+                store(total + o, sum[at]);
+                store(peak + o, best[at]);
+                store(winner + o, __builtin_convertvector(win[at], Bytes));
+            }
+    }
 }
 
 // The backward pass of attended_max_forward works on one (b, h) and input channel c at a time,
