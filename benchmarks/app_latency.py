@@ -14,6 +14,8 @@ without Streamlit:
   (:func:`app.pictures.arrows.arrow_field`, :func:`app.ui.views.arrows_figure`);
 * ``proof``: the proof figure of the first non-identity transform (:func:`app.pictures.plots.proof_figure`);
 * ``prediction``: the probability chart, and the reliability diagram for pathology models;
+* ``nuclei``: for pathology models, the "Attention on nuclei" tab (the first attentive layer against
+  haematoxylin and background, :func:`app.analysis.nuclei.attention_on_nuclei`, and its figure);
 * ``serialise``: every plotly figure checked and turned into JSON as ``st.plotly_chart`` does.
 
 Besides, ``forward`` times the network's traced forward pass over the same
@@ -66,11 +68,18 @@ import models  # noqa: E402
 from app.analysis.compute import Analysis, analyse  # noqa: E402
 from app.analysis.frames import InputFrame  # noqa: E402
 from app.analysis.images import fit_to_model, read_image  # noqa: E402
+from app.analysis.nuclei import attention_on_nuclei  # noqa: E402
 from app.analysis.pathology import is_pathology  # noqa: E402
 from app.gallery import list_gallery  # noqa: E402
 from app.pictures.arrows import arrow_field  # noqa: E402
 from app.pictures.map_style import display_maps  # noqa: E402
-from app.pictures.plots import map_panels, probability_figure, proof_figure, reliability_figure  # noqa: E402
+from app.pictures.plots import (  # noqa: E402
+    map_panels,
+    nuclei_figure,
+    probability_figure,
+    proof_figure,
+    reliability_figure,
+)
 from app.ui.views import (  # noqa: E402
     Display,
     arrow_spacing,
@@ -86,7 +95,7 @@ from models.cpu.allocator import retain_freed_memory  # noqa: E402
 
 GOAL_MODEL = "fa_p4m_densenet"
 GOAL_SECONDS = 0.3
-STAGES = ("read", "analyse", "maps", "arrows", "proof", "prediction", "serialise")
+STAGES = ("read", "analyse", "maps", "arrows", "proof", "prediction", "nuclei", "serialise")
 PCAM_RELIABILITY = {"bin_edges": np.linspace(0.5, 1.0, 6).tolist(), "confidence": [0.55, 0.65, 0.75, 0.85, 0.97],
                     "accuracy": [0.5, 0.6, 0.7, 0.9, 0.98], "count": [10, 12, 20, 40, 176]}
 
@@ -171,6 +180,13 @@ def page(model: models.Network, card: dict, data: bytes, clock: Callable[[], flo
     if is_pathology(card) and reliability:
         figures.append(reliability_figure(reliability, float(current.probabilities[0].max())))
     times["prediction"] = clock() - start
+
+    start = clock()
+    nuclei = attention_on_nuclei(current) if is_pathology(card) else None
+    if nuclei is not None:  # the tab's figure, as views.show_nuclei draws it
+        figures.append(nuclei_figure(current.images[0], nuclei.haematoxylin, nuclei.attention, nuclei.tissue,
+                                     ["the patch", "haematoxylin", "attention", "attention on tissue"]))
+    times["nuclei"] = clock() - start
 
     start = clock()
     for figure in figures:
