@@ -257,8 +257,8 @@ def instruction_sets() -> str:
 
     from models.cpu.native_build import instruction_set
 
-    settings = [f"{key}={os.environ[key]}" for key in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "AAGC_NATIVE_MARCH",
-                                                       "AAGC_NATIVE") if key in os.environ]
+    keys = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "AAGC_NATIVE_MARCH", "AAGC_NATIVE")
+    settings = [f"{key}={os.environ[key]}" for key in keys if key in os.environ]
     return (f"instruction set: PyTorch {torch.backends.cpu.get_cpu_capability()}, kernels {instruction_set()}"
             + (f" ({', '.join(settings)})" if settings else ""))
 
