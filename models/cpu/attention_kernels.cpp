@@ -71,9 +71,9 @@ struct Lanes {
 // 16 samples, one thread, AVX2 code on a Xeon, benchmarks.depthwise_pair); on 32 registers two
 // accumulators per position spill (about 1.1x slower in one run). float64 (for tests; a vector of
 // it takes two registers) runs untiled, which keeps the build short, except for the gather (so that
-// the tests cover its lane sums) and 4 positions in the argmax (14 registers): one position there
-// left a single chain of multiply-adds waiting on its own latency, and a_p4m_allcnnc's float64
-// equivariance test ran 1.4x longer. Wider float64 tiles ran slower.
+// the tests cover its lane sums) and 4 positions in the argmax and the forward loop (14 registers):
+// one position there left a single chain of multiply-adds waiting on its own latency, and
+// a_p4m_allcnnc's float64 equivariance test ran 1.4x longer. Wider float64 tiles ran slower.
 template <typename T>
 struct Vec;
 template <>
@@ -291,8 +291,9 @@ void fold_channel_attention(const Geometry& g, const T* kernels, const T* channe
 // (respond, with the argmax's register tile), added into the row's running sums, maxima and winners,
 // which are kept per filter block (overlapping blocks each keep their own copy) and stored once the
 // channels are done. The channels go in order and each f~ sums its taps in order: the same additions as
-// reducing one position at a time over the channels, which ran 2-3x slower on AVX2 (16 registers hold
-// the sum, max and winner of only a few filter blocks, leaving too few independent multiply-adds).
+// reducing one position at a time over the channels, which ran 1.3-1.4x slower on AVX2 (a_p4cnn's second
+// layer; 16 registers hold the sum, max and winner of only a few filter blocks, leaving too few
+// independent multiply-adds).
 template <typename T>
 void attended_max_item(const Geometry& g, int64_t b, int64_t h, const T* planes, const T* kernels, const T* channel,
                        T* total, T* peak, uint8_t* winner, T* folded) {
