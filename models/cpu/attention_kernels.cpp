@@ -201,10 +201,9 @@ inline void respond_3x3(const Geometry& g, const T* __restrict__ patch, const T*
 template <int P, int NB, typename T>
 inline void respond_any(const Geometry& g, const T* __restrict__ patch, const T* __restrict__ w, int64_t j0,
                         V<T> (&acc)[P][NB]) {
-    if (std::is_same_v<T, float> && g.k == 3 && g.stride == 1 && g.dilation == 1)
-        respond_3x3<P, NB>(g, patch, w, j0, acc);
-    else
-        respond<P, NB>(g, patch, g.stride, w, j0, acc);
+    if constexpr (std::is_same_v<T, float>)
+        if (g.k == 3 && g.stride == 1 && g.dilation == 1) return respond_3x3<P, NB>(g, patch, w, j0, acc);
+    respond<P, NB>(g, patch, g.stride, w, j0, acc);
 }
 
 // The max over positions of each f~(b, ., c, h, .) and where it lies (the first maximum):
