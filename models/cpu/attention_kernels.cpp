@@ -340,18 +340,28 @@ void attended_max_item(const Geometry& g, int64_t b, int64_t h, const T* planes,
 // The backward pass of attended_max_forward works on one (b, h) and input channel c at a time,
 // from the gradient reaching each f~(b, ., c, h, x): grad_total, plus grad_peak where c won.
 // errors_of_channels writes it for every output position and a group of channels, each into a
-// buffer with a zero border of m = (k - 1) * dilation positions on each side,
-// (out_x + 2m, out_y + 2m, Q): the gather below then reads the border as "no output position
-// there" instead of checking bounds. Where Q is not a multiple of LANES the overlapping blocks
-// write equal values; the passes mask the overlap. Grouping the channels reads grad_total,
-// grad_peak and the winners once per group; the buffer's writes cost about a quarter of the
-// backward pass all the same (a_p4cnn's second layer).
+// buffer with a zero border of m = (k - 1) * dilation positions on each side: the gather below
+// then reads the border as "no output position there" instead of checking bounds. The buffer
+// holds the filter blocks one after another within each row, (out_x + 2m, blocks, out_y + 2m,
+// LANES), so that neighbouring positions of one block lie LANES values apart and the tiles below
+// read them at constant offsets from one pointer. (With a position's Q filters together, each
+// load's address took an instruction of its own, a runtime multiple of Q: this backward pass ran
+// 1.06-1.14x longer on AVX2 code and 1.14-1.16x on AVX-512, a_p4cnn's second layer.) Where Q is
+// not a multiple of LANES the last block overlaps the one before and holds the overlap's values
+// again; the passes mask it. Grouping the channels reads grad_total, grad_peak and the winners
+// once per group; the buffer's writes cost about a quarter of the backward pass all the same.
 constexpr int64_t ERROR_GROUP_BYTES = 1 << 20;
 struct ErrorLayout {
-    int64_t margin, width;  // border, and the buffer's row length in positions
-    explicit ErrorLayout(const Geometry& g) : margin((g.k - 1) * g.dilation), width(g.out_y + 2 * margin) {}
-    int64_t size(const Geometry& g) const { return (g.out_x + 2 * margin) * width * g.q; }
-    int64_t at(const Geometry& g, int64_t x, int64_t y) const { return ((x + margin) * width + y + margin) * g.q; }
+    int64_t margin, width, blocks;  // border, the buffer's row length in positions, filter blocks
+    explicit ErrorLayout(const Geometry& g)
+        : margin((g.k - 1) * g.dilation), width(g.out_y + 2 * margin), blocks(g.blocks()) {}
+    int64_t size(const Geometry& g) const { return (g.out_x + 2 * margin) * blocks * width * LANES; }
+    // From one block of a row to the next.
+    int64_t block_step() const { return width * LANES; }
+    // Position (x, y)'s values of filter block j.
+    int64_t at(int64_t x, int64_t j, int64_t y) const {
+        return (((x + margin) * blocks + j) * width + y + margin) * LANES;
+    }
 };
 
 template <typename T>
@@ -362,12 +372,13 @@ void errors_of_channels(const Geometry& g, const ErrorLayout& layout, const T* g
     for (int64_t x = 0; x < g.out_x; ++x)
         for (int64_t y = 0; y < g.out_y; ++y) {
             const int64_t from = (x * g.out_y + y) * row;
-            T* to = errors + layout.at(g, x, y);
-            for (const int64_t s : g.start) {
-                const V<T> total = load<V<T>>(gt + from + s), both = total + load<V<T>>(gp + from + s);
-                const Index<T> winner = __builtin_convertvector(load<Bytes>(win + from + s), Index<T>);
+            for (int64_t j = 0; j < g.blocks(); ++j) {
+                const int64_t s = from + g.start[j];
+                const V<T> total = load<V<T>>(gt + s), both = total + load<V<T>>(gp + s);
+                const Index<T> winner = __builtin_convertvector(load<Bytes>(win + s), Index<T>);
+                T* to = errors + layout.at(x, j, y);
                 for (int64_t c = c0; c < c1; ++c)
-                    store(to + (c - c0) * size + s, winner == static_cast<Lane>(c) ? both : total);
+                    store(to + (c - c0) * size, winner == static_cast<Lane>(c) ? both : total);
             }
         }
 }
@@ -380,10 +391,10 @@ inline void weight_grad_tile(const Geometry& g, const ErrorLayout& layout, const
     V<T> acc[NT][NB] = {};
     for (int64_t x = 0; x < g.out_x; ++x)
         for (int64_t y = 0; y < g.out_y; ++y) {
-            const T* e_at = errors + layout.at(g, x, y);
+            const T* e_at = errors + layout.at(x, j0, y);
             const int64_t first = g.origin(x, y);
             V<T> e[NB];
-            for (int j = 0; j < NB; ++j) e[j] = load<V<T>>(e_at + g.start[j0 + j]);
+            for (int j = 0; j < NB; ++j) e[j] = load<V<T>>(e_at + j * layout.block_step());
             for (int t = 0; t < NT; ++t) {
                 const T p = plane[first + g.tap[t0 + t]];
                 for (int j = 0; j < NB; ++j) acc[t][j] += p * e[j];
@@ -398,23 +409,21 @@ inline void weight_grad_tile(const Geometry& g, const ErrorLayout& layout, const
 }
 
 // Input gradient with stride > 1, dP[x + t] += sum_q e[x, q] W[t, q]: scattered from each output
-// position, a horizontal sum per position and tap, with W of NT taps held in registers.
+// position, a horizontal sum per position and tap, with W of NT taps held in registers. w: the
+// blocked filters of one channel (AttendedMaxBackward::block_filters).
 template <int NT, int NB, typename T>
 inline void input_grad_scatter_tile(const Geometry& g, const ErrorLayout& layout, const T* w, const T* errors,
-                                    int64_t t0, int64_t j0, const V<T>& keep_last, T* dp) {
+                                    int64_t t0, int64_t j0, T* dp) {
     V<T> wt[NT][NB];
     for (int t = 0; t < NT; ++t)
-        for (int j = 0; j < NB; ++j) {
-            wt[t][j] = load<V<T>>(w + (t0 + t) * g.q + g.start[j0 + j]);
-            if (j0 + j == g.blocks() - 1) wt[t][j] *= keep_last;
-        }
+        for (int j = 0; j < NB; ++j) wt[t][j] = load<V<T>>(w + ((t0 + t) * g.blocks() + j0 + j) * LANES);
     for (int64_t x = 0; x < g.out_x; ++x)
         for (int64_t y = 0; y < g.out_y; ++y) {
-            const T* e_at = errors + layout.at(g, x, y);
+            const T* e_at = errors + layout.at(x, j0, y);
             const int64_t first = g.origin(x, y);
             for (int t = 0; t < NT; ++t) {
-                V<T> dot = load<V<T>>(e_at + g.start[j0]) * wt[t][0];
-                for (int j = 1; j < NB; ++j) dot += load<V<T>>(e_at + g.start[j0 + j]) * wt[t][j];
+                V<T> dot = load<V<T>>(e_at) * wt[t][0];
+                for (int j = 1; j < NB; ++j) dot += load<V<T>>(e_at + j * layout.block_step()) * wt[t][j];
                 dp[first + g.tap[t0 + t]] += horizontal_sum<T>(dot);
             }
         }
@@ -473,17 +482,16 @@ inline V<T> lane_sums(const V<T> (&acc)[N]) {
 // registers; their horizontal sums come out together (lane_sums), one vector for all N.
 template <int N, typename T>
 inline void input_grad_gather_tile(const Geometry& g, const ErrorLayout& layout, const T* w, const T* errors,
-                                   const V<T>& keep_last, int64_t x, int64_t y0, T* dp) {
+                                   int64_t x, int64_t y0, T* dp) {
     V<T> acc[N] = {};
     for (int64_t u = 0; u < g.k; ++u)
         for (int64_t v = 0; v < g.k; ++v) {
-            const int64_t t = u * g.k + v;
             // Position y of the tap's output lies at (x - u d, y - v d), buffer position + margin.
-            const T* e_row = errors + layout.at(g, x - u * g.dilation, y0 - v * g.dilation);
-            for (int64_t j = 0; j < g.blocks(); ++j) {
-                V<T> wt = load<V<T>>(w + t * g.q + g.start[j]);
-                if (j == g.blocks() - 1) wt *= keep_last;
-                for (int i = 0; i < N; ++i) acc[i] += load<V<T>>(e_row + i * g.q + g.start[j]) * wt;
+            const T* e_block = errors + layout.at(x - u * g.dilation, 0, y0 - v * g.dilation);
+            const T* w_block = w + (u * g.k + v) * g.blocks() * LANES;
+            for (int64_t j = 0; j < g.blocks(); ++j, e_block += layout.block_step(), w_block += LANES) {
+                const V<T> wt = load<V<T>>(w_block);
+                for (int i = 0; i < N; ++i) acc[i] += load<V<T>>(e_block + i * LANES) * wt;
             }
         }
     const V<T> sums = lane_sums<N, T>(acc);
@@ -496,17 +504,16 @@ inline void input_grad_gather_tile(const Geometry& g, const ErrorLayout& layout,
 }
 
 template <typename T>
-inline void input_grad_gather(const Geometry& g, const ErrorLayout& layout, const T* w, const T* errors,
-                              const V<T>& keep_last, T* dp) {
+inline void input_grad_gather(const Geometry& g, const ErrorLayout& layout, const T* w, const T* errors, T* dp) {
     constexpr int N = Vec<T>::gather;
     for (int64_t x = 0; x < g.xp; ++x) {
         int64_t y = 0;
-        for (; y + N <= g.yp; y += N) input_grad_gather_tile<N>(g, layout, w, errors, keep_last, x, y, dp);
+        for (; y + N <= g.yp; y += N) input_grad_gather_tile<N>(g, layout, w, errors, x, y, dp);
         if constexpr (N >= 16)
-            for (; y + 8 <= g.yp; y += 8) input_grad_gather_tile<8>(g, layout, w, errors, keep_last, x, y, dp);
+            for (; y + 8 <= g.yp; y += 8) input_grad_gather_tile<8>(g, layout, w, errors, x, y, dp);
         if constexpr (N >= 8)
-            for (; y + 4 <= g.yp; y += 4) input_grad_gather_tile<4>(g, layout, w, errors, keep_last, x, y, dp);
-        for (; y < g.yp; ++y) input_grad_gather_tile<1>(g, layout, w, errors, keep_last, x, y, dp);
+            for (; y + 4 <= g.yp; y += 4) input_grad_gather_tile<4>(g, layout, w, errors, x, y, dp);
+        for (; y < g.yp; ++y) input_grad_gather_tile<1>(g, layout, w, errors, x, y, dp);
     }
 }
 
@@ -534,7 +541,8 @@ template <typename T>
 class AttendedMaxBackward {
   public:
     explicit AttendedMaxBackward(const Geometry& g)
-        : g(g), layout(g), weight_step(g.taps() * g.q), folded(g.c * weight_step), grad_folded(g.c * weight_step),
+        : g(g), layout(g), weight_step(g.taps() * g.q), folded(g.c * weight_step),
+          blocked(g.c * g.taps() * g.blocks() * LANES), grad_folded(g.c * weight_step),
           group(std::clamp<int64_t>(ERROR_GROUP_BYTES / (layout.size(g) * sizeof(T)), 1, g.c)),
           errors(group * layout.size(g)) {
         for (int l = 0; l < LANES; ++l) keep_last[l] = l < g.overlap ? T(0) : T(1);
@@ -543,6 +551,7 @@ class AttendedMaxBackward {
     void item(int64_t b, int64_t h, const T* planes, const T* kernels, const T* channel, const T* grad_total,
               const T* grad_peak, const uint8_t* winner, T* grad_planes, T* grad_channel, T* grad_kernels) {
         fold_channel_attention(g, kernels, channel, b, h, folded.data());
+        block_filters();
         std::fill(grad_folded.begin(), grad_folded.end(), T(0));
         for (int64_t c = 0; c < g.c; ++c) {
             if (c % group == 0)
@@ -551,7 +560,7 @@ class AttendedMaxBackward {
             const T* e = errors.data() + (c % group) * layout.size(g);
             const int64_t ch = (b * g.c + c) * g.h + h;
             const T* plane = planes + ch * g.plane();
-            const T* w = folded.data() + c * weight_step;
+            const T* w = blocked.data() + c * g.taps() * g.blocks() * LANES;
             T* dp = grad_planes + ch * g.plane();
             T* dw = grad_folded.data() + c * weight_step;
             over_blocks<Vec<T>::gradient_blocks>(g, [&]<int NB>(int64_t j0) {
@@ -561,11 +570,11 @@ class AttendedMaxBackward {
             });
             std::fill(dp, dp + g.plane(), T(0));
             if (g.stride == 1) {
-                input_grad_gather(g, layout, w, e, keep_last, dp);
+                input_grad_gather(g, layout, w, e, dp);
             } else {
                 over_blocks<Vec<T>::gradient_blocks>(g, [&]<int NB>(int64_t j0) {
                     over_tap_groups<Vec<T>::taps>(g, [&]<int NT>(int64_t t0) {
-                        input_grad_scatter_tile<NT, NB>(g, layout, w, e, t0, j0, keep_last, dp);
+                        input_grad_scatter_tile<NT, NB>(g, layout, w, e, t0, j0, dp);
                     });
                 });
             }
@@ -588,10 +597,20 @@ class AttendedMaxBackward {
     }
 
   private:
+    // folded (C, k * k, Q) in blocks of filters, (C, k * k, blocks, LANES), the lanes of the last
+    // block that the one before covers zeroed: the input gradient's tiles read it in that order.
+    void block_filters() {
+        for (int64_t ct = 0; ct < g.c * g.taps(); ++ct)
+            for (int64_t j = 0; j < g.blocks(); ++j) {
+                const V<T> w = load<V<T>>(folded.data() + ct * g.q + g.start[j]);
+                store(blocked.data() + (ct * g.blocks() + j) * LANES, j == g.blocks() - 1 ? w * keep_last : w);
+            }
+    }
+
     const Geometry& g;
     const ErrorLayout layout;
     const int64_t weight_step;
-    std::vector<T> folded, grad_folded;
+    std::vector<T> folded, blocked, grad_folded;
     const int64_t group;  // channels whose errors are written at once
     std::vector<T> errors;
     V<T> keep_last;  // 0 on the lanes of the last block that the block before covers
