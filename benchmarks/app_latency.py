@@ -45,6 +45,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import os
@@ -91,6 +92,7 @@ from app.ui.views import (  # noqa: E402
     proof_range,
     value_range,
 )
+from benchmarks.train_step import instruction_sets  # noqa: E402
 from models.cpu.allocator import retain_freed_memory  # noqa: E402
 
 GOAL_MODEL = "fa_p4m_densenet"
@@ -262,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} CPUs; seconds per new image, median (min) of {args.repeats}; freed memory retained "
           f"as in the app: {'yes' if retained else 'no (not glibc)'}; (forward) and (default malloc): the forward "
           "pass alone, as the app runs and with glibc's default allocator")
+    engine = "orjson" if importlib.util.find_spec("orjson") else "json (orjson missing: slower serialise)"
+    print(f"{instruction_sets()}; plotly's JSON engine: {engine}")
     columns = (*STAGES, "total", "(forward)", "(default malloc)")
     print(f"{'model':34s} " + " ".join(f"{s:>16s}" for s in columns))
     results = []
