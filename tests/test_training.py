@@ -70,7 +70,8 @@ def test_a_run_writes_a_complete_card_and_evaluate_reproduces_it(amat_dir, tmp_p
     assert training["command"].startswith("python -m training train rot_mnist")
     assert len(training["commit"]) >= 40 or training["commit"] == "unknown"
     assert training["hardware"] and training["provisional"] is False
-    assert training["invocation_hardware"] == [{"hardware": training["hardware"], "from_epoch": 0}]
+    assert training["invocation_hardware"] == [{"hardware": training["hardware"], "from_epoch": 0,
+                                                "commit": training["commit"]}]
     assert card["equivariance_error"]["max_relative_logit_error"] < 1e-4
     assert card["equivariance_error"]["max_relative_logit_error_float64"] < 1e-12
     assert {"test_error", "test_nll", "valid_error"} <= set(card["metrics"])
@@ -158,9 +159,10 @@ def test_a_machine_string_says_whether_it_is_a_cpu():
 
 def test_a_piece_records_its_machine_beside_its_command_even_after_pieces_that_did_not():
     state = {"invocations": ["train", "train --resume"], "epoch": 37}  # saved by code that kept no machines
-    record_invocation(state, "train --resume", "NVIDIA H200")
+    record_invocation(state, "train --resume", "NVIDIA H200", "0123abc+dirty")
     assert state["invocations"] == ["train", "train --resume", "train --resume"]
-    assert state["invocation_hardware"] == [None, None, {"hardware": "NVIDIA H200", "from_epoch": 37}]
+    assert state["invocation_hardware"] == [None, None,
+                                            {"hardware": "NVIDIA H200", "from_epoch": 37, "commit": "0123abc+dirty"}]
 
 
 @pytest.mark.parametrize("ema", [[], ["--ema", "0.9"]], ids=["plain", "ema"])

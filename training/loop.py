@@ -288,10 +288,10 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
     # The commit as the run starts: the code that trained it, whatever is edited while it runs.
     # Every invocation is kept; the card's "command" is the one that trains the same run from scratch (no
     # --resume): runs are deterministic per epoch, so it reproduces the interrupted-and-resumed run exactly.
-    record_invocation(state, command, provenance.hardware(ctx.device, ctx.world_size))
+    commit = provenance.git_commit()
+    record_invocation(state, command, provenance.hardware(ctx.device, ctx.world_size), commit)
     base_card = dict(preset=preset, command=provenance.from_scratch(command), invocations=state["invocations"],
-                     invocation_hardware=state["invocation_hardware"],
-                     commit=state.setdefault("commit", provenance.git_commit()))
+                     invocation_hardware=state["invocation_hardware"], commit=state.setdefault("commit", commit))
     started = time.time() - state["seconds"]
     epoch = state["epoch"]
     epoch_seconds: list[float] = []  # this call's epochs (a resumed run's earlier ones may have run elsewhere)
@@ -374,15 +374,16 @@ def _rank_disagreement(model: nn.Module, ctx: Context) -> float:
     return max((c - copies[0]).abs().max().item() for c in copies)
 
 
-def record_invocation(state: dict, command: str, hardware: str) -> None:
+def record_invocation(state: dict, command: str, hardware: str, commit: str) -> None:
     """Add this piece of the run to ``state``: its command to ``invocations`` and, at the same index in
-    ``invocation_hardware``, the machine it runs on and the epoch it starts from, so that a run resumed elsewhere
-    (a GPU's state finished on a CPU) says which epochs ran where; the card's ``hardware`` names the last piece's
-    machine only. Pieces run before machines were recorded get None."""
+    ``invocation_hardware``, the machine it runs on, the epoch it starts from and the commit of the code it runs,
+    so that a run resumed elsewhere (a GPU's state finished on a CPU) or on newer code says which epochs ran where
+    and on what; the card's ``hardware`` names the last piece's machine only, its ``commit`` the first piece's
+    code. Pieces run before machines were recorded get None."""
     state.setdefault("invocations", []).append(command)
     pieces = state.setdefault("invocation_hardware", [])
     pieces += [None] * (len(state["invocations"]) - 1 - len(pieces))
-    pieces.append({"hardware": hardware, "from_epoch": state["epoch"]})
+    pieces.append({"hardware": hardware, "from_epoch": state["epoch"], "commit": commit})
 
 
 def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
