@@ -76,7 +76,6 @@ from app.pictures.arrows import arrow_field  # noqa: E402
 from app.pictures.map_style import display_maps  # noqa: E402
 from app.pictures.plots import (  # noqa: E402
     map_panels,
-    nuclei_figure,
     probability_figure,
     proof_figure,
     reliability_figure,
@@ -87,6 +86,7 @@ from app.ui.views import (  # noqa: E402
     arrows_figure,
     default_arrow_key,
     default_layer_key,
+    nuclei_panels,
     orientation_titles,
     panel_marks,
     proof_range,
@@ -185,9 +185,8 @@ def page(model: models.Network, card: dict, data: bytes, clock: Callable[[], flo
 
     start = clock()
     nuclei = attention_on_nuclei(current) if is_pathology(card) else None
-    if nuclei is not None:  # the tab's figure, as views.show_nuclei draws it
-        figures.append(nuclei_figure(current.images[0], nuclei.haematoxylin, nuclei.attention, nuclei.tissue,
-                                     ["the patch", "haematoxylin", "attention", "attention on tissue"]))
+    if nuclei is not None:  # the tab's figure
+        figures.append(nuclei_panels(current, nuclei))
     times["nuclei"] = clock() - start
 
     start = clock()

@@ -20,7 +20,7 @@ from models import get_group
 
 from ..analysis.angles import AngleDeviation
 from ..analysis.compute import Analysis, LayerMaps
-from ..analysis.nuclei import attention_on_nuclei
+from ..analysis.nuclei import NucleiAttention, attention_on_nuclei
 from ..analysis.padding import border_left_out
 from ..analysis.pathology import (
     calibration_at,
@@ -488,6 +488,14 @@ def card_nuclei_summary(card: dict, reading: str = "kept") -> str:
     return text + "."
 
 
+def nuclei_panels(analysis: Analysis, result: NucleiAttention) -> go.Figure:
+    """The "Attention on nuclei" tab's figure: the patch, its haematoxylin, the layer's attention, that on tissue."""
+    reading = analysis.attention[result.layer].selection.reading
+    return nuclei_figure(analysis.images[0], result.haematoxylin, result.attention, result.tissue,
+                         ["the patch", "haematoxylin (nuclei)", f"{result.layer} attention ({reading})",
+                          "attention on tissue only"])
+
+
 def show_nuclei(card: dict, analysis: Analysis) -> None:
     """Pathology mode: the first attention layer against haematoxylin and background, for this patch (Fig. 5)."""
     result = attention_on_nuclei(analysis)
@@ -495,10 +503,7 @@ def show_nuclei(card: dict, analysis: Analysis) -> None:
         st.info("This model has no attentive layer (or the image is not RGB): nothing to compare with nuclei.")
         return
     reading = analysis.attention[result.layer].selection.reading
-    st.plotly_chart(nuclei_figure(analysis.images[0], result.haematoxylin, result.attention, result.tissue,
-                                  ["the patch", "haematoxylin (nuclei)", f"{result.layer} attention ({reading})",
-                                   "attention on tissue only"]),
-                    key="nuclei", config={"displaylogo": False})
+    st.plotly_chart(nuclei_panels(analysis, result), key="nuclei", config={"displaylogo": False})
     st.write(result.text)
     st.caption(f"Attention here: {analysis.attention[result.layer].description} The paper (Fig. 5): the "
                "network learns to focus on the nuclei of the cells and to remove background; its figures draw "
