@@ -108,7 +108,7 @@ def test_return_attention_gives_effective_maps(name):
 
 
 def test_wrong_input_size_is_named():
-    with pytest.raises(ValueError, match=r"p4cnn expects 28x28 inputs, got \(32, 32\)"):
+    with pytest.raises(ValueError, match=r"p4cnn expects 28x28 inputs, got \(32, 32\) \(its last layer gave \(3, 3\)"):
         models.build_model("p4cnn")(torch.zeros(1, 1, 32, 32))
 
 

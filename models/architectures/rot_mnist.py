@@ -88,7 +88,8 @@ class RotMNISTCNN(Network):
         out = call(self.c7, out, trace)
         if out.shape[-2:] != (1, 1):
             # Any other size would flatten into the wrong number of logits.
-            raise ValueError(f"{self.arch or type(self).__name__} expects 28x28 inputs, got {tuple(x.shape[-2:])}")
+            raise ValueError(f"{self.arch or type(self).__name__} expects 28x28 inputs, got {tuple(x.shape[-2:])} "
+                             f"(its last layer gave {tuple(out.shape[-2:])} positions, not 1 x 1)")
         if self.group is not None:
             out = group_max_pool(out)
         return out.flatten(1)  # (B, classes)
