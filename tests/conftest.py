@@ -12,9 +12,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(os.environ.get("REFERENCE_DIR", REPO.parent / "shared" / "reference"))
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Each test starts with PyTorch's thread count of the session: a test that runs a command in-process with
+    ``--threads 1`` (the training CLI, the benchmarks) would otherwise leave every later test on one thread."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def require_shared(path: Path, message: str) -> Path:
