@@ -31,8 +31,8 @@ def assert_trace_equivariant(model, x, tol=None, what="logits"):
     with torch.no_grad():
         logits, base = model.trace(x)
         # Every moved input in one batch: the compiled kernels share a batch among the threads, and one sample at a
-        # time left all but one idle (a_p4m_allcnnc's and a_p4m_densenet's float64 tests took 79 and 64 s instead of
-        # 48 and 43 on AVX2 code, 34 and 34 s instead of 22 and 29 on AVX-512, 2 threads).
+        # time left all but one idle (a_p4m_allcnnc's and a_p4m_densenet's float64 tests, 2 threads, one after the
+        # other: 68 and 55 s against 47 and 42 on AVX2 code, 34 and 42 s against 28 and 34 on AVX-512).
         moved_logits, moved = model.trace(torch.cat([group.act(x, g) for g in elements]))
         for i, g in enumerate(elements):
             rows = slice(i * len(x), (i + 1) * len(x))
