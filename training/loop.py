@@ -285,9 +285,10 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
         training.get_upright(np.arange(1))
     history: list[dict] = state["history"]
     eval_args = dict(batch_size=cfg.eval_batch_size, max_batches=cfg.max_eval_batches)
-    # The commit as the run starts: the code that trained it, whatever is edited while it runs.
-    # Every invocation is kept; the card's "command" is the one that trains the same run from scratch (no
-    # --resume): runs are deterministic per epoch, so it reproduces the interrupted-and-resumed run exactly.
+    # The commit as this piece starts: the code that trains it, whatever is edited while it runs (the card's
+    # "commit" is the first piece's; each piece's own is kept beside its machine). Every invocation is kept; the
+    # card's "command" is the one that trains the same run from scratch (no --resume): runs are deterministic per
+    # epoch, so it reproduces the interrupted-and-resumed run exactly.
     commit = provenance.git_commit()
     record_invocation(state, command, provenance.hardware(ctx.device, ctx.world_size), commit)
     base_card = dict(preset=preset, command=provenance.from_scratch(command), invocations=state["invocations"],
