@@ -59,7 +59,9 @@ def history(run_dir):
 
 def test_a_run_writes_a_complete_card_and_evaluate_reproduces_it(amat_dir, tmp_path):
     out = tmp_path / "run"
+    threads = torch.get_num_threads()
     assert cli_main(train_args(amat_dir, out, "--epochs", "2", "--threads", "1")) == 0
+    assert torch.get_num_threads() == threads  # --threads was the run's; the caller keeps its own
     card = json.loads((out / "best.json").read_text())
     assert card["arch"] == "p4cnn" and card["group"] == "p4"
     assert card["dataset"]["name"] == "rot_mnist"

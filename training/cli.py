@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TypeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
     out = args.out or f"runs/{args.preset}-{cfg.model}-seed{cfg.seed}"
@@ -200,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, RunExistsError, CheckpointError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    finally:
+        torch.set_num_threads(threads)  # --threads is this run's: a caller in the same process keeps its own
     return 0
 
 
