@@ -43,6 +43,7 @@ from app.ui.releases_page import show_ours_against_paper  # noqa: E402
 from app.ui.variants_page import variants_page  # noqa: E402
 from app.ui.views import (  # noqa: E402
     arrow_layer_ui,
+    default_arrow_field,
     display_ui,
     layer_of,
     layer_ui,
@@ -133,7 +134,8 @@ def main() -> None:
     if chosen is None:
         display_ui()
         return
-    element, degrees = transform_ui(display_group(model), planar=model.group is None)
+    # The patch page turns and mirrors in its viewer, in the browser; the Variants page moves its rows here.
+    element, degrees = transform_ui(display_group(model), planar=model.group is None, turns=view == VARIANTS)
     display = display_ui(is_pathology(card), rgb=card["input"]["channels"] == 3)
     # The user's element first, then the arbitrary rotation; analysed as a new image when the angle is not 0.
     image, first = chosen.pixels, element
@@ -185,47 +187,57 @@ def main() -> None:
     pair = comparison_pair(entries)
     names += (["Plain CNN vs equivariant"] if pair else []) + ([OURS_VS_PAPER] if is_release(card) else [])
     names += ["Export", "About the model"]
-    tabs = dict(zip(names, st.tabs(names), strict=True))
+    # Only the open tab is computed and sent (a switch reruns the page; everything else is then already in the
+    # browser, which Streamlit sends as a reference, not again).
+    tabs = dict(zip(names, st.tabs(names, key="tab", on_change="rerun"), strict=True))
 
     field, arrow_key = None, ""
-    with tabs["Arrow field"]:
-        picked = arrow_layer_ui(current, loaded.model_id, composite=reading == COMPOSITE)
-        if picked is None:
-            st.info("No layer of this model has an orientation axis (a planar CNN): no arrows to draw.")
-        else:
-            arrow_key, mode = picked
-            arrow_border = border if arrow_key == COMPOSITE else borders.get(arrow_key, 0)
-            field = show_arrows(current, layer_of(current, arrow_key), mode, arrow_border)
-    with tabs["Equivariance proof"]:
-        show_proof(current, layer, display, proof_range(layer, display, size, border), loaded.model_id)
-        if degrees:
-            original, _ = analysed(loaded, chosen.pixels, element, selections)
-            show_angle_deviation(angle_deviation(original, current, degrees))
-    with tabs["Predictions per transform"]:
-        show_prediction(current)
-    if pathology:
+    if tabs["Arrow field"].open:
+        with tabs["Arrow field"]:
+            picked = arrow_layer_ui(current, loaded.model_id, composite=reading == COMPOSITE)
+            if picked is None:
+                st.info("No layer of this model has an orientation axis (a planar CNN): no arrows to draw.")
+            else:
+                arrow_key, mode = picked
+                arrow_border = border if arrow_key == COMPOSITE else borders.get(arrow_key, 0)
+                field = show_arrows(current, layer_of(current, arrow_key), mode, arrow_border)
+    if tabs["Equivariance proof"].open:
+        with tabs["Equivariance proof"]:
+            show_proof(current, layer, display, proof_range(layer, display, size, border), loaded.model_id)
+            if degrees:
+                original, _ = analysed(loaded, chosen.pixels, element, selections)
+                show_angle_deviation(angle_deviation(original, current, degrees))
+    if tabs["Predictions per transform"].open:
+        with tabs["Predictions per transform"]:
+            show_prediction(current)
+    if pathology and tabs["Attention on nuclei"].open:
         with tabs["Attention on nuclei"]:
             # In the page's reading (the composite's layers carry alpha_s): the card has the test-set summary of
             # each, so the same forward pass serves the maps and this tab.
             show_nuclei(card, current)
+    if pathology and tabs["Calibration"].open:
         with tabs["Calibration"]:
             show_calibration(card, current)
-    if pair:
+    if pair and tabs["Plain CNN vs equivariant"].open:
         with tabs["Plain CNN vs equivariant"]:
             show_plain_versus_equivariant(pair, current, display)
-    if is_release(card):
+    if is_release(card) and tabs[OURS_VS_PAPER].open:
         with tabs[OURS_VS_PAPER]:
             show_ours_against_paper(loaded, entries, image, first, display)
-    with tabs["Export"]:
-        metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
-                        degrees=degrees, fit=chosen.info.text, layer=layer_key, reading=reading)
-        fig5 = None
-        if current.composite is not None:
-            title = (chosen.source or "image")[:24]
-            fig5 = functools.partial(fig5_png, model, card, [current.images[0]], [title])
-        show_export(current, layer, field, arrow_key, display, zrange, metadata, border, fig5)
-    with tabs["About the model"]:
-        show_about(card)
+    if tabs["Export"].open:
+        with tabs["Export"]:
+            if field is None:  # the arrow tab is closed: the export draws its default field
+                arrow_key, field = default_arrow_field(current, borders)
+            metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
+                            degrees=degrees, fit=chosen.info.text, layer=layer_key, reading=reading)
+            fig5 = None
+            if current.composite is not None:
+                title = (chosen.source or "image")[:24]
+                fig5 = functools.partial(fig5_png, model, card, [current.images[0]], [title])
+            show_export(current, layer, field, arrow_key, display, zrange, metadata, border, fig5)
+    if tabs["About the model"].open:
+        with tabs["About the model"]:
+            show_about(card)
 
 
 def show_summary(card: dict, current: Analysis, chosen, marks) -> None:

@@ -265,19 +265,27 @@ def image_ui(card: dict) -> ChosenImage | None:
     return ChosenImage(fitted.pixels, fitted.info, name, mpp, label)
 
 
-def transform_ui(group: Group, planar: bool) -> tuple[int, float]:
-    """Sidebar: the group element (quarter turns, mirror for p4m) and an extra arbitrary angle.
+def transform_ui(group: Group, planar: bool, turns: bool = True) -> tuple[int, float]:
+    """Sidebar: the group element (quarter turns, mirror for p4m; only with ``turns``) and an extra arbitrary angle.
+
+    Without ``turns`` the page turns and mirrors in its viewer, in the browser (:mod:`app.ui.turn_viewer`), and
+    the element is the identity.
 
     Returns:
         ``(element index, degrees)``: the element is applied first, then the rotation by ``degrees``.
     """
     st.sidebar.header("Transform")
-    quarter = st.sidebar.radio("Rotate by", [0, 90, 180, 270], format_func=lambda d: f"{d}°", horizontal=True,
-                               key=f"rotate-{group.name}")
-    mirror = False
-    if group.order == 8:
-        mirror = st.sidebar.toggle("Mirror (flip the rows after rotating)", key="mirror")
-    degrees = st.sidebar.slider("Then rotate by an arbitrary angle", -180, 180, 0, step=1, key="angle")
+    quarter, mirror = 0, False
+    if turns:
+        quarter = st.sidebar.radio("Rotate by", [0, 90, 180, 270], format_func=lambda d: f"{d}°", horizontal=True,
+                                   key=f"rotate-{group.name}")
+        if group.order == 8:
+            mirror = st.sidebar.toggle("Mirror (flip the rows after rotating)", key="mirror")
+    else:
+        st.sidebar.caption("Turn and mirror the image with the buttons above the maps: the page has every "
+                           "transform's maps already and switches at once.")
+    degrees = st.sidebar.slider("Rotate by an arbitrary angle" if not turns else "Then rotate by an arbitrary angle",
+                                -180, 180, 0, step=1, key="angle")
     note = ("Only group elements (quarter turns, mirrors) give exact equivariance: other angles resample the "
             "pixels, so the maps follow only approximately; the measured deviation is shown with the proof.")
     if planar:

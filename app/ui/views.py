@@ -36,19 +36,20 @@ from ..pictures.arrows import ARROW_MODES, ArrowField, arrow_field
 from ..pictures.export import export_npz
 from ..pictures.figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
 from ..pictures.map_style import DIVERGING, MPL_COLOUR_MAPS, RANGE_MODES, colour_range, display_maps
+from ..pictures.turn_frames import viewer_payload
 from ..pictures.plots import (
     COLOUR_MAPS,
     PanelMarks,
     arrow_panels,
-    map_panels,
     nuclei_figure,
     probability_figure,
     proof_figure,
     reliability_figure,
 )
+from .turn_viewer import turn_viewer
 
 __all__ = ["Display", "STYLES", "proof_range", "default_arrow_key", "display_ui", "layer_ui", "selection_ui",
-           "arrow_layer_ui", "show_maps", "show_arrows", "show_proof", "show_prediction", "show_calibration",
+           "arrow_layer_ui", "default_arrow_field", "default_arrow_mode", "show_maps", "show_arrows", "show_proof", "show_prediction", "show_calibration",
            "show_angle_deviation", "show_export", "panel_marks", "maps_png", "arrows_png", "value_range",
            "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing", "arrows_figure", "show_nuclei",
            "show_true_label", "card_nuclei_summary", "layer_of", "colour_title", "NUCLEI_OUTLINE"]
@@ -223,16 +224,17 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
     """One panel per orientation of the current image's maps, over or beside the image, one colour scale;
     ``key`` tells this figure from others of the page."""
     size = analysis.images.shape[-1]
-    maps = display_maps(layer, size, display.range_mode, border, transform=0)  # (H, S, S), the current image
+    # An equivariant network's maps of every g.x are its maps of x moved: the viewer ships x's alone and moves
+    # them itself; a planar network's are its own, one set per transform.
+    maps = display_maps(layer, size, display.range_mode, border, transform=None if not analysis.equivariant else 0)
+    maps = maps if not analysis.equivariant else maps[None]  # (T or 1, H, S, S)
     attention = layer.kind == "attention"
     title = colour_title(COLOUR_TITLES[layer.selection.reading] if attention else "|features|", display)
     outlines = nuclei_masks(analysis.images[:1])[0] if display.outline_nuclei else None  # (S, S)
-    fig = map_panels(analysis.images[0], maps, orientation_titles(analysis, layer),
-                     colorscale=display.shown_colorscale, opacity=display.opacity, zmin=zrange[0], zmax=zrange[1],
-                     colour_title=title, marks=marks,
-                     style=display.style, signed=display.signed, border=border, outlines=outlines,
-                     **({"width_px": width_px} if width_px else {}))
-    st.plotly_chart(fig, key=key, config={"displaylogo": False})
+    turn_viewer(viewer_payload(analysis, layer, maps, orientation_titles(analysis, layer), zrange=zrange,
+                               colormap=display.matplotlib_colormap, opacity=display.opacity, signed=display.signed,
+                               style=display.style, colour_title=title, marks=marks, border=border,
+                               outlines=outlines, viewer=key), key=key)
     # What bright means first: the one sentence a reader needs to read the colours at all.
     caption = (f"**{BRIGHT[layer.selection.reading]}** " if attention else "") + layer.description
     # The values' own percentiles: the colour range already, when that is the range shown.
@@ -287,13 +289,28 @@ def arrow_layer_ui(analysis: Analysis, model_id: str, composite: bool = False) -
     first = COMPOSITE if keys[0] == COMPOSITE else default_arrow_key(analysis)
     key = left.selectbox("Arrow field of", keys, index=keys.index(first), format_func=_layer_label,
                          key=f"arrow-layer-{model_id}-{'composite' if keys[0] == COMPOSITE else 'layers'}")
-    # Four orientations read well as four arrows per cell; eight (p4m) crowd it, so those start with one.
-    many = layer_of(analysis, key).orientations > 4
-    mode = right.radio("Arrow length", list(ARROW_MODES), index=list(ARROW_MODES).index("dominant" if many else
-                                                                                         "selectivity"),
+    mode = right.radio("Arrow length", list(ARROW_MODES),
+                       index=list(ARROW_MODES).index(default_arrow_mode(layer_of(analysis, key))),
                        horizontal=True, key=f"arrow_mode-{analysis.group}",
                        help="; ".join(f"{m}: {text}" for m, text in ARROW_MODES.items()))
     return key, mode
+
+
+def default_arrow_mode(layer: LayerMaps) -> str:
+    """What an arrow's length shows at first: four orientations read well as four arrows per cell; eight (p4m)
+    crowd it, so those start with one."""
+    return "dominant" if layer.orientations > 4 else "selectivity"
+
+
+def default_arrow_field(analysis: Analysis, borders: dict[str, int]) -> tuple[str, ArrowField | None]:
+    """The arrow field the arrow tab opens on (its default layer and length), and its layer key: what the export
+    draws while that tab is closed. ``("", None)`` for a model without orientations."""
+    key = default_arrow_key(analysis)
+    if key is None:
+        return "", None
+    layer, size = layer_of(analysis, key), analysis.images.shape[-1]
+    return key, arrow_field(layer, size, spacing=arrow_spacing(size), mode=default_arrow_mode(layer),
+                            border=borders.get(key, 0))
 
 
 def arrows_png(field: ArrowField, analysis: Analysis, t: int, dpi: int = 75) -> bytes:
