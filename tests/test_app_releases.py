@@ -39,6 +39,8 @@ def test_the_paper_pcam_release_beside_ours(monkeypatch):
     upload = ("model.pth", release_path("p4m_densenet").read_bytes(), "application/octet-stream")
     at = ok(at.sidebar.file_uploader(key="checkpoint_upload").set_value(upload).run())
     assert not [box for box in at.sidebar.selectbox if box.key == "pth_arch"]  # found from its weights
+    at.session_state["tab"] = "Ours against the paper's"  # computed when opened
+    at = ok(at.run())
     assert "<small>**model.pth** · p4m_densenet · p4m · pcam · the paper's log: test error 10.88 %</small>" in (
         at.markdown[1].value)
     assert at.metric[0].label == "Prediction" and at.metric[0].value in ("tumor", "no_tumor")

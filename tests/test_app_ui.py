@@ -111,8 +111,8 @@ def test_every_gallery_image_renders(checkpoint, dev_folder, tmp_path, monkeypat
     source = dev_folder / f"{checkpoint}_dev.safetensors" if isinstance(checkpoint, str) else checkpoint
     at = ok(app(monkeypatch, one_checkpoint_folder(tmp_path, source)))
     card = json.loads(source.with_suffix(".json").read_text()) if source.with_suffix(".json").exists() else {}
-    # maps, arrows, proof, prediction; a planar CNN (z2cnn) has no orientation axis, hence no arrow field
-    charts = 4 if card.get("group") else 3
+    # The maps' viewer, and the first tab's arrow field: a planar CNN (z2cnn) has no orientation axis, hence none
+    charts = 1 if card.get("group") else 0
     picker = at.sidebar.selectbox[1]
     assert picker.label == "Gallery image"
     assert len(picker.options) == len(list_patches()) >= 14, "every digit and patch; no region"
@@ -120,6 +120,7 @@ def test_every_gallery_image_renders(checkpoint, dev_folder, tmp_path, monkeypat
         at = ok(picker.select_index(index).run())
         picker = at.sidebar.selectbox[1]
         assert len(at.get("plotly_chart")) >= charts and len(at.image) >= 1, caption
+        assert len(viewer(at)["titles"]) == len(viewer(at)["maps"][0]) >= 1, caption
     if (card.get("dataset") or {}).get("name") == "he_demo":
         assert "not a tumour classifier" in at.warning[0].value
 
@@ -129,7 +130,7 @@ PCAM_MODEL = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
 
 @pytest.mark.skipif(not PCAM_MODEL.exists(), reason=f"{PCAM_MODEL.name} not shipped")
 def test_opens_on_the_pcam_model_and_shows_every_pcam_patch_with_its_true_label(monkeypatch):
-    at = ok(app(monkeypatch, REPO / "checkpoints"))
+    at = open_tab(ok(app(monkeypatch, REPO / "checkpoints")), "Attention on nuclei")
     assert checkpoint_box(at).value == PCAM_MODEL.stem, "the H&E model on real labels opens"
     picker = at.sidebar.selectbox[1]
     pcam = {item.caption: item for item in list_gallery(kind="he") if item.label}
@@ -195,6 +196,17 @@ def chart(at: AppTest, key: str):
     return next(c for c in at.get("plotly_chart") if c.key == key)
 
 
+def viewer(at: AppTest, index: int = 0) -> dict:
+    """The payload of the page's turn viewer (:func:`app.pictures.turn_frames.viewer_payload`)."""
+    return json.loads(at.get("bidi_component")[index].proto.json)
+
+
+def open_tab(at: AppTest, name: str) -> AppTest:
+    """Open the tab ``name`` below the maps (only the open tab is computed)."""
+    at.session_state["tab"] = name
+    return ok(at.run())
+
+
 def proof_error(at: AppTest) -> float:
     return float(at.metric[1].value)
 
@@ -204,10 +216,12 @@ def test_rotate_mirror_switch_layer_and_model(dev_folder, monkeypatch):
     at = select_model(at, "a_p4cnn")
     layer = at.selectbox(key=next(k for k in (w.key for w in at.selectbox) if k.startswith("layer-")))
     assert layer.value == "attention/c1"
-    at = ok(at.radio(key="rotate-p4").set_value(90).run())
+    # Turns are the viewer's, in the browser: it holds every p4 element's move of the image's maps.
+    assert [m["element"] for m in viewer(at)["moves"]] == [0, 1, 2, 3] and not viewer(at)["mirrors"]
+    at = open_tab(at, "Equivariance proof")
     assert proof_error(at) < 1e-4
     # A full group attention layer: channel and input orientation pickers.
-    at = ok(layer.set_value("attention/c3").run())
+    at = ok(at.selectbox(key=layer.key).set_value("attention/c3").run())
     channel = next(w for w in at.selectbox if w.label == "Output channel")
     orientation = next(w for w in at.selectbox if w.label == "Input orientation")
     assert channel.options[0] == "mean" and len(orientation.options) == 5
@@ -219,13 +233,12 @@ def test_rotate_mirror_switch_layer_and_model(dev_folder, monkeypatch):
     # Switch to the p4m DenseNet: mirror appears, and the proof stays exact.
     at = select_model(at, "fa_p4m_densenet")
     at = ok(at.slider(key="angle").set_value(0).run())
-    at = ok(at.toggle(key="mirror").set_value(True).run())
-    spec = json.loads(chart(at, "maps").proto.spec)
-    assert len([t for t in spec["data"] if t["type"] == "heatmap"]) == 8  # one panel per p4m orientation
-    assert {t.get("coloraxis") for t in spec["data"] if t["type"] == "heatmap"} == {"coloraxis"}  # one scale
-    assert any(s["type"] == "rect" for s in spec["layout"]["shapes"])  # pathology: central 32 x 32
-    assert any("µm" in a["text"] for a in spec["layout"]["annotations"])  # scale bar
+    at = open_tab(at, "Equivariance proof")  # another model's tabs: the first is open again
+    shown = viewer(at)
+    assert shown["mirrors"] and len(shown["titles"]) == 8 == len(shown["maps"][0])  # one panel per orientation
+    assert shown["centre"] == [32, 32, 32] and "µm" in shown["bar"]["label"]  # pathology: central 32 x 32, scale
     assert proof_error(at) < 1e-4
+    at = open_tab(at, "Calibration")
     assert chart(at, "reliability") is not None
     at = select_model(at, "p4cnn")
     assert "Layer" in [w.label for w in at.selectbox]
@@ -338,13 +351,13 @@ def test_exports(dev_folder):
 
 @pytest.mark.skipif(not (REPO / "checkpoints" / "z2cnn_rot_mnist.safetensors").exists(), reason="z2cnn not shipped")
 def test_plain_versus_equivariant_tab_on_a_digit(monkeypatch):
-    at = select_model(ok(app(monkeypatch, REPO / "checkpoints")), "a_p4cnn")
+    at = open_tab(select_model(ok(app(monkeypatch, REPO / "checkpoints")), "a_p4cnn"), "Plain CNN vs equivariant")
     at = ok(at.radio(key="compare_element").set_value(1).run())
     deviations = {m.label: float(m.value) for m in at.metric if m.label.startswith("Deviation")}
     assert deviations["Deviation, a_p4cnn_rot_mnist"] < 1e-5
     assert deviations["Deviation, z2cnn_rot_mnist"] > 0.1
     # On an H&E model the digit models cannot see the patch: the tab says so instead.
-    at = select_model(at, "fa_p4m_densenet")
+    at = open_tab(select_model(at, "fa_p4m_densenet"), "Plain CNN vs equivariant")
     assert any("which take 28 x 28 grey images" in i.value for i in at.info)
 
 

@@ -148,6 +148,7 @@ export default function ({ data, parentElement }) {
   const shown = shownBy.get(data.viewer);
   const root = document.createElement("div");
   root.className = "turn-viewer";
+  root.viewerData = data; // what it draws from, for the browser test to recompute a frame
   const controls = document.createElement("div");
   controls.className = "controls";
   const turns = [0, 90, 180, 270].map((degrees) => {
@@ -243,7 +244,7 @@ export default function ({ data, parentElement }) {
     if (mirror) mirror.setAttribute("aria-pressed", String(element >= 4));
     const probabilities = data.probabilities[t];
     const top = probabilities.indexOf(Math.max(...probabilities));
-    status.textContent = `g = ${data.elementNames[t]} · prediction ${data.classNames[top]}, p = ${probabilities[top].toFixed(3)}`;
+    status.textContent = `g = ${data.elementNames[t]}: ${data.classNames[top]}, p = ${probabilities[top].toFixed(3)}`;
     root.dataset.element = String(element);
   }
 

@@ -36,7 +36,6 @@ from ..pictures.arrows import ARROW_MODES, ArrowField, arrow_field
 from ..pictures.export import export_npz
 from ..pictures.figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
 from ..pictures.map_style import DIVERGING, MPL_COLOUR_MAPS, RANGE_MODES, colour_range, display_maps
-from ..pictures.turn_frames import viewer_payload
 from ..pictures.plots import (
     COLOUR_MAPS,
     PanelMarks,
@@ -46,6 +45,7 @@ from ..pictures.plots import (
     proof_figure,
     reliability_figure,
 )
+from ..pictures.turn_frames import viewer_payload
 from .turn_viewer import turn_viewer
 
 __all__ = ["Display", "STYLES", "proof_range", "default_arrow_key", "display_ui", "layer_ui", "selection_ui",

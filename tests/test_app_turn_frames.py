@@ -1,0 +1,62 @@
+"""The turn viewer's payload: what the browser turns is the network's own maps of every transform (quantised),
+for equivariant networks from the image's maps alone, for planar ones from the maps of each transform."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_app_compute import calibrated
+from test_app_ui import dev_card
+
+from app.analysis.compute import analyse
+from app.analysis.transforms import apply_element
+from app.pictures.map_style import colour_range, display_maps, overlay
+from app.pictures.plots import image_rgb
+from app.pictures.turn_frames import decode_png, frame_pixels, quantise, viewer_payload
+
+
+def payload_of(arch: str, mode: str = "robust"):
+    model, card = calibrated(arch), dev_card(arch)
+    size = card["input"]["size"]
+    rng = np.random.default_rng(0)
+    image = rng.random((card["input"]["channels"], size, size)).astype(np.float32)
+    analysis = analyse(model, card, image)
+    layer = next(iter(analysis.attention.values()), None) or next(iter(analysis.features.values()))
+    maps = display_maps(layer, size, mode)  # (T, H, S, S)
+    zrange = colour_range(maps, mode)
+    shipped = maps[:1] if analysis.equivariant else maps
+    payload = viewer_payload(analysis, layer, shipped, [str(h) for h in range(layer.orientations)], zrange=zrange,
+                             colormap="viridis", opacity=0.75, signed=False, style="overlay", colour_title="a")
+    return analysis, maps, zrange, payload
+
+
+@pytest.mark.parametrize("arch", ["a_p4cnn", "fa_p4m_densenet"])
+def test_an_equivariant_networks_moved_maps_are_its_maps_of_every_transform(arch):
+    analysis, maps, (low, high), payload = payload_of(arch)
+    assert payload["exact"] and len(payload["maps"]) == 1, "the image's maps alone travel"
+    computed = quantise(maps, low, high)  # (T, H, S, S): the network's maps of every g.x
+    for t, move in enumerate(payload["moves"]):
+        for h, source in enumerate(move["orientations"]):
+            moved = apply_element(decode_png(payload["maps"][0][source]), move["element"])
+            differ = moved.astype(int) - computed[t, h]
+            # float32 round-off moves a value across a quantisation step at a few pixels, by one step at most
+            assert np.abs(differ).max() <= 1 and np.count_nonzero(differ) <= 0.002 * differ.size, (t, h)
+
+
+def test_a_planar_network_ships_its_maps_of_every_transform():
+    analysis, maps, (low, high), payload = payload_of("z2cnn")
+    assert not payload["exact"] and len(payload["maps"]) == len(analysis.elements)
+    for t, move in enumerate(payload["moves"]):
+        assert move["source"] == t and move["element"] == 0
+        q = decode_png(payload["maps"][t][0])
+        assert np.array_equal(q, quantise(maps[t, 0], low, high))
+
+
+def test_a_frame_is_the_overlay_of_the_moved_image_and_map():
+    analysis, maps, (low, high), payload = payload_of("a_p4cnn")
+    t, h = 5 % len(analysis.elements), 2
+    move = payload["moves"][t]
+    q = apply_element(decode_png(payload["maps"][0][move["orientations"][h]]), move["element"])
+    expected = overlay(image_rgb(analysis.images[t]), q / 255.0, 0.0, 1.0, "viridis", 0.75)
+    assert np.array_equal(frame_pixels(payload, t, h), expected)
+    assert frame_pixels(payload, t, h).shape == (28, 28, 3)
