@@ -127,9 +127,9 @@ def main() -> None:
                    "with it.")
     else:
         st.caption("Each panel shows the chosen layer's attention for one orientation of its filters, in the "
-                   "reading picked above the maps (what bright means is said under them). Rotate or mirror the "
-                   "image in the sidebar: the panels turn with it and trade places, exactly (the proof tab "
-                   "measures it).")
+                   "reading picked above the maps (what bright means is said under them). Turn or mirror the "
+                   "image with the buttons above the maps: the panels turn with it and trade places at once, "
+                   "exactly (the page already holds every transform; the proof tab measures it).")
     chosen = image_ui(card)
     if chosen is None:
         display_ui()

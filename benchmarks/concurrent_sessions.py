@@ -324,11 +324,13 @@ def left_ms(deadline: float) -> float:
 
 
 async def wait_for_panels(page) -> None:
-    """Until the script run has ended and every chart in view (not in a closed tab) is drawn; no exception.
+    """Until the script run has ended, the turn viewer and every chart in view (the open tab's) are drawn; no
+    exception.
 
     Call it once something of the new run is on the page: before, the previous run's end would do.
     """
     await page.locator(IDLE).wait_for(state="attached")
+    await page.locator(".turn-viewer[data-ready='1']").wait_for()  # the maps, drawn by the browser
     charts = page.locator('[data-testid="stPlotlyChart"]:visible')
     await charts.first.wait_for()
     for i in range(await charts.count()):

@@ -82,17 +82,19 @@ def app_page(folder: Path, tmp_path: Path, viewport: dict = VIEWPORT):
         yield page
 
 
-def wait_for_panels(page, minimum: int) -> None:
-    """Wait until the analysis is drawn (the export tab's button exists), then until every chart is visible."""
+def wait_for_panels(page, minimum: int = 1) -> None:
+    """Wait until the analysis is drawn: the turn viewer's panels, then the open tab's charts (at least
+    ``minimum``; only the open tab is computed and sent)."""
     page.get_by_text("What the model sees").wait_for()
-    page.get_by_text("Maps, proof and arrows (NPZ)").wait_for(state="attached")  # in a tab: drawn, not shown
+    page.locator(".turn-viewer[data-ready='1']").wait_for()
     charts = page.locator('[data-testid="stPlotlyChart"]')
     # The browser mounts each chart a moment after the script sent it: poll rather than count once.
     deadline = time.monotonic() + 60
     while charts.count() < minimum and time.monotonic() < deadline:
         page.wait_for_timeout(250)
     assert charts.count() >= minimum, f"{charts.count()} charts drawn, {minimum} expected"
-    charts.first.locator(".main-svg").first.wait_for(state="visible")
+    if minimum:
+        charts.first.locator(".main-svg").first.wait_for(state="visible")
     assert page.locator('[data-testid="stException"]').count() == 0
     page.wait_for_timeout(500)  # let plotly finish its first paint
 
@@ -137,7 +139,7 @@ def test_upload_shows_the_orientation_panels_in_chromium(tmp_path):
     with app_page(folder, tmp_path) as page:
         page.get_by_text("Upload an image", exact=True).click()
         page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(upload))
-        wait_for_panels(page, 3)  # the maps, the proof, the probabilities
+        wait_for_panels(page)  # the maps' viewer and the arrow field
         assert_viewer_toolbar(page)
         assert "Scaled the whole image of the 120 x 120 upload to 28 x 28" in page.inner_text("body")
         page.screenshot(path=str(screenshot), full_page=True)
@@ -150,12 +152,12 @@ def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
     screenshot = tmp_path / "pathology-screenshot.png"
     with app_page(REPO / "checkpoints", tmp_path, FIRST_SCREEN) as page:
         # No clicks: the app opens on the PCam model and the first gallery patch, a real tumour patch.
-        wait_for_panels(page, 5)  # the maps, arrows, proof, probabilities, nuclei (and the reliability diagram)
+        wait_for_panels(page)  # the maps' viewer and the arrow field
         assert_viewer_toolbar(page)
         body = page.inner_text("body")
         assert "fa_p4m_densenet_pcam" in body and "True label: tumor" in body
         # Above the fold of a 1440 x 900 window: the image, the prediction and the per-orientation maps.
-        maps = page.locator('[data-testid="stPlotlyChart"]').first.bounding_box()
+        maps = page.locator(".turn-viewer").bounding_box()
         assert maps["y"] + maps["height"] <= FIRST_SCREEN["height"], maps
         assert page.get_by_text("What the model sees").bounding_box()["y"] < FIRST_SCREEN["height"]
         page.screenshot(path=str(screenshot))
@@ -180,7 +182,7 @@ def test_region_view_scores_the_mosaic_and_a_click_opens_a_cell(tmp_path):
     require((REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors").exists(), "no shipped PCam model")
     screenshot = tmp_path / "region-screenshot.png"
     with app_page(REPO / "checkpoints", tmp_path, FIRST_SCREEN) as page:
-        wait_for_panels(page, 5)
+        wait_for_panels(page)
         page.locator('[data-testid="stSidebar"]').get_by_text("Region", exact=True).click()
         page.get_by_text("Against the true labels", exact=False).wait_for()
         heatmap = page.locator('[data-testid="stPlotlyChart"]').first
@@ -215,7 +217,7 @@ def test_variants_view_shows_every_shipped_attention_variant_in_rows(tmp_path):
     require(len(names) >= 2, "fewer than two attentive rot-MNIST checkpoints shipped")
     screenshot = tmp_path / "variants-screenshot.png"
     with app_page(REPO / "checkpoints", tmp_path, VARIANTS_SCREEN) as page:
-        wait_for_panels(page, 5)
+        wait_for_panels(page)
         sidebar = page.locator('[data-testid="stSidebar"]')
         sidebar.get_by_text("rot-MNIST", exact=True).click()
         page.get_by_text("What the model sees").wait_for()

@@ -49,7 +49,8 @@ from ..pictures.turn_frames import viewer_payload
 from .turn_viewer import turn_viewer
 
 __all__ = ["Display", "STYLES", "proof_range", "default_arrow_key", "display_ui", "layer_ui", "selection_ui",
-           "arrow_layer_ui", "default_arrow_field", "default_arrow_mode", "show_maps", "show_arrows", "show_proof", "show_prediction", "show_calibration",
+           "arrow_layer_ui", "default_arrow_field",
+           "default_arrow_mode", "show_maps", "show_arrows", "show_proof", "show_prediction", "show_calibration",
            "show_angle_deviation", "show_export", "panel_marks", "maps_png", "arrows_png", "value_range",
            "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing", "arrows_figure", "show_nuclei",
            "show_true_label", "card_nuclei_summary", "layer_of", "colour_title", "NUCLEI_OUTLINE"]
@@ -255,6 +256,8 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
         caption += _padding_everywhere(border, size, "every position sets the colour range")
     if outlines is not None:
         caption += NUCLEI_OUTLINE
+    caption += (" A turn shows these maps moved by g (the network's own maps of g.x equal them to the proof's error)."
+                if analysis.equivariant else " A turn shows the network's own maps of each turned image.")
     if attention and layer.selection.reading == "spatial":
         caption += " " + DEFAULT_WHY
     st.caption(caption)
