@@ -34,7 +34,7 @@ from app.analysis.variants import variants_of  # noqa: E402
 from app.pictures.fig5 import fig5_png  # noqa: E402
 from app.pictures.plots import image_rgb  # noqa: E402
 from app.ui.boundary import run_page  # noqa: E402
-from app.ui.caches import analysed, analyses, padding_of  # noqa: E402
+from app.ui.caches import analysed, analyses, padding_of, turned  # noqa: E402
 from app.ui.comparison import compare, comparison_pair, show_comparison  # noqa: E402
 from app.ui.inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui  # noqa: E402
 from app.ui.readings import reading_ui, show_composite  # noqa: E402
@@ -179,7 +179,8 @@ def main() -> None:
         border = borders.get(layer_key, 0)
         zrange = value_range(layer, display, size, border)
         with right:
-            show_maps(current, layer, display, zrange, marks, border, MAPS_WIDTH_PX)
+            show_maps(current, layer, display, zrange, marks, border, MAPS_WIDTH_PX,
+                      turning=functools.partial(turned, loaded, image, layer_key, layer.selection))
 
     pathology = is_pathology(card)
     names = ["Arrow field", "Equivariance proof", "Predictions per transform"]

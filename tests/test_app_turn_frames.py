@@ -60,3 +60,22 @@ def test_a_frame_is_the_overlay_of_the_moved_image_and_map():
     expected = overlay(image_rgb(analysis.images[t]), q / 255.0, 0.0, 1.0, "viridis", 0.75)
     assert np.array_equal(frame_pixels(payload, t, h), expected)
     assert frame_pixels(payload, t, h).shape == (28, 28, 3)
+
+
+def test_the_turn_is_exact_at_quarter_turns_and_measured_between():
+    from app.analysis.reductions import MEANS
+    from app.analysis.turning import turning_maps
+
+    model, card = calibrated("a_p4cnn"), dev_card("a_p4cnn")
+    image = np.random.default_rng(1).random((1, 28, 28)).astype(np.float32)
+    analysis = analyse(model, card, image)
+    sequence = turning_maps(model, card, image, "attention/c2", MEANS, step=15)
+    assert sequence.degrees.tolist() == list(range(0, 360, 15)) and sequence.maps.shape[:2] == (24, 4)
+    quarter = sequence.degrees % 90 == 0
+    assert sequence.deviations[quarter].max() < 1e-4, "quarter turns are group elements"
+    assert sequence.typical_deviations[~quarter].min() > 10 * sequence.deviations[quarter].max()
+    # At 90 degrees the turned image is rot 90's, and its maps are the analysis's maps of that element.
+    np.testing.assert_array_equal(sequence.images[6], analysis.images[1])
+    np.testing.assert_allclose(sequence.maps[6], analysis.attention["c2"].upsampled(28)[1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="must divide 90"):
+        turning_maps(model, card, image, "attention/c2", MEANS, step=7)

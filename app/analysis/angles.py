@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models import get_group
+from models import Group, get_group
 
 from .compute import Analysis
 from .reductions import upsample
 from .transforms import rotate_by_angle
 
-__all__ = ["AngleDeviation", "angle_deviation"]
+__all__ = ["AngleDeviation", "angle_deviation", "disc_deviation"]
 
 
 @dataclass(frozen=True)
@@ -59,26 +59,42 @@ def angle_deviation(original: Analysis, rotated: Analysis, degrees: float) -> An
         An :class:`AngleDeviation`, from the identity transform of each analysis.
     """
     size = original.images.shape[-1]
-    k = int(round(degrees / 90)) % 4
-    permutation = get_group(original.group).permutation(k).numpy()
-    radius = size / 2 - 1
-    u = np.arange(size) - (size - 1) / 2
-    inside = (u[:, None] ** 2 + u[None, :] ** 2) <= radius**2  # (S, S)
+    group = get_group(original.group)
     errors = {}
     for kind, layers in (("attention", original.attention), ("features", original.features)):
         for name, layer in layers.items():
             before = upsample(torch.from_numpy(layer.maps[:1]), size)[0].numpy()  # (H, S, S)
             after = upsample(torch.from_numpy(getattr(rotated, kind)[name].maps[:1]), size)[0].numpy()
-            if layer.orientations > 1:
-                before = before[permutation]
-            expected = rotate_by_angle(before, degrees)[:, inside]  # (H, pixels in the disc)
-            scale = np.abs(expected).max()
-            diff = np.abs(after[:, inside] - expected).max()
-            errors[f"{kind}/{name}"] = float(diff / scale if scale > 0 else diff)
+            errors[f"{kind}/{name}"] = disc_deviation(before, after, degrees, group)
     return AngleDeviation(
         degrees=float(degrees),
-        quarter_turns=k,
+        quarter_turns=int(round(degrees / 90)) % 4,
         exact=bool(np.isclose(degrees % 90, 0) or np.isclose(degrees % 90, 90)),
         probability_error=float(np.abs(rotated.probabilities[0] - original.probabilities[0]).max()),
         layer_errors=errors,
     )
+
+
+def disc_deviation(before: np.ndarray, after: np.ndarray, degrees: float, group: Group, typical: bool = False) -> float:
+    """max |maps(R x) - R maps(x)| / max |R maps(x)| inside the inscribed disc, less a one-pixel margin; with
+    ``typical``, mean |maps(R x) - R maps(x)| / mean |R maps(x)| there instead (the worst pixel of a resampled
+    texture can be off by the whole range while the map as a whole follows the image).
+
+    Args:
+        before: ``(H, S, S)`` maps(x), upsampled to the image.
+        after: ``(H, S, S)`` maps(R x), the same layer's of x rotated by ``degrees``.
+        degrees: the angle; the orientation axis (when H is the group's order) is re-indexed by the nearest
+            quarter turn.
+        group: the group whose rotation re-indexes the orientations.
+    """
+    size = before.shape[-1]
+    if before.shape[0] == group.order:
+        before = before[group.permutation(int(round(degrees / 90)) % 4).numpy()]
+    radius = size / 2 - 1
+    u = np.arange(size) - (size - 1) / 2
+    inside = (u[:, None] ** 2 + u[None, :] ** 2) <= radius**2  # (S, S)
+    expected = rotate_by_angle(before, degrees)[:, inside]  # (H, pixels in the disc)
+    reduce = np.mean if typical else np.max
+    scale = reduce(np.abs(expected))
+    diff = reduce(np.abs(after[:, inside] - expected))
+    return float(diff / scale if scale > 0 else diff)

@@ -26,8 +26,8 @@ import numpy as np
 from ..analysis.compute import LayerMaps
 from ..analysis.padding import border_left_out
 
-__all__ = ["RANGE_MODES", "MPL_COLOUR_MAPS", "display_maps", "colour_range", "overlay", "colour_lut", "DIVERGING",
-           "inside"]
+__all__ = ["RANGE_MODES", "MPL_COLOUR_MAPS", "display_maps", "as_displayed", "colour_range", "overlay", "colour_lut",
+           "DIVERGING", "inside"]
 
 RANGE_MODES = {
     "robust": "2nd-98th percentile",
@@ -52,13 +52,17 @@ def display_maps(layer: LayerMaps, size: int, mode: str, border: int = 0, transf
     orientation), one table for every transform: the maps of g.x are those of x moved, so they share it.
     """
     maps = layer.upsampled(size)
-    if transform is not None:
-        maps = maps[transform]
+    return as_displayed(maps if transform is None else maps[transform], layer, mode, border)
+
+
+def as_displayed(maps: np.ndarray, layer: LayerMaps, mode: str, border: int = 0) -> np.ndarray:
+    """Upsampled maps ``(..., H, S, S)`` of ``layer`` (its own, or of a turned image: the page's animation) as the
+    range ``mode`` shows them: the equalising table is always the untransformed image's."""
     if mode == "deviation":
         return maps - maps.mean(axis=-3, keepdims=True)
     if mode == "equalised":
         levels = np.linspace(0.0, 1.0, QUANTILES)
-        table = np.quantile(inside(layer.upsampled(size)[0], border).astype(np.float64), levels)
+        table = np.quantile(inside(layer.upsampled(maps.shape[-1])[0], border).astype(np.float64), levels)
         return np.interp(maps, table, levels).astype(np.float32)
     return maps
 

@@ -29,7 +29,8 @@ from ..analysis.transforms import apply_element
 from .map_style import SHADE_FLOOR, colour_lut, overlay
 from .plots import PanelMarks, image_rgb
 
-__all__ = ["viewer_payload", "quantise", "png_data_url", "frame_pixels", "decode_png"]
+__all__ = ["viewer_payload", "animation_payload", "quantise", "png_data_url", "webp_data_url", "frame_pixels",
+           "decode_png"]
 
 
 def quantise(maps: np.ndarray, low: float, high: float) -> np.ndarray:
@@ -45,6 +46,14 @@ def png_data_url(pixels: np.ndarray) -> str:
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="PNG", compress_level=6)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def webp_data_url(pixels: np.ndarray, quality: int = 90) -> str:
+    """A ``data:`` URL of a lossy WebP of uint8 pixels: the animation's in-between frames, which are approximate
+    anyway (about a third of a PNG's bytes for an H&E patch)."""
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="WEBP", quality=quality)
+    return "data:image/webp;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def decode_png(url: str) -> np.ndarray:
@@ -128,3 +137,28 @@ def frame_pixels(payload: dict, t: int, h: int) -> np.ndarray:
     q = decode_png(payload["maps"][move["source"]][move["orientations"][h]])
     q = apply_element(q, move["element"])
     return overlay(moved_image, q / 255.0, 0.0, 1.0, payload["colormap"], payload["opacity"], payload["signed"])
+
+
+def animation_payload(sequence, maps: np.ndarray, zrange: tuple[float, float], key: str) -> dict:
+    """The turn animation's frames for the viewer: each step's turned image and its maps (side by side in one
+    picture, in the viewer's colour range), its deviation from the turned maps of the image and its
+    probabilities. At quarter turns the viewer draws its exact frames instead: those are group elements.
+
+    Args:
+        sequence: a :class:`app.analysis.turning.TurnSequence`.
+        maps: ``(N, H, S, S)`` its maps as the page colours them (:func:`app.pictures.map_style.as_displayed`).
+        zrange: the viewer's colour range.
+        key: names what was turned (model, image, layer, reading, colours): the viewer plays a new one once.
+    """
+    quantised = quantise(maps, *zrange)  # (N, H, S, S)
+    n, h, s, _ = quantised.shape
+    side_by_side = quantised.transpose(0, 2, 1, 3).reshape(n, s, h * s)  # (N, S, H*S): panel h at columns h*S
+    return dict(
+        key=key,
+        degrees=[float(d) for d in sequence.degrees],
+        images=[webp_data_url(image_rgb(image)) for image in sequence.images],
+        maps=[webp_data_url(row) for row in side_by_side],
+        deviations=[float(d) for d in sequence.deviations],
+        typicalDeviations=[float(d) for d in sequence.typical_deviations],
+        probabilities=np.round(sequence.probabilities, 4).tolist(),
+    )

@@ -7,12 +7,14 @@ import os
 
 import streamlit as st
 
-from ..analysis.cache import LRUCache, analysis_key
+from ..analysis.cache import LRUCache, analysis_key, image_digest
 from ..analysis.compute import Analysis, analyse
 from ..analysis.padding import constant_images, padding_borders
+from ..analysis.reductions import MapSelection
+from ..analysis.turning import TurnSequence, turning_maps
 from .inputs import LoadedModel
 
-__all__ = ["analyses", "analysed", "padding_of"]
+__all__ = ["analyses", "analysed", "turned", "padding_of"]
 
 
 @st.cache_resource
@@ -31,6 +33,13 @@ def analysed(loaded: LoadedModel, image, element: int, selections: dict) -> tupl
     """``loaded``'s analysis of ``image`` moved by ``element``, computed once, and its cache key."""
     key = analysis_key(loaded.model_id, image, element, selections)
     return analyses().get_or_compute(key, lambda: analyse(loaded.model, loaded.card, image, element, selections)), key
+
+
+def turned(loaded: LoadedModel, image, layer_key: str, selection: MapSelection) -> TurnSequence:
+    """``loaded``'s maps of layer ``layer_key`` while ``image`` turns through 360 degrees, computed once (in the
+    analyses' cache: it bounds memory and concurrency the same way)."""
+    key = ("turning", loaded.model_id, image_digest(image), layer_key, selection)
+    return analyses().get_or_compute(key, lambda: turning_maps(loaded.model, loaded.card, image, layer_key, selection))
 
 
 @st.cache_resource(max_entries=16)

@@ -9,24 +9,35 @@
 // The element each viewer shows, kept while the page lives: a rerun that redraws a viewer (another layer,
 // reading or patch) keeps the user's turn.
 const shownBy = new Map();
+const playedBy = new Map(); // viewer -> the key of the last animation it played
 const decoded = new Map(); // data URL -> Promise of RGBA bytes
 const moves = new Map(); // "size/element" -> Int32Array: output pixel -> source pixel
 
-function pixelsOf(url, size) {
+function pixelsOf(url, width, height = width) {
   if (!decoded.has(url)) {
     decoded.set(url, (async () => {
       const image = new Image();
       image.src = url;
       await image.decode();
       const canvas = document.createElement("canvas");
-      canvas.width = size;
-      canvas.height = size;
+      canvas.width = width;
+      canvas.height = height;
       const context = canvas.getContext("2d", { willReadFrequently: true });
       context.drawImage(image, 0, 0);
-      return context.getImageData(0, 0, size, size).data;
+      return context.getImageData(0, 0, width, height).data;
     })());
   }
   return decoded.get(url);
+}
+
+// Panel h of a picture of H panels side by side, as the RGBA of one panel.
+function panelOf(sideBySide, h, count, size) {
+  const out = new Uint8ClampedArray(size * size * 4);
+  for (let i = 0; i < size; i++) {
+    const from = (i * count * size + h * size) * 4;
+    out.set(sideBySide.subarray(from, from + size * 4), i * size * 4);
+  }
+  return out;
 }
 
 // Where each output pixel of g.x comes from: torch.rot90(x, k, dims=(-2, -1)), then the rows flipped if g >= 4.
@@ -143,7 +154,7 @@ function elementOf(turn, mirror) {
   return turn / 90 + (mirror ? 4 : 0);
 }
 
-export default function ({ data, parentElement }) {
+export default function ({ data, parentElement, setTriggerValue }) {
   if (!shownBy.has(data.viewer)) shownBy.set(data.viewer, { element: 0 });
   const shown = shownBy.get(data.viewer);
   const root = document.createElement("div");
@@ -171,6 +182,16 @@ export default function ({ data, parentElement }) {
     mirror.textContent = "Mirror";
     mirror.title = "Flip the rows after turning (the p4m group's mirrors)";
     controls.append(mirror);
+  }
+  let play = null;
+  if (data.canTurn) {
+    play = document.createElement("button");
+    play.type = "button";
+    play.dataset.play = "";
+    play.textContent = "▶ Watch it turn";
+    play.title = "Turn the image through 360° in 5° steps (one batched pass of the network) and play it: exact at "
+      + "quarter turns, approximate in between, where the pixels are resampled";
+    controls.append(play);
   }
   const status = document.createElement("span");
   status.className = "status";
@@ -251,9 +272,95 @@ export default function ({ data, parentElement }) {
   function show(element) {
     const t = data.elements.indexOf(element);
     if (t < 0 || !current.rgba) return;
+    stopPlaying();
     shown.element = element;
     draw(t);
   }
+
+  // The animation: frames decoded once, then one every FRAME_MS; at quarter turns the exact frames.
+  const FRAME_MS = 90;
+  let frames = null;
+  let timer = null;
+  const identity = moveOf(size, 0);
+
+  function drawTurned(i) {
+    const animation = data.animation;
+    const degrees = animation.degrees[i];
+    root.dataset.frame = String(i);
+    if (degrees % 90 === 0) {
+      draw(data.elements.indexOf(degrees / 90));
+      status.textContent = `${degrees}°: a quarter turn, a group element: the maps are exact`;
+      return;
+    }
+    const { images, maps } = frames;
+    for (let h = 0; h < count; h++) {
+      const context = panels[h].getContext("2d");
+      const frame = context.createImageData(size, size);
+      const q = panelOf(maps[i], h, count, size);
+      blendPanel(frame.data, images[i], q, identity, identity, data, null);
+      context.putImageData(frame, 0, 0);
+      quantised[h] = { q, mapMove: identity };
+    }
+    const typical = (100 * animation.typicalDeviations[i]).toFixed(1);
+    const worst = (100 * animation.deviations[i]).toFixed(0);
+    status.textContent = `${degrees}°: not a group element; the image was resampled and the maps follow it `
+      + `approximately: off by ${typical} % on average (worst pixel ${worst} %)`;
+  }
+
+  function stopPlaying() {
+    if (timer !== null) clearInterval(timer);
+    timer = null;
+    if (play) play.textContent = "▶ Watch it turn";
+  }
+
+  async function loadFrames() {
+    const animation = data.animation;
+    const [images, maps] = await Promise.all([
+      Promise.all(animation.images.map((url) => pixelsOf(url, size))),
+      Promise.all(animation.maps.map((url) => pixelsOf(url, size * count, size))),
+    ]);
+    frames = { images, maps };
+    root.dataset.frames = String(animation.degrees.length);
+  }
+
+  async function startPlaying() {
+    if (!frames) await loadFrames();
+    if (!alive) return;
+    stopPlaying();
+    const before = shown.element;
+    let i = 0;
+    play.textContent = "■ Stop";
+    timer = setInterval(() => {
+      if (i >= data.animation.degrees.length) {
+        stopPlaying();
+        shown.element = before;
+        draw(data.elements.indexOf(before));
+        return;
+      }
+      drawTurned(i++);
+    }, FRAME_MS);
+  }
+
+  if (play) {
+    play.addEventListener("click", () => {
+      if (timer !== null) {
+        stopPlaying();
+        draw(data.elements.indexOf(shown.element));
+      } else if (data.animation) {
+        startPlaying();
+      } else {
+        play.disabled = true;
+        status.textContent = "Turning the image through 360° ...";
+        setTriggerValue("turn", true);
+      }
+    });
+  }
+  // For the browser test: draw frame i of the animation, or list its frames' count once decoded.
+  root.showFrame = async (i) => {
+    if (!frames) await loadFrames();
+    stopPlaying();
+    drawTurned(i);
+  };
 
   for (const button of turns) {
     button.addEventListener("click", () => show(elementOf(Number(button.dataset.turn), shown.element >= 4)));
@@ -290,8 +397,14 @@ export default function ({ data, parentElement }) {
     current = { rgba, maps, outlines };
     show(data.elements.includes(shown.element) ? shown.element : 0);
     root.dataset.ready = "1";
+    // A new animation (the button asked the server for it) plays once as soon as it arrives.
+    if (data.animation && playedBy.get(data.viewer) !== data.animation.key) {
+      playedBy.set(data.viewer, data.animation.key);
+      startPlaying();
+    }
   });
   return () => {
     alive = false;
+    stopPlaying();
   };
 }

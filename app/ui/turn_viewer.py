@@ -3,19 +3,25 @@ that shows every orientation's map and turns or mirrors them in the browser, wit
 
 The payload is :func:`app.pictures.turn_frames.viewer_payload`; the drawing is ``turn_viewer.js`` beside this
 file. Streamlit sends an element whose bytes the browser already holds as a reference to them, so a rerun that
-changes something else (a tab, a caption) does not send the maps again.
+changes something else (a tab, a caption) does not send the maps again. Its "Watch it turn" button is the one
+control that asks the server for something: the image turned through 360 degrees, which the next run adds to
+the payload (:func:`app.pictures.turn_frames.animation_payload`) and the browser plays once it arrives.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
 
-__all__ = ["turn_viewer"]
+__all__ = ["turn_viewer", "picture_key"]
 
 _HERE = Path(__file__).resolve().parent
-
+PENDING = "pending"
 
 # Registered when this module is imported (Streamlit registers it again on a runtime that lacks it, as
 # AppTest's); the JS and CSS are the files beside this module.
@@ -27,6 +33,26 @@ _VIEWER = st.components.v2.component(
 )
 
 
-def turn_viewer(payload: dict, key: str = "turn_viewer") -> None:
-    """Mount the viewer with ``payload`` (it returns no value: turning is the browser's alone)."""
-    _VIEWER(key=key, data=payload, height="content")
+def picture_key(payload: dict) -> str:
+    """What a payload shows (image, maps, colours, marks), as a short digest: an animation asked for one picture
+    is not played on another."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _ask_to_turn(state_key: str) -> None:
+    st.session_state[state_key] = PENDING
+
+
+def turn_viewer(payload: dict, key: str = "turn_viewer", animation: Callable[[str], dict] | None = None) -> None:
+    """Mount the viewer with ``payload``. With ``animation`` (the picture's key in, the animation's payload
+    out) it offers "Watch it turn", and adds the animation once the user has asked for it on this picture."""
+    state_key = f"{key}-turning"
+    if animation is not None:
+        picture = picture_key(payload)
+        if st.session_state.get(state_key) == PENDING:  # the button was pressed on the picture drawn last run
+            st.session_state[state_key] = picture
+        payload = dict(payload, canTurn=True)
+        if st.session_state.get(state_key) == picture:
+            with st.spinner("Turning the image through 360° ..."):
+                payload["animation"] = animation(picture)
+    _VIEWER(key=key, data=payload, height="content", on_turn_change=functools.partial(_ask_to_turn, state_key))

@@ -32,10 +32,11 @@ from ..analysis.pathology import (
 )
 from ..analysis.readings import BRIGHT, COLOUR_TITLES, COMPOSITE, DEFAULT_WHY
 from ..analysis.reductions import MapSelection
+from ..analysis.turning import TurnSequence
 from ..pictures.arrows import ARROW_MODES, ArrowField, arrow_field
 from ..pictures.export import export_npz
 from ..pictures.figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
-from ..pictures.map_style import DIVERGING, MPL_COLOUR_MAPS, RANGE_MODES, colour_range, display_maps
+from ..pictures.map_style import DIVERGING, MPL_COLOUR_MAPS, RANGE_MODES, as_displayed, colour_range, display_maps
 from ..pictures.plots import (
     COLOUR_MAPS,
     PanelMarks,
@@ -45,7 +46,7 @@ from ..pictures.plots import (
     proof_figure,
     reliability_figure,
 )
-from ..pictures.turn_frames import viewer_payload
+from ..pictures.turn_frames import animation_payload, viewer_payload
 from .turn_viewer import turn_viewer
 
 __all__ = ["Display", "STYLES", "proof_range", "default_arrow_key", "display_ui", "layer_ui", "selection_ui",
@@ -221,9 +222,11 @@ def _padding_everywhere(border: int, size: int, consequence: str) -> str:
 
 
 def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
-              marks: PanelMarks | None, border: int = 0, width_px: int = 0, key: str = "maps") -> None:
-    """One panel per orientation of the current image's maps, over or beside the image, one colour scale;
-    ``key`` tells this figure from others of the page."""
+              marks: PanelMarks | None, border: int = 0, width_px: int = 0, key: str = "maps",
+              turning: Callable[[], TurnSequence] | None = None) -> None:
+    """One panel per orientation of the current image's maps, over or beside the image, one colour scale, in the
+    turn viewer; ``key`` tells it from others of the page. ``turning`` gives the layer's maps of the image turned
+    through 360 degrees (:func:`app.analysis.turning.turning_maps`), for the viewer's "Watch it turn"."""
     size = analysis.images.shape[-1]
     # An equivariant network's maps of every g.x are its maps of x moved: the viewer ships x's alone and moves
     # them itself; a planar network's are its own, one set per transform.
@@ -232,10 +235,17 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
     attention = layer.kind == "attention"
     title = colour_title(COLOUR_TITLES[layer.selection.reading] if attention else "|features|", display)
     outlines = nuclei_masks(analysis.images[:1])[0] if display.outline_nuclei else None  # (S, S)
-    turn_viewer(viewer_payload(analysis, layer, maps, orientation_titles(analysis, layer), zrange=zrange,
-                               colormap=display.matplotlib_colormap, opacity=display.opacity, signed=display.signed,
-                               style=display.style, colour_title=title, marks=marks, border=border,
-                               outlines=outlines, viewer=key), key=key)
+    payload = viewer_payload(analysis, layer, maps, orientation_titles(analysis, layer), zrange=zrange,
+                             colormap=display.matplotlib_colormap, opacity=display.opacity, signed=display.signed,
+                             style=display.style, colour_title=title, marks=marks, border=border,
+                             outlines=outlines, viewer=key)
+
+    def animation(picture: str) -> dict:
+        sequence = turning()
+        shown = as_displayed(sequence.maps, layer, display.range_mode, border)
+        return animation_payload(sequence, shown, zrange, picture)
+
+    turn_viewer(payload, key=key, animation=animation if turning is not None else None)
     # What bright means first: the one sentence a reader needs to read the colours at all.
     caption = (f"**{BRIGHT[layer.selection.reading]}** " if attention else "") + layer.description
     # The values' own percentiles: the colour range already, when that is the range shown.

@@ -1,0 +1,89 @@
+"""One layer's maps while the image turns through a whole circle, and how far from equivariant each step is.
+
+The page's "Watch it turn" plays these: the image rotated by every multiple of ``step`` degrees (bilinear,
+:func:`app.analysis.transforms.rotate_by_angle`), the network run on all of them in batches of eight (the size
+of one analysis: the memory of a page's request stays that of a patch), and one layer's maps of each, reduced
+as the page shows them. Only quarter turns are group elements; at any other angle the image was resampled,
+and the maps follow it only approximately. Each step's deviation is measured as the proof tab measures an
+arbitrary angle (:func:`app.analysis.angles.disc_deviation`): maps(R x) against R maps(x), inside the inscribed
+disc. Numpy in, numpy out; no Streamlit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from models import Network
+
+from .angles import disc_deviation
+from .compute import display_group
+from .frames import InputFrame
+from .reductions import MapSelection, reduce_attention, reduce_features, upsample
+from .transforms import rotate_by_angle
+
+__all__ = ["TurnSequence", "turning_maps", "BATCH"]
+
+BATCH = 8  # images per forward pass: the eight transforms of one analysis
+
+
+@dataclass(frozen=True)
+class TurnSequence:
+    """One layer's maps of the image turned step by step through 360 degrees.
+
+    Attributes:
+        degrees: ``(N,)`` the angles, 0 first, counter-clockwise as displayed.
+        images: ``(N, C, S, S)`` the turned images in [0, 1].
+        maps: ``(N, H, S, S)`` the layer's maps of each, upsampled to the image.
+        deviations: ``(N,)`` max |maps(R x) - R maps(x)| / max |R maps(x)| inside the inscribed disc: round-off at
+            quarter turns, interpolation elsewhere (the worst pixel).
+        typical_deviations: ``(N,)`` mean |maps(R x) - R maps(x)| / mean |R maps(x)| there.
+        probabilities: ``(N, classes)``.
+    """
+
+    degrees: np.ndarray
+    images: np.ndarray
+    maps: np.ndarray
+    deviations: np.ndarray
+    typical_deviations: np.ndarray
+    probabilities: np.ndarray
+
+
+def turning_maps(model: Network, card: dict, image: np.ndarray, layer_key: str, selection: MapSelection,
+                 step: float = 5.0) -> TurnSequence:
+    """The maps of layer ``layer_key`` (``"attention/NAME"`` or ``"features/NAME"``, as the page names them) of
+    ``image`` turned by every multiple of ``step`` degrees below 360.
+
+    Raises:
+        ValueError: a step that does not divide a quarter turn (the quarter turns must be among the angles), or a
+            layer the model does not trace.
+    """
+    steps_per_quarter = 90.0 / step
+    if step <= 0 or abs(steps_per_quarter - round(steps_per_quarter)) > 1e-9:
+        raise ValueError(f"the step must divide 90 degrees, got {step}")
+    kind, name = layer_key.split("/", 1)
+    degrees = np.arange(0, 360, step, dtype=np.float64)
+    images = np.stack([rotate_by_angle(image.astype(np.float32), d) for d in degrees])  # (N, C, S, S)
+    frame = InputFrame.from_card(card, model.group)
+    dtype = next(model.parameters()).dtype
+    size = image.shape[-1]
+    maps, probabilities = [], []
+    with torch.inference_mode():
+        for start in range(0, len(images), BATCH):
+            logits, trace = model.trace(frame.to_network(torch.from_numpy(images[start:start + BATCH]).to(dtype)))
+            probabilities.append(torch.softmax(logits.double(), dim=1).numpy())
+            if kind == "attention" and name in trace.attention:
+                reduced = reduce_attention(frame.attention_to_user(trace.attention[name]), selection)
+            elif kind == "features" and name in trace.features:
+                features = trace.features[name]
+                reduced = reduce_features(frame.to_user(features, (2,) if features.dim() == 5 else ()))
+            else:
+                raise ValueError(f"the model traces no layer {layer_key!r}")
+            maps.append(upsample(reduced.float(), size).numpy())  # (B, H, S, S)
+    maps = np.concatenate(maps)
+    group = display_group(model)
+    deviations = np.array([disc_deviation(maps[0], maps[i], d, group) for i, d in enumerate(degrees)])
+    typical = np.array([disc_deviation(maps[0], maps[i], d, group, typical=True) for i, d in enumerate(degrees)])
+    return TurnSequence(degrees, images, maps, deviations, typical, np.concatenate(probabilities))
