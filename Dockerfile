@@ -39,6 +39,10 @@ WORKDIR /srv/aagc
 COPY . .
 # Numeric, so that `docker run --user`/Kubernetes runAsNonRoot can verify it without /etc/passwd.
 USER 10001:10001
+# What the first visitor would otherwise wait for (every shipped model's padding borders), computed now and kept
+# in the app user's cache, where the app reads it.
+ENV AAGC_CACHE=/home/app/.cache/aagc
+RUN python -m app.warm
 
 # Streamlit reads STREAMLIT_<SECTION>_<OPTION>; the port is an environment variable rather than a
 # flag so that `docker run -e STREAMLIT_SERVER_PORT=...` moves the app and its health check together.

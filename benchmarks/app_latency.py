@@ -171,9 +171,8 @@ def page(model: models.Network, card: dict, data: bytes, clock: Callable[[], flo
     start = clock()
     t = 1
     proof_zrange = proof_range(layer, display, size)
-    figures.append(proof_figure(current.images[t], layer.upsampled(size, "maps")[t],
-                                layer.upsampled(size, "expected")[t], orientation_titles(current, layer),
-                                colorscale="Viridis", zmin=proof_zrange[0], zmax=proof_zrange[1], opacity=0.6))
+    figures.append(proof_figure(current.images[t], layer.maps[t], layer.expected[t], orientation_titles(current, layer),
+                                colorscale="Viridis", zmin=proof_zrange[0], zmax=proof_zrange[1]))
     times["proof"] = clock() - start
 
     start = clock()

@@ -66,8 +66,13 @@ def test_map_panels_serialise_as_validated(colorscale, style):
 
 
 def test_proof_figure_serialises_as_validated():
-    expected = MAPS + RNG.normal(0, 1e-6, MAPS.shape).astype(np.float32)
-    assert_as_validated(proof_figure(IMAGES[1], MAPS, expected, TITLES, colorscale="Magma", zmin=0.1, zmax=0.9))
+    native = MAPS[:, ::2, ::2]  # (H, 12, 12): the maps at their own resolution, half the image's
+    expected = native + RNG.normal(0, 1e-6, native.shape).astype(np.float32)
+    fig = proof_figure(IMAGES[1], native, expected, TITLES, colorscale="Magma", zmin=0.1, zmax=0.9)
+    assert_as_validated(fig)
+    assert [t.type for t in fig.data].count("image") == 1, "the image once"
+    heatmap = next(t for t in fig.data if t.type == "heatmap")
+    assert (heatmap.x0, heatmap.dx) == (0.5, 2.0), "each map pixel centred on the two image pixels it covers"
 
 
 def test_arrow_panels_serialise_as_validated():

@@ -28,7 +28,7 @@ from app.analysis.readings import (
 )
 from app.analysis.transforms import apply_element
 from app.gallery import list_patches
-from app.pictures.turn_frames import decode_png
+from app.pictures.encode import decode_data_url
 
 PATCH = next(item for item in list_patches() if item.kind == "he")
 FIG5_CAPTION = "Fig. 5 as the paper lays it out"
@@ -108,7 +108,7 @@ def read(at, reading: str):
         return at, heatmaps(spec), spec["layout"]["coloraxis"]["colorbar"]["title"]["text"], captions
     shown = viewer(at)
     low, high = shown["low"], shown["high"]
-    maps = [low + decode_png(url) / 255.0 * (high - low) for url in shown["maps"][0]]
+    maps = [low + decode_data_url(url) / 255.0 * (high - low) for url in shown["maps"][0]]
     return at, maps, shown["colourTitle"], captions
 
 
@@ -159,7 +159,7 @@ def test_nuclei_outlines_only_for_rgb_models_and_follow_every_transform(folder, 
     at = ok(at.sidebar.checkbox(key="outline_nuclei").check().run())
     expected = nuclei_masks(patch_pixels(shown)[None])[0]
     # The viewer outlines them on every orientation's panel, moved with the image by each turn in the browser.
-    np.testing.assert_array_equal(decode_png(viewer(at)["outlines"]), expected.astype(np.uint8) * 255)
+    np.testing.assert_array_equal(decode_data_url(viewer(at)["outlines"]), expected.astype(np.uint8) * 255)
     assert "White outlines: the nuclei" in " ".join(c.value for c in at.caption)
     at, *_ = read(at, "composite")
     contours = [c for c in json.loads(chart(at, "maps").proto.spec)["data"] if c["type"] == "contour"]

@@ -10,9 +10,10 @@ from test_app_ui import dev_card
 
 from app.analysis.compute import analyse
 from app.analysis.transforms import apply_element
+from app.pictures.encode import decode_data_url
 from app.pictures.map_style import colour_range, display_maps, overlay
 from app.pictures.plots import image_rgb
-from app.pictures.turn_frames import decode_png, frame_pixels, quantise, viewer_payload
+from app.pictures.turn_frames import frame_pixels, quantise, viewer_payload
 
 
 def payload_of(arch: str, mode: str = "robust"):
@@ -37,7 +38,7 @@ def test_an_equivariant_networks_moved_maps_are_its_maps_of_every_transform(arch
     computed = quantise(maps, low, high)  # (T, H, S, S): the network's maps of every g.x
     for t, move in enumerate(payload["moves"]):
         for h, source in enumerate(move["orientations"]):
-            moved = apply_element(decode_png(payload["maps"][0][source]), move["element"])
+            moved = apply_element(decode_data_url(payload["maps"][0][source]), move["element"])
             differ = moved.astype(int) - computed[t, h]
             # float32 round-off moves a value across a quantisation step at a few pixels, by one step at most
             assert np.abs(differ).max() <= 1 and np.count_nonzero(differ) <= 0.002 * differ.size, (t, h)
@@ -48,7 +49,7 @@ def test_a_planar_network_ships_its_maps_of_every_transform():
     assert not payload["exact"] and len(payload["maps"]) == len(analysis.elements)
     for t, move in enumerate(payload["moves"]):
         assert move["source"] == t and move["element"] == 0
-        q = decode_png(payload["maps"][t][0])
+        q = decode_data_url(payload["maps"][t][0])
         assert np.array_equal(q, quantise(maps[t, 0], low, high))
 
 
@@ -56,7 +57,7 @@ def test_a_frame_is_the_overlay_of_the_moved_image_and_map():
     analysis, maps, (low, high), payload = payload_of("a_p4cnn")
     t, h = 5 % len(analysis.elements), 2
     move = payload["moves"][t]
-    q = apply_element(decode_png(payload["maps"][0][move["orientations"][h]]), move["element"])
+    q = apply_element(decode_data_url(payload["maps"][0][move["orientations"][h]]), move["element"])
     expected = overlay(image_rgb(analysis.images[t]), q / 255.0, 0.0, 1.0, "viridis", 0.75)
     assert np.array_equal(frame_pixels(payload, t, h), expected)
     assert frame_pixels(payload, t, h).shape == (28, 28, 3)

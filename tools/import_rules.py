@@ -38,6 +38,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "app.region.demo": ("app.region.evaluation", "app.gallery", "app.analysis", "models"),
     "app.ui": ("app.ui",) + _APP_BELOW_UI,
     "app.main": ("app.ui",) + _APP_BELOW_UI,
+    # The start-up warm-up: computes what the page reads, draws nothing.
+    "app.warm": ("app.analysis", "models"),
     "benchmarks": ("benchmarks", "app", "training", "models"),
     "tools": ("tools",),
     "tests": ("tests", "tools", "benchmarks", "app", "training", "models"),

@@ -14,6 +14,7 @@ the uploaded file (never the temporary copy) and says what is wrong.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,8 @@ from models.card import validate_card
 from models.checkpoint import CARD_KEY, card_path
 from models.reference_import import read_state_dict, reference_card
 
-__all__ = ["CheckpointEntry", "list_checkpoints", "load_listed", "load_uploaded_checkpoint", "MAX_CHECKPOINT_BYTES",
+__all__ = ["CheckpointEntry", "checkpoint_folder",
+           "list_checkpoints", "load_listed", "load_uploaded_checkpoint", "MAX_CHECKPOINT_BYTES",
            "CheckpointError", "by_dataset", "DATASET_TITLES", "error_text", "upload_architectures"]
 
 MAX_CHECKPOINT_BYTES = 200 * 2**20
@@ -100,6 +102,11 @@ def by_dataset(entries: list[CheckpointEntry],
     lead = first.dataset_title if first is not None else None
     order = sorted(groups, key=lambda title: (title != lead, title == "unreadable", title))
     return {title: groups[title] for title in order}
+
+
+def checkpoint_folder() -> Path:
+    """The folder the app lists checkpoints from: ``$APP_CHECKPOINTS``, or ``checkpoints``."""
+    return Path(os.environ.get("APP_CHECKPOINTS", "checkpoints"))
 
 
 def list_checkpoints(folder: str | Path = "checkpoints") -> list[CheckpointEntry]:

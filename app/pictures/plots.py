@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from ..analysis.images import to_channels
 from ..analysis.padding import border_left_out
 from .arrows import ArrowField, PanelMosaic, arrow_polygons
+from .encode import png_data_url
 from .figures import ORIENTATION_COLOURS
 from .map_style import DIVERGING, MPL_COLOUR_MAPS, overlay
 
@@ -114,7 +115,10 @@ def _grid(rows: int, cols: int, titles: list[str]) -> dict:
 
 
 def _image(rgb: np.ndarray, panel: int) -> dict:
-    return dict(type="image", z=rgb, hoverinfo="skip", xaxis=_axis("x", panel), yaxis=_axis("y", panel))
+    """An image trace from uint8 pixels, shipped as a PNG (``source``): a fifth to a half of the same pixels as
+    JSON numbers (``z``), drawn on the same pixel grid."""
+    return dict(type="image", source=png_data_url(rgb), hoverinfo="skip", xaxis=_axis("x", panel),
+                yaxis=_axis("y", panel))
 
 
 def _heatmap(values: np.ndarray, panel: int, **style) -> dict:
@@ -212,32 +216,36 @@ def _title_of(layout: dict, panel: int, text: str) -> dict:
 
 def proof_figure(
     image: np.ndarray, maps: np.ndarray, expected: np.ndarray, titles: list[str], *, colorscale: str = "Viridis",
-    zmin: float = 0.0, zmax: float = 1.0, opacity: float = 0.6,
+    zmin: float = 0.0, zmax: float = 1.0,
 ) -> go.Figure:
-    """Three rows per orientation: maps(g.x), g.maps(x) (both over g.x, one colour scale) and their difference.
+    """The image g.x once, then three rows per orientation: maps(g.x), g.maps(x) (one colour scale) and their
+    difference, at the maps' own resolution (each map pixel over the image pixels it stands for).
 
     Args:
         image: ``(C, S, S)`` the transformed image g.x.
-        maps, expected: ``(H, S, S)`` upsampled.
+        maps, expected: ``(H, X, Y)``, not upsampled (what the proof's numbers are measured on).
         titles: one per orientation.
     """
-    count = len(maps)
+    count, size = len(maps), image.shape[-1]
     difference = maps - expected
     bound = float(np.abs(difference).max()) or 1e-12
-    layout = _grid(3, count, list(titles))
-    rgb = image_rgb(image)
-    data = []
+    columns = count + 1  # the image, then one column per orientation
+    titles = ["g.x"] + list(titles)
+    layout = _grid(3, columns, titles + [""] * (2 * columns))
+    step = size / maps.shape[-1]
+    place = dict(x0=(step - 1) / 2, dx=step, y0=(step - 1) / 2, dy=step)  # map pixel centres on the image grid
+    data = [_image(image_rgb(image), 0)]
     for h in range(count):
         for row, values in ((0, maps[h]), (1, expected[h])):
-            data.append(_image(rgb, row * count + h))
-            data.append(_heatmap(values, row * count + h, coloraxis="coloraxis", opacity=opacity,
-                                 hovertemplate="%{z:.4f}<extra></extra>"))
-        data.append(_heatmap(difference[h], 2 * count + h, coloraxis="coloraxis2",
-                             hovertemplate="%{z:.2e}<extra></extra>"))
+            data.append(_heatmap(values, row * columns + h + 1, coloraxis="coloraxis",
+                                 hovertemplate="%{z:.4f}<extra></extra>", **place))
+        data.append(_heatmap(difference[h], 2 * columns + h + 1, coloraxis="coloraxis2",
+                             hovertemplate="%{z:.2e}<extra></extra>", **place))
     for row, label in ((0, "maps(g.x)"), (1, "g.maps(x)"), (2, "difference")):
-        layout[f"yaxis{_axis('y', row * count)[1:]}"].update(visible=True, showticklabels=False, showgrid=False,
-                                                            zeroline=False, title=dict(text=label))
-    side = min(WIDTH_PX // max(count, 3), 320)
+        axis = _axis("y", row * columns + 1)
+        layout[f"yaxis{axis[1:]}"].update(visible=True, showticklabels=False, showgrid=False, zeroline=False,
+                                          title=dict(text=label))
+    side = min(WIDTH_PX // max(columns, 3), 320)
     layout.update(
         coloraxis=dict(colorscale=_colour_scale(colorscale), cmin=zmin, cmax=zmax,
                        colorbar=dict(len=0.62, y=0.69, thickness=12)),
@@ -264,7 +272,7 @@ def arrow_panels(field: ArrowField, images: np.ndarray, titles: list[str], *, co
     count, size = len(titles), field.image_size
     mosaic = PanelMosaic(count, size, columns)
     grey = np.round(mosaic.background(list(images)) * 255).astype(np.uint8)  # (height, width)
-    data = [dict(type="image", z=np.repeat(grey[..., None], 3, axis=-1), hoverinfo="skip")]
+    data = [dict(type="image", source=png_data_url(grey), hoverinfo="skip")]
     for h in range(len(field.directions)):
         polygons = np.concatenate([arrow_polygons(field, t, h, origin) for t, origin in enumerate(mosaic.origins)])
         gaps = np.full((len(polygons), 1, 2), np.nan)

@@ -15,22 +15,18 @@ Numpy in, JSON-ready dict out; no Streamlit.
 
 from __future__ import annotations
 
-import base64
-import io
-
 import numpy as np
-from PIL import Image
 
 from models import get_group
 
 from ..analysis.compute import Analysis, LayerMaps
 from ..analysis.padding import border_left_out
 from ..analysis.transforms import apply_element
+from .encode import decode_data_url, png_data_url, webp_data_url
 from .map_style import SHADE_FLOOR, colour_lut, overlay
 from .plots import PanelMarks, image_rgb
 
-__all__ = ["viewer_payload", "animation_payload", "quantise", "png_data_url", "webp_data_url", "frame_pixels",
-           "decode_png"]
+__all__ = ["viewer_payload", "animation_payload", "quantise", "frame_pixels"]
 
 
 def quantise(maps: np.ndarray, low: float, high: float) -> np.ndarray:
@@ -38,28 +34,6 @@ def quantise(maps: np.ndarray, low: float, high: float) -> np.ndarray:
     above (the colour index :func:`app.pictures.map_style.overlay` takes)."""
     t = np.clip((maps.astype(np.float64) - low) / (high - low), 0.0, 1.0)
     return np.round(t * 255).astype(np.uint8)
-
-
-def png_data_url(pixels: np.ndarray) -> str:
-    """A ``data:`` URL of a lossless PNG of uint8 ``(S, S)`` (grey) or ``(S, S, 3)`` (RGB) pixels; no colour
-    profile, so the browser's canvas reads back exactly these bytes."""
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG", compress_level=6)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def webp_data_url(pixels: np.ndarray, quality: int = 90) -> str:
-    """A ``data:`` URL of a lossy WebP of uint8 pixels: the animation's in-between frames, which are approximate
-    anyway (about a third of a PNG's bytes for an H&E patch)."""
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="WEBP", quality=quality)
-    return "data:image/webp;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def decode_png(url: str) -> np.ndarray:
-    """The pixels of a :func:`png_data_url` (tests and the animation's checks)."""
-    with Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))) as image:
-        return np.asarray(image).copy()
 
 
 def viewer_payload(analysis: Analysis, layer: LayerMaps, maps: np.ndarray, titles: list[str], *,
@@ -132,9 +106,9 @@ def frame_pixels(payload: dict, t: int, h: int) -> np.ndarray:
     the way the browser computes it (:func:`app.pictures.map_style.overlay` of the quantised positions); the browser
     test compares the two pixel for pixel."""
     move = payload["moves"][t]
-    image = decode_png(payload["image"]).transpose(2, 0, 1)  # (3, S, S)
+    image = decode_data_url(payload["image"]).transpose(2, 0, 1)  # (3, S, S)
     moved_image = apply_element(image, payload["elements"][t]).transpose(1, 2, 0)  # (S, S, 3)
-    q = decode_png(payload["maps"][move["source"]][move["orientations"][h]])
+    q = decode_data_url(payload["maps"][move["source"]][move["orientations"][h]])
     q = apply_element(q, move["element"])
     return overlay(moved_image, q / 255.0, 0.0, 1.0, payload["colormap"], payload["opacity"], payload["signed"])
 

@@ -9,7 +9,7 @@ import streamlit as st
 
 from ..analysis.cache import LRUCache, analysis_key, image_digest
 from ..analysis.compute import Analysis, analyse
-from ..analysis.padding import constant_images, padding_borders
+from ..analysis.padding import stored_borders
 from ..analysis.reductions import MapSelection
 from ..analysis.turning import TurnSequence, turning_maps
 from .inputs import LoadedModel
@@ -44,6 +44,6 @@ def turned(loaded: LoadedModel, image, layer_key: str, selection: MapSelection) 
 
 @st.cache_resource(max_entries=16)
 def padding_of(model_id: str, _loaded: LoadedModel) -> dict[str, int]:
-    """Once per model: every layer's padding border, measured on a constant image (:mod:`app.analysis.padding`)."""
-    return padding_borders([analyse(_loaded.model, _loaded.card, image, 0, {})
-                            for image in constant_images(_loaded.card)])
+    """Once per model: every layer's padding border, measured on constant images (:mod:`app.analysis.padding`),
+    or read from the store the last measurement (or ``python -m app.warm``) left."""
+    return stored_borders(_loaded.model, _loaded.card)

@@ -12,7 +12,6 @@ function returns None so that the page says what to do instead of failing.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from ..analysis.checkpoints import (
     CheckpointEntry,
     CheckpointError,
     by_dataset,
+    checkpoint_folder,
     list_checkpoints,
     load_uploaded_checkpoint,
     upload_architectures,
@@ -71,11 +71,6 @@ class ChosenImage:
     source: str
     microns_per_pixel: float | None
     true_label: str | None = None
-
-
-def checkpoint_folder() -> Path:
-    """``$APP_CHECKPOINTS`` or ``checkpoints``."""
-    return Path(os.environ.get("APP_CHECKPOINTS", "checkpoints"))
 
 
 @st.cache_resource(max_entries=8, show_spinner="Loading the model ...")

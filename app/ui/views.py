@@ -370,20 +370,19 @@ def show_proof(analysis: Analysis, layer: LayerMaps, display: Display, zrange: t
     """maps(g.x) beside g.maps(x), their difference, the max error; then every layer's error."""
     names = list(analysis.element_names)
     t = st.selectbox("Transform g", list(range(1, len(names))), format_func=lambda i: names[i], key="proof_element")
-    size = analysis.images.shape[-1]
-    maps, expected = layer.upsampled(size, "maps")[t], layer.upsampled(size, "expected")[t]
+    maps, expected = layer.maps[t], layer.expected[t]  # (H, X, Y): what the numbers are measured on
     left, right = st.columns(2)
     left.metric(f"max |maps(g.x) - g.maps(x)|, {layer.name}", f"{layer.max_abs_error[t]:.2e}")
     right.metric("relative to max |g.maps(x)|", f"{layer.relative_error[t]:.2e}")
     if not analysis.equivariant:
         st.warning("This is a planar CNN: it is not equivariant, and the differences show how far it is from it.")
     st.plotly_chart(proof_figure(analysis.images[t], maps, expected, orientation_titles(analysis, layer),
-                                 colorscale=display.colorscale, zmin=zrange[0], zmax=zrange[1],
-                                 opacity=display.opacity),
+                                 colorscale=display.colorscale, zmin=zrange[0], zmax=zrange[1]),
                     key="proof", config={"displaylogo": False})
-    st.caption("Top: the maps the network computed on the transformed image g.x. Middle: the maps of the "
-               "original x, moved by g (planes rotated with the image, orientation axis permuted). Bottom: their "
-               "difference, on its own symmetric scale. An equivariant network shows float32 round-off.")
+    st.caption("First the transformed image g.x. Top: the maps the network computed on g.x. Middle: the maps of "
+               "the original x, moved by g (planes rotated with the image, orientation axis permuted). Bottom: "
+               "their difference, on its own symmetric scale. An equivariant network shows float32 round-off. The "
+               "maps are shown at the layer's own resolution, where the numbers above are measured.")
     rows = [dict(layer=name, kind=kind, layout=lm.layout, max_abs_error=float(lm.max_abs_error.max()),
                  max_relative_error=float(lm.relative_error.max()))
             for kind, layers in (("attention", analysis.attention), ("features", analysis.features))
