@@ -1,6 +1,7 @@
 """The app's speed as a user sees it: per action, the click to the last change of the page in Chromium.
 
-This starts ``streamlit run app/main.py`` (headless, on a free port, with
+This runs ``python -m app.warm`` as ``make run`` does (``--no-warm``: not), then starts
+``streamlit run app/main.py`` (headless, on a free port, with
 ``APP_CHECKPOINTS`` on ``--checkpoints``, the repository's ``checkpoints/`` by
 default) and drives Debian's Chromium with Playwright's sync API in a
 1440 x 900 window. The page opens as the app opens it (for ``checkpoints/``
@@ -73,6 +74,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -462,12 +464,21 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def warm_up(folder: Path) -> float:
+    """``python -m app.warm`` on ``folder``, as ``make run`` runs it before the server; its seconds."""
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "app.warm"], cwd=REPO, env={**os.environ, "APP_CHECKPOINTS": str(folder)},
+                   check=True, capture_output=True)
+    return time.monotonic() - start
+
+
 def run(folder: Path, pages: list[str], keys: list[str], repeats: int, quiet_ms: float, timeout_s: float,
-        chromium: Path, port: int, workdir: Path) -> dict:
+        chromium: Path, port: int, workdir: Path, warm: bool = True) -> dict:
     """Every requested action on every requested page, in :data:`ACTIONS`' order; the report as a dict."""
     from benchmarks.train_step import instruction_sets
 
     results = []
+    warm_s = warm_up(folder) if warm else None
     with contextlib.ExitStack() as stack:
         playwright = stack.enter_context(sync_playwright())
         browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
@@ -491,7 +502,8 @@ def run(folder: Path, pages: list[str], keys: list[str], repeats: int, quiet_ms:
         chromium_version = browser.version
     return dict(cpu=cpu_model(), cpus=os.cpu_count(), instruction_set=instruction_sets(),
                 streamlit=importlib.metadata.version("streamlit"), chromium=chromium_version,
-                checkpoints=str(folder), viewport=VIEWPORT, quiet_ms=quiet_ms, timeout_s=timeout_s, repeats=repeats,
+                checkpoints=str(folder), warm_up_s=warm_s,
+                viewport=VIEWPORT, quiet_ms=quiet_ms, timeout_s=timeout_s, repeats=repeats,
                 results=[r.as_dict() for r in results])
 
 
@@ -504,6 +516,8 @@ def markdown(report: dict) -> str:
     lines = [f"CPU: {report['cpu']}, {report['cpus']} CPUs | {report['instruction_set']}",
              f"Streamlit {report['streamlit']} | Chromium {report['chromium']} | checkpoints {report['checkpoints']}"
              f" | still = {report['quiet_ms']:.0f} ms without a change | {report['repeats']} repeats",
+             "warm-up before the server (python -m app.warm, as make run): "
+             + ("none (--no-warm)" if report["warm_up_s"] is None else f"{report['warm_up_s']:.1f} s"),
              "", "| action | median s | min | max | KB received (median) | KB sent |", "|---|---|---|---|---|---|"]
     for r in report["results"]:
         name = r["label"] if r["page"] == "he" else f"{PAGES[r['page']]}: {r['label']}"
@@ -529,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="the server's port (default: a free one)")
     parser.add_argument("--chromium", type=Path, default=CHROMIUM, help="the Chromium executable")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--no-warm", action="store_true",
+                        help="start the server without make run's warm-up (python -m app.warm): the cold first page "
+                             "then measures the padding borders too, unless an earlier run stored them")
     args = parser.parse_args(argv)
     keys = [key.strip() for key in args.actions.split(",") if key.strip()]
     unknown = sorted(set(keys) - {a.key for a in ACTIONS})
@@ -543,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     pages = ["he", "rot_mnist"] if args.page == "both" else [args.page]
     with tempfile.TemporaryDirectory(prefix="browser_latency-") as workdir:
         report = run(args.checkpoints, pages, keys, args.repeats, args.quiet_ms, args.timeout, args.chromium,
-                     args.port, Path(workdir))
+                     args.port, Path(workdir), warm=not args.no_warm)
     print(markdown(report))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
