@@ -18,14 +18,15 @@ Required fields:
   ``bin_edges``, ``accuracy`` and ``count``, one value per bin);
 * ``equivariance_error``: a dict, or null where it was not measured.
 
-Optional: ``notes`` (list of str), ``source`` (str), ``parameters`` (int), ``training``, ``table1`` and
-``attention_on_nuclei`` (dicts). ``attention_on_nuclei`` (``benchmarks/attention_on_nuclei.py``) holds under
-``readings`` one entry per reading (``kept``, ``removed``, ``spatial``, ``composite``), each with ``what``,
-``summary_of`` (the layer its ``summary`` is of) and ``summary``, the layer readings also ``by_layer``; every
-summary maps a number (``spearman``, ``tissue_minus_background``, ...) to its ``mean``, ``low``, ``high``, ``sd``,
-``median``, ``share_positive`` and ``n`` over patches; ``layers`` lists the layers in forward order (the card's
-JSON sorts keys). Cards measured before the readings (retired ones) keep
-the older single-reading summary.
+Optional: ``notes`` (list of str), ``source`` (str), ``parameters`` (int), ``weights_sha256`` (64 hex digits:
+:func:`models.checkpoint.weights_digest` of the weights the card describes; loading refuses weights that do not
+match it), ``training``, ``table1`` and ``attention_on_nuclei`` (dicts). ``attention_on_nuclei``
+(``benchmarks/attention_on_nuclei.py``) holds under ``readings`` one entry per reading (``kept``, ``removed``,
+``spatial``, ``composite``), each with ``what``, ``summary_of`` (the layer its ``summary`` is of) and ``summary``,
+the layer readings also ``by_layer``; every summary maps a number (``spearman``, ``tissue_minus_background``, ...)
+to its ``mean``, ``low``, ``high``, ``sd``, ``median``, ``share_positive`` and ``n`` over patches; ``layers`` lists
+the layers in forward order (the card's JSON sorts keys). Cards measured before the readings (retired ones) keep the
+older single-reading summary.
 """
 
 from __future__ import annotations
@@ -109,6 +110,10 @@ def validate_card(card, where: str = "model card") -> None:
         bad("source", "a str")
     if "parameters" in card and (not isinstance(card["parameters"], int) or isinstance(card["parameters"], bool)):
         bad("parameters", "an int")
+    digest = card.get("weights_sha256")
+    if digest is not None and not (isinstance(digest, str) and len(digest) == 64
+                                   and all(c in "0123456789abcdef" for c in digest)):
+        bad("weights_sha256", "64 lowercase hex digits")
     for key in OPTIONAL_DICTS:
         if key in card and not isinstance(card[key], dict):
             bad(key, "a dict")

@@ -10,12 +10,19 @@ The card's fields and their types are those of :mod:`models.card`, whose
 takes an image (``(pixels - mean) / std``, transposed first when
 ``transposed`` is true); ``dataset``, ``class_names``, ``metrics`` and
 ``equivariance_error`` describe it.
+
+A checkpoint knows when it is damaged: the card records ``weights_sha256``, a digest of every tensor
+(:func:`weights_digest`), and the file's metadata a digest of the embedded card's text, so a changed byte of
+either is refused with a message rather than loaded as other weights. Weights holding NaN or infinity are
+refused in every format (:func:`load_state`, which the paper's ``.pth`` files go through too).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -28,9 +35,20 @@ from .equivariance import logit_invariance_error
 from .network import Network
 from .registry import build_model, model_info
 
-__all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError", "card_path", "validate_card"]
+__all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError", "card_path", "validate_card", "weights_digest"]
 
 CARD_KEY = "model_card"
+CARD_DIGEST_KEY = "model_card_sha256"  # metadata: SHA-256 of the embedded card's text
+
+
+def weights_digest(tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor in name order: its name, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().contiguous().cpu()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def card_path(path: str | Path) -> Path:
@@ -67,14 +85,15 @@ def save_checkpoint(model: Network, path: str | Path, card: dict | None = None) 
             "max_relative_logit_error": logit_invariance_error(model, x.double()),
             "measured_on": "2 random N(0, 1) inputs, float64, every group element",
         }
+    tensors = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
+    card["weights_sha256"] = weights_digest(tensors)
     validate_card(card)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
     text = json.dumps(card, indent=2, sort_keys=True)
     # Write to temporary names and rename, so an interrupted save never leaves half a file.
     tmp_weights, tmp_card = path.with_suffix(".safetensors.tmp"), path.with_suffix(".json.tmp")
-    save_file(tensors, str(tmp_weights), metadata={CARD_KEY: text})
+    save_file(tensors, str(tmp_weights), metadata={CARD_KEY: text, CARD_DIGEST_KEY: _text_digest(text)})
     tmp_card.write_text(text + "\n")
     for tmp in (tmp_weights, tmp_card):
         tmp.chmod(0o644)  # safetensors writes 0600; checkpoints are shared (e.g. read by the app's non-root user)
@@ -101,9 +120,12 @@ def load_checkpoint(path: str | Path) -> tuple[Network, dict]:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{path} is not a readable safetensors file ({err})") from None
+    embedded = metadata.get(CARD_KEY)
+    if embedded is not None and CARD_DIGEST_KEY in metadata and _text_digest(embedded) != metadata[CARD_DIGEST_KEY]:
+        raise CheckpointError(f"{path} is damaged: its embedded model card does not match the digest stored with it")
     side_card = card_path(path)
     try:
-        text = side_card.read_text() if side_card.is_file() else metadata.get(CARD_KEY)
+        text = side_card.read_text() if side_card.is_file() else embedded
         if text is None:
             raise CheckpointError(f"{path} has no model card (neither {side_card.name} nor embedded metadata)")
         card = json.loads(text)
@@ -120,14 +142,27 @@ def load_checkpoint(path: str | Path) -> tuple[Network, dict]:
     group = model.group.name if model.group else None
     if card["group"] != group:
         raise CheckpointError(f"model card of {path}: group {card['group']!r}, but {card['arch']} has group {group!r}")
+    if "weights_sha256" in card and weights_digest(tensors) != card["weights_sha256"]:
+        raise CheckpointError(f"{path} is damaged: its weights do not match the digest its model card records "
+                              "(weights_sha256); get the file again")
     load_state(model, tensors, str(path))
     return model.eval(), card
 
 
+def _text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def load_state(model: torch.nn.Module, state: dict, source: str) -> None:
-    """``load_state_dict(strict=True)`` with an error that lists what does not fit."""
+    """``load_state_dict(strict=True)`` with an error that lists what does not fit, and none for weights that hold
+    NaN or infinity (a damaged file, or a diverged run: its outputs would be NaN)."""
     wrong = differences(shapes_of(model.state_dict()), shapes_of(state))
     if wrong:
         arch = getattr(model, "arch", type(model).__name__)
         raise CheckpointError(f"{source} does not fit {arch}: {wrong}")
+    broken = [name for name, t in state.items()
+              if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if broken:
+        raise CheckpointError(f"{source} holds NaN or infinite weights ({', '.join(broken[:3])}"
+                              f"{', ...' if len(broken) > 3 else ''}): damaged, or from a run that diverged")
     model.load_state_dict(state, strict=True)
