@@ -4,6 +4,7 @@ release on the same 1,944 test patches, each of the paper's claims a paired test
     python -m training table3 results/pcam_table3                     # the table and the claims, from what exists
     python -m training table3 results/pcam_table3 --runs-dir ../runs  # unfinished runs say how far they got
     python -m training table3 results/pcam_table3 --record --runs-dir ../runs   # record finished runs' predictions
+    python -m training table3 results/pcam_table3_seeds --record --runs-dir ../runs --sweep table3_seeds
     python -m training table3 results/pcam_table3 --write             # and rewrite README.md, docs/pathology.md
     python -m training table3 results/pcam_table3 --release --write   # measure the release again, keep its summary
     python -m training table3 --stand-in p4m_densenet=results/pcam_test_predictions/p4m_densenet_pcam.json
@@ -297,15 +298,16 @@ def block(models: dict[str, Model], claim_list: list[dict], folder: str = "resul
     )
 
 
-def record_runs(folder: Path, runs_dir: Path, load_test, log=print) -> list[Path]:
-    """Record each finished run's predictions (its card in ``folder``, its checkpoint in its run folder) where
-    the record is missing or of another card or checkpoint; returns the records written."""
+def record_runs(folder: Path, runs_dir: Path, load_test, log=print, sweep: str = "table3") -> list[Path]:
+    """Record each finished run of ``sweep`` (``table3``, or ``table3_seeds``: seeds 1 and 2), its card in
+    ``folder`` and its checkpoint in its run folder, where the record is missing or of another card or checkpoint;
+    returns the records written."""
     written = []
-    for name in MODELS:
-        card = folder / f"{name}-seed{SEED}.json"
+    for name, seed in SWEEPS[sweep].order():
+        card = folder / f"{name}-seed{seed}.json"
         if not card.is_file():
             continue
-        best = run_folder(runs_dir, SWEEP, name, SEED) / BEST
+        best = run_folder(runs_dir, SWEEPS[sweep], name, seed) / BEST
         out = folder / PREDICTIONS / card.name
         if out.is_file():
             kept = json.loads(out.read_text())
@@ -322,9 +324,10 @@ def record_runs(folder: Path, runs_dir: Path, load_test, log=print) -> list[Path
         result = prediction_record(
             best, test, data_identity(test), threads=torch.get_num_threads(), shown_as=_relative(best),
             card_file=card, card_shown_as=_relative(card),
-            what=f"{name} seed {SEED} of the sweep table3: its tumour probability on each of the {len(test)} test "
+            what=f"{name} seed {seed} of the sweep {sweep}: its tumour probability on each of the {len(test)} test "
                  "patches of pcam_public (tests/test_table3.py holds its card to it)",
-            how_made=f"python -m training table3 {_relative(folder)} --record --runs-dir {_relative(runs_dir)}")
+            how_made=f"python -m training table3 {_relative(folder)} --record --runs-dir {_relative(runs_dir)}"
+                     + ("" if sweep == "table3" else f" --sweep {sweep}"))
         out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out, (json.dumps(result, indent=1) + "\n").encode())
         log(f"{name}: recorded -> {out}")
@@ -349,6 +352,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write", action="store_true",
                         help=f"rewrite {' and '.join(DOCUMENTS)} between their table3 markers and keep the "
                              "release's summary")
+    parser.add_argument("--sweep", choices=("table3", "table3_seeds"), default="table3",
+                        help="whose runs --record records (table3_seeds: seeds 1 and 2; the table and the claims are "
+                             "seed 0's, table3's)")
     parser.add_argument("--stand-in", action="append", default=[], metavar="MODEL=RECORD",
                         help="use this prediction record in MODEL's place (a demonstration: never written)")
 
@@ -370,13 +376,19 @@ def run(args: argparse.Namespace, log=print) -> int:
     if args.record and not args.runs_dir:
         log("error: --record needs --runs-dir (where the checkpoints are)")
         return 2
+    if args.sweep != "table3" and not args.record:
+        log(f"error: --sweep {args.sweep} only records its runs' predictions (--record --runs-dir): the table and "
+            "the claims over seeds are not built yet")
+        return 2
     runs_dir = Path(args.runs_dir) if args.runs_dir else None
     try:
         names, labels = read_test_labels(args.data_dir)
         listing = listing_sha256(names, labels)
         test = functools.cache(lambda: load_dataset("pcam_public", args.data_dir).test)
         if args.record:
-            record_runs(folder, runs_dir, test, log)
+            record_runs(folder, runs_dir, test, log, args.sweep)
+            if args.sweep != "table3":
+                return 0
         models = ours(folder, labels, listing, runs_dir, stand_ins)
         stored_file = folder / RELEASE_FILE
         stored = json.loads(stored_file.read_text()) if stored_file.is_file() else None
