@@ -150,6 +150,15 @@ function colourBar(data) {
   return bar;
 }
 
+function button(text, dataset, title) {
+  const element = document.createElement("button");
+  element.type = "button";
+  element.textContent = text;
+  element.title = title;
+  Object.assign(element.dataset, dataset);
+  return element;
+}
+
 function elementOf(turn, mirror) {
   return turn / 90 + (mirror ? 4 : 0);
 }
@@ -162,37 +171,19 @@ export default function ({ data, parentElement, setTriggerValue }) {
   root.viewerData = data; // what it draws from, for the browser test to recompute a frame
   const controls = document.createElement("div");
   controls.className = "controls";
-  const turns = [0, 90, 180, 270].map((degrees) => {
-    const button = document.createElement("button");
-    button.type = "button";
-    button.dataset.turn = String(degrees);
-    button.textContent = `${degrees}°`;
-    button.title = `Show the image turned by ${degrees}° counter-clockwise (no new computation)`;
-    return button;
-  });
+  const turns = [0, 90, 180, 270].map((degrees) => button(`${degrees}°`, { turn: String(degrees) },
+    `Show the image turned by ${degrees}° counter-clockwise (no new computation)`));
   const label = document.createElement("span");
   label.className = "label";
   label.textContent = "Turn the image";
   controls.append(label, ...turns);
-  let mirror = null;
-  if (data.mirrors) {
-    mirror = document.createElement("button");
-    mirror.type = "button";
-    mirror.dataset.mirror = "";
-    mirror.textContent = "Mirror";
-    mirror.title = "Flip the rows after turning (the p4m group's mirrors)";
-    controls.append(mirror);
-  }
-  let play = null;
-  if (data.canTurn) {
-    play = document.createElement("button");
-    play.type = "button";
-    play.dataset.play = "";
-    play.textContent = "▶ Watch it turn";
-    play.title = "Turn the image through 360° in 5° steps (one batched pass of the network) and play it: exact at "
-      + "quarter turns, approximate in between, where the pixels are resampled";
-    controls.append(play);
-  }
+  const mirror = data.mirrors
+    ? button("Mirror", { mirror: "" }, "Flip the rows after turning (the p4m group's mirrors)") : null;
+  const play = data.canTurn
+    ? button("▶ Watch it turn", { play: "" }, "Turn the image through 360° in 5° steps (batched passes of the "
+      + "network) and play it: exact at quarter turns, approximate in between, where the pixels are resampled")
+    : null;
+  controls.append(...[mirror, play].filter(Boolean));
   const status = document.createElement("span");
   status.className = "status";
   controls.append(status);
