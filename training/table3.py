@@ -5,6 +5,7 @@ release on the same 1,944 test patches, each of the paper's claims a paired test
     python -m training table3 results/pcam_table3 --runs-dir ../runs  # unfinished runs say how far they got
     python -m training table3 results/pcam_table3 --record --runs-dir ../runs   # record finished runs' predictions
     python -m training table3 results/pcam_table3_seeds --record --runs-dir ../runs --sweep table3_seeds
+    python -m training table3 --seeds                                 # every seed recorded: training/table3_seeds
     python -m training table3 results/pcam_table3 --write             # and rewrite README.md, docs/pathology.md
     python -m training table3 results/pcam_table3 --release --write   # measure the release again, keep its summary
     python -m training table3 --stand-in p4m_densenet=results/pcam_test_predictions/p4m_densenet_pcam.json
@@ -34,6 +35,7 @@ import torch
 
 from models import load_checkpoint
 
+from . import table3_seeds
 from .atomic import write_atomic
 from .data import DataError, load_dataset
 from .metrics import confidence_intervals
@@ -352,6 +354,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write", action="store_true",
                         help=f"rewrite {' and '.join(DOCUMENTS)} between their table3 markers and keep the "
                              "release's summary")
+    parser.add_argument("--seeds", action="store_true",
+                        help="the table and the claims over every seed recorded (training/table3_seeds.py); prints")
     parser.add_argument("--sweep", choices=("table3", "table3_seeds"), default="table3",
                         help="whose runs --record records (table3_seeds: seeds 1 and 2; the table and the claims are "
                              "seed 0's, table3's)")
@@ -384,6 +388,12 @@ def run(args: argparse.Namespace, log=print) -> int:
     try:
         names, labels = read_test_labels(args.data_dir)
         listing = listing_sha256(names, labels)
+        if args.seeds and not args.record:
+            records = table3_seeds.seed_records(MODELS, listing)
+            ours_claims = [claim for claim in CLAIMS if RELEASE not in claim[:2]]
+            log(table3_seeds.seeds_markdown(MODELS, table3_seeds.model_rows(records, labels), ours_claims, records,
+                                            labels))
+            return 0
         test = functools.cache(lambda: load_dataset("pcam_public", args.data_dir).test)
         if args.record:
             record_runs(folder, runs_dir, test, log, args.sweep)
