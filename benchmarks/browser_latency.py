@@ -517,7 +517,7 @@ def markdown(report: dict) -> str:
              f"Streamlit {report['streamlit']} | Chromium {report['chromium']} | checkpoints {report['checkpoints']}"
              f" | still = {report['quiet_ms']:.0f} ms without a change | {report['repeats']} repeats",
              "warm-up before the server (python -m app.warm, as make run): "
-             + ("none (--no-warm)" if report["warm_up_s"] is None else f"{report['warm_up_s']:.1f} s"),
+             + ("none (--no-warm)" if report.get("warm_up_s") is None else f"{report['warm_up_s']:.1f} s"),
              "", "| action | median s | min | max | KB received (median) | KB sent |", "|---|---|---|---|---|---|"]
     for r in report["results"]:
         name = r["label"] if r["page"] == "he" else f"{PAGES[r['page']]}: {r['label']}"

@@ -142,10 +142,10 @@ def load_checkpoint(path: str | Path) -> tuple[Network, dict]:
     group = model.group.name if model.group else None
     if card["group"] != group:
         raise CheckpointError(f"model card of {path}: group {card['group']!r}, but {card['arch']} has group {group!r}")
+    load_state(model, tensors, str(path))  # first: weights of another architecture are named as such
     if "weights_sha256" in card and weights_digest(tensors) != card["weights_sha256"]:
         raise CheckpointError(f"{path} is damaged: its weights do not match the digest its model card records "
                               "(weights_sha256); get the file again")
-    load_state(model, tensors, str(path))
     return model.eval(), card
 
 
