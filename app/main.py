@@ -179,7 +179,7 @@ def main() -> None:
         border = borders.get(layer_key, 0)
         zrange = value_range(layer, display, size, border)
         with right:
-            show_maps(current, layer, display, zrange, marks, border, MAPS_WIDTH_PX,
+            show_maps(current, layer, display, zrange, marks, border,
                       turning=functools.partial(turned, loaded, image, layer_key, layer.selection))
 
     pathology = is_pathology(card)

@@ -33,6 +33,10 @@ def test_both_builds_are_timed_for_every_shape_and_pass(monkeypatch, capsys):
     assert len(rows) == 4  # two shapes x (forward, forward + backward)
     for row in rows:
         before, after, ratio = map(float, row[-3:])
-        assert before > 0 and after > 0 and ratio == pytest.approx(before / after, rel=0.1)
+        # The times are printed to 0.01 ms and the ratio is of the unrounded ones: at 0.07 ms, rounding alone
+        # moves before / after by 15 %, so the ratio must lie within what the printed times allow.
+        half = 0.005
+        assert before > 0 and after > 0
+        assert (before - half) / (after + half) - 0.01 <= ratio <= (before + half) / max(after - half, 1e-9) + 0.01
     # The tree's own build is back in place afterwards.
     assert attention_kernels.SOURCE.parent.name == "cpu"

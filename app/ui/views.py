@@ -222,7 +222,7 @@ def _padding_everywhere(border: int, size: int, consequence: str) -> str:
 
 
 def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
-              marks: PanelMarks | None, border: int = 0, width_px: int = 0, key: str = "maps",
+              marks: PanelMarks | None, border: int = 0, key: str = "maps",
               turning: Callable[[], TurnSequence] | None = None) -> None:
     """One panel per orientation of the current image's maps, over or beside the image, one colour scale, in the
     turn viewer; ``key`` tells it from others of the page. ``turning`` gives the layer's maps of the image turned
