@@ -27,6 +27,7 @@ from PIL import Image
 from ..analysis.compute import analyse
 from ..analysis.images import fit_to_model, read_image
 from ..analysis.pcam_public import public_folder, test_patches
+from ..analysis.readings import BRIGHT, COMPOSITE, LABELS
 from .arrows import ArrowField, arrow_field
 from .figures import draw_arrow_panel, png_bytes
 
@@ -42,7 +43,6 @@ DEFAULT_FILES = (
     "test/005dbb73a8d6dc089d58bcfac5844f231583f0b5.jpg",
     "test/031657837428d0ec714aea91384388dbd4e841ed.jpg",
 )
-BRIGHT = "bright: removed more"
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,9 @@ def fig5_png(model, card: dict, images: list[np.ndarray], titles: list[str],
                      fontsize=8)
         bar = fig.colorbar(shown, ax=list(axes), fraction=0.012, pad=0.01, format="%.1e")
         bar.ax.tick_params(labelsize=6)
-    fig.suptitle("The paper's Fig. 5 picture: product over the attentive layers of the spatial attention alpha_s "
-                 f"(what each layer removes), {BRIGHT}\nper patch: the patch, its map summed over orientations "
+    # The readings' own words (app.analysis.readings), as the page's captions use them.
+    fig.suptitle(f"The paper's Fig. 5 picture: {LABELS[COMPOSITE]}. {BRIGHT[COMPOSITE]}\n"
+                 "Per patch: the patch, its map summed over orientations "
                  "(one log colour scale per row), and the arrows of the orientations whose map stands out there "
                  "(ratios; solid: rotations, hollow: mirrored)", fontsize=9)
     return png_bytes(fig, dpi)
