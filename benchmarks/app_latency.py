@@ -9,9 +9,9 @@ without Streamlit:
   (:func:`app.analysis.images.read_image`, :func:`app.analysis.images.fit_to_model`);
 * ``analyse``: one batched forward pass over every group transform, every
   layer's maps and the proof (:func:`app.analysis.compute.analyse`);
-* ``maps``: the per-orientation panels of the default layer (:func:`app.pictures.plots.map_panels`);
-* ``arrows``: the arrow field of that layer and its picture for every transform
-  (:func:`app.pictures.arrows.arrow_field`, :func:`app.ui.views.arrows_figure`);
+* ``maps``: the turn viewer's payload of the default layer, as JSON (:func:`app.ui.views.maps_payload`);
+* ``arrows``: the default arrow field and its picture for every transform
+  (:func:`app.ui.views.default_arrow_field`, :func:`app.ui.views.arrows_figure`);
 * ``proof``: the proof figure of the first non-identity transform (:func:`app.pictures.plots.proof_figure`);
 * ``prediction``: the probability chart, and the reliability diagram for pathology models;
 * ``nuclei``: for pathology models, the "Attention on nuclei" tab (the first attentive layer against
@@ -72,20 +72,17 @@ from app.analysis.images import fit_to_model, read_image  # noqa: E402
 from app.analysis.nuclei import attention_on_nuclei  # noqa: E402
 from app.analysis.pathology import is_pathology  # noqa: E402
 from app.gallery import list_gallery  # noqa: E402
-from app.pictures.arrows import arrow_field  # noqa: E402
-from app.pictures.map_style import display_maps  # noqa: E402
 from app.pictures.plots import (  # noqa: E402
-    map_panels,
     probability_figure,
     proof_figure,
     reliability_figure,
 )
 from app.ui.views import (  # noqa: E402
     Display,
-    arrow_spacing,
     arrows_figure,
-    default_arrow_key,
+    default_arrow_field,
     default_layer_key,
+    maps_payload,
     nuclei_panels,
     orientation_titles,
     panel_marks,
@@ -150,22 +147,14 @@ def page(model: models.Network, card: dict, data: bytes, clock: Callable[[], flo
     display = Display(range_mode="equalised" if is_pathology(card) else "robust")
     zrange = value_range(layer, display, size)
     marks = panel_marks(card, size, None)
-    maps = map_panels(current.images[0], display_maps(layer, size, display.range_mode, transform=0),
-                      orientation_titles(current, layer), colorscale=display.shown_colorscale,
-                      opacity=display.opacity, zmin=zrange[0], zmax=zrange[1],
-                      colour_title="attention" if kind == "attention" else "|features|", marks=marks,
-                      style=display.style, signed=display.signed)
+    json.dumps(maps_payload(current, layer, display, zrange, marks))  # the component's data, serialised as sent
     times["maps"] = clock() - start
 
     start = clock()
-    figures = [maps]
-    arrow_key = default_arrow_key(current)
-    if arrow_key is not None:
-        arrow_kind, arrow_name = arrow_key.split("/", 1)
-        arrow_layer = getattr(current, arrow_kind)[arrow_name]
-        mode = "dominant" if arrow_layer.orientations > 4 else "selectivity"
-        figures.append(arrows_figure(arrow_field(arrow_layer, size, spacing=arrow_spacing(size), mode=mode),
-                                     current))
+    figures = []
+    _, field = default_arrow_field(current, {})
+    if field is not None:
+        figures.append(arrows_figure(field, current))
     times["arrows"] = clock() - start
 
     start = clock()

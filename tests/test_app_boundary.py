@@ -16,7 +16,7 @@ def fail(*args, **kwargs):
 
 
 def test_a_failing_view_shows_a_message_and_logs_the_traceback(dev_folder, monkeypatch, caplog):  # noqa: F811
-    monkeypatch.setattr(views, "viewer_payload", fail)  # show_maps builds its viewer with it
+    monkeypatch.setattr(views, "turn_viewer", fail)  # show_maps mounts its viewer with it
     with caplog.at_level(logging.ERROR, logger="app"):
         at = start_app(monkeypatch, dev_folder)
     assert not at.exception
@@ -32,7 +32,7 @@ def test_a_failing_view_shows_a_message_and_logs_the_traceback(dev_folder, monke
 
 
 def test_the_app_serves_again_once_the_fault_is_gone(dev_folder, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(views, "viewer_payload", fail)
+    monkeypatch.setattr(views, "turn_viewer", fail)
     at = start_app(monkeypatch, dev_folder)
     assert at.error
     monkeypatch.undo()

@@ -65,7 +65,7 @@ def angle_deviation(original: Analysis, rotated: Analysis, degrees: float) -> An
         for name, layer in layers.items():
             before = upsample(torch.from_numpy(layer.maps[:1]), size)[0].numpy()  # (H, S, S)
             after = upsample(torch.from_numpy(getattr(rotated, kind)[name].maps[:1]), size)[0].numpy()
-            errors[f"{kind}/{name}"] = disc_deviation(before, after, degrees, group)
+            errors[f"{kind}/{name}"] = disc_deviation(before, after, degrees, group)[0]
     return AngleDeviation(
         degrees=float(degrees),
         quarter_turns=int(round(degrees / 90)) % 4,
@@ -75,10 +75,11 @@ def angle_deviation(original: Analysis, rotated: Analysis, degrees: float) -> An
     )
 
 
-def disc_deviation(before: np.ndarray, after: np.ndarray, degrees: float, group: Group, typical: bool = False) -> float:
-    """max |maps(R x) - R maps(x)| / max |R maps(x)| inside the inscribed disc, less a one-pixel margin; with
-    ``typical``, mean |maps(R x) - R maps(x)| / mean |R maps(x)| there instead (the worst pixel of a resampled
-    texture can be off by the whole range while the map as a whole follows the image).
+def disc_deviation(before: np.ndarray, after: np.ndarray, degrees: float, group: Group) -> tuple[float, float]:
+    """How far maps(R x) are from R maps(x) inside the inscribed disc, less a one-pixel margin: the worst pixel,
+    max |maps(R x) - R maps(x)| / max |R maps(x)|, and the typical one, mean |maps(R x) - R maps(x)| / mean
+    |R maps(x)| (the worst pixel of a resampled texture can be off by the whole range while the map as a whole
+    follows the image).
 
     Args:
         before: ``(H, S, S)`` maps(x), upsampled to the image.
@@ -86,6 +87,9 @@ def disc_deviation(before: np.ndarray, after: np.ndarray, degrees: float, group:
         degrees: the angle; the orientation axis (when H is the group's order) is re-indexed by the nearest
             quarter turn.
         group: the group whose rotation re-indexes the orientations.
+
+    Returns:
+        ``(worst, typical)``.
     """
     size = before.shape[-1]
     if before.shape[0] == group.order:
@@ -94,7 +98,11 @@ def disc_deviation(before: np.ndarray, after: np.ndarray, degrees: float, group:
     u = np.arange(size) - (size - 1) / 2
     inside = (u[:, None] ** 2 + u[None, :] ** 2) <= radius**2  # (S, S)
     expected = rotate_by_angle(before, degrees)[:, inside]  # (H, pixels in the disc)
-    reduce = np.mean if typical else np.max
-    scale = reduce(np.abs(expected))
-    diff = reduce(np.abs(after[:, inside] - expected))
-    return float(diff / scale if scale > 0 else diff)
+    difference = np.abs(after[:, inside] - expected)
+    expected = np.abs(expected)
+
+    def relative(reduce) -> float:
+        scale, diff = reduce(expected), reduce(difference)
+        return float(diff / scale if scale > 0 else diff)
+
+    return relative(np.max), relative(np.mean)

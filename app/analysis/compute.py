@@ -45,7 +45,8 @@ from .reductions import (
 )
 from .transforms import apply_element
 
-__all__ = ["LayerMaps", "Analysis", "analyse", "display_group", "moved_by_every_element", "proof_errors"]
+__all__ = ["LayerMaps", "Analysis", "analyse", "display_group", "moved_by_every_element", "proof_errors",
+           "user_features"]
 
 FEATURE_DESCRIPTION = "Response strength: mean over channels of |features| (before batch norm), per orientation."
 PLANAR_FEATURE_DESCRIPTION = "Response strength: mean over channels of |features|; a planar layer has no orientations."
@@ -238,10 +239,15 @@ def _composite_maps(user: Mapping[str, AttentionParts], group: Group, size: int)
     return _layer_maps("composite", "composite", "composite", COMPOSITE_DESCRIPTION, maps, expected)
 
 
+def user_features(features: torch.Tensor, frame: InputFrame) -> torch.Tensor:
+    """A convolution's traced features as the page shows them: in the user's frame, reduced to one response
+    strength map per orientation, ``(B, H, X, Y)`` (H = 1 for a planar layer)."""
+    return reduce_features(frame.to_user(features, (2,) if features.dim() == 5 else ()))
+
+
 def _feature_maps(name: str, features: torch.Tensor, frame: InputFrame, group: Group) -> LayerMaps:
     axes = (2,) if features.dim() == 5 else ()
-    user = frame.to_user(features, axes)
-    maps = reduce_features(user)  # (T, H, X, Y)
+    maps = user_features(features, frame)  # (T, H, X, Y)
     # g only moves entries (planes and the orientation axis), and the mean of |f| over channels sums the same
     # values in the same order wherever they are: moving the reduced map is exactly reducing the moved features,
     # at 1 / C of the cost.

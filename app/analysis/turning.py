@@ -19,9 +19,9 @@ import torch
 from models import Network
 
 from .angles import disc_deviation
-from .compute import display_group
+from .compute import display_group, user_features
 from .frames import InputFrame
-from .reductions import MapSelection, reduce_attention, reduce_features, upsample
+from .reductions import MapSelection, reduce_attention, upsample
 from .transforms import rotate_by_angle
 
 __all__ = ["TurnSequence", "turning_maps", "BATCH"]
@@ -77,13 +77,11 @@ def turning_maps(model: Network, card: dict, image: np.ndarray, layer_key: str, 
             if kind == "attention" and name in trace.attention:
                 reduced = reduce_attention(frame.attention_to_user(trace.attention[name]), selection)
             elif kind == "features" and name in trace.features:
-                features = trace.features[name]
-                reduced = reduce_features(frame.to_user(features, (2,) if features.dim() == 5 else ()))
+                reduced = user_features(trace.features[name], frame)
             else:
                 raise ValueError(f"the model traces no layer {layer_key!r}")
             maps.append(upsample(reduced.float(), size).numpy())  # (B, H, S, S)
     maps = np.concatenate(maps)
     group = display_group(model)
-    deviations = np.array([disc_deviation(maps[0], maps[i], d, group) for i, d in enumerate(degrees)])
-    typical = np.array([disc_deviation(maps[0], maps[i], d, group, typical=True) for i, d in enumerate(degrees)])
+    deviations, typical = np.array([disc_deviation(maps[0], maps[i], d, group) for i, d in enumerate(degrees)]).T
     return TurnSequence(degrees, images, maps, deviations, typical, np.concatenate(probabilities))

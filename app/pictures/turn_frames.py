@@ -45,8 +45,9 @@ def viewer_payload(analysis: Analysis, layer: LayerMaps, maps: np.ndarray, title
     Args:
         analysis: the image's analysis (transform 0 is the image as given).
         layer: the layer shown (its :attr:`~app.analysis.compute.LayerMaps.orientations` panels).
-        maps: ``(T, H, S, S)`` the layer's maps of every transform as coloured
-            (:func:`app.pictures.map_style.display_maps`).
+        maps: the layer's maps as coloured (:func:`app.pictures.map_style.display_maps`): ``(1, H, S, S)``, the
+            image's alone, for an equivariant network (the browser moves them); ``(T, H, S, S)``, every
+            transform's, for a planar one.
         titles: one per orientation.
         zrange: the colour range, shared by every panel and transform.
         colormap: matplotlib's name of the colour map (the LUT the browser blends with).
@@ -62,8 +63,7 @@ def viewer_payload(analysis: Analysis, layer: LayerMaps, maps: np.ndarray, title
     equivariant = analysis.equivariant
     group = get_group(analysis.group)
     orientations = layer.orientations
-    shipped = maps[:1] if equivariant else maps  # (1 or T, H, S, S)
-    quantised = quantise(shipped, low, high)
+    quantised = quantise(maps, low, high)
     moves = []
     for t, g in enumerate(analysis.elements):
         if equivariant:

@@ -48,11 +48,13 @@ def turn_viewer(payload: dict, key: str = "turn_viewer", animation: Callable[[st
     out) it offers "Watch it turn", and adds the animation once the user has asked for it on this picture."""
     state_key = f"{key}-turning"
     if animation is not None:
-        picture = picture_key(payload)
-        if st.session_state.get(state_key) == PENDING:  # the button was pressed on the picture drawn last run
-            st.session_state[state_key] = picture
+        asked = st.session_state.get(state_key)
+        # Hashing the payload (hundreds of KB) only once the button was pressed: not on every rerun of the page.
+        picture = picture_key(payload) if asked is not None else None
+        if asked == PENDING:  # the button was pressed on the picture drawn last run
+            st.session_state[state_key] = asked = picture
         payload = dict(payload, canTurn=True)
-        if st.session_state.get(state_key) == picture:
+        if picture is not None and asked == picture:
             with st.spinner("Turning the image through 360° ..."):
                 payload["animation"] = animation(picture)
     _VIEWER(key=key, data=payload, height="content", on_turn_change=functools.partial(_ask_to_turn, state_key))

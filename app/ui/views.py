@@ -50,8 +50,8 @@ from ..pictures.turn_frames import animation_payload, viewer_payload
 from .turn_viewer import turn_viewer
 
 __all__ = ["Display", "STYLES", "proof_range", "default_arrow_key", "display_ui", "layer_ui", "selection_ui",
-           "arrow_layer_ui", "default_arrow_field",
-           "default_arrow_mode", "show_maps", "show_arrows", "show_proof", "show_prediction", "show_calibration",
+           "arrow_layer_ui", "default_arrow_field", "default_arrow_mode", "maps_payload", "show_maps", "show_arrows",
+           "show_proof", "show_prediction", "show_calibration",
            "show_angle_deviation", "show_export", "panel_marks", "maps_png", "arrows_png", "value_range",
            "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing", "arrows_figure", "show_nuclei",
            "show_true_label", "card_nuclei_summary", "layer_of", "colour_title", "NUCLEI_OUTLINE"]
@@ -228,17 +228,8 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
     turn viewer; ``key`` tells it from others of the page. ``turning`` gives the layer's maps of the image turned
     through 360 degrees (:func:`app.analysis.turning.turning_maps`), for the viewer's "Watch it turn"."""
     size = analysis.images.shape[-1]
-    # An equivariant network's maps of every g.x are its maps of x moved: the viewer ships x's alone and moves
-    # them itself; a planar network's are its own, one set per transform.
-    maps = display_maps(layer, size, display.range_mode, border, transform=None if not analysis.equivariant else 0)
-    maps = maps if not analysis.equivariant else maps[None]  # (T or 1, H, S, S)
     attention = layer.kind == "attention"
-    title = colour_title(COLOUR_TITLES[layer.selection.reading] if attention else "|features|", display)
-    outlines = nuclei_masks(analysis.images[:1])[0] if display.outline_nuclei else None  # (S, S)
-    payload = viewer_payload(analysis, layer, maps, orientation_titles(analysis, layer), zrange=zrange,
-                             colormap=display.matplotlib_colormap, opacity=display.opacity, signed=display.signed,
-                             style=display.style, colour_title=title, marks=marks, border=border,
-                             outlines=outlines, viewer=key)
+    payload = maps_payload(analysis, layer, display, zrange, marks, border, key)
 
     def animation(picture: str) -> dict:
         sequence = turning()
@@ -264,13 +255,31 @@ def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tu
                     "it is left out of the colour range and the arrows.")
     elif border:
         caption += _padding_everywhere(border, size, "every position sets the colour range")
-    if outlines is not None:
+    if payload["outlines"] is not None:
         caption += NUCLEI_OUTLINE
     caption += (" A turn shows these maps moved by g (the network's own maps of g.x equal them to the proof's error)."
                 if analysis.equivariant else " A turn shows the network's own maps of each turned image.")
     if attention and layer.selection.reading == "spatial":
         caption += " " + DEFAULT_WHY
     st.caption(caption)
+
+
+def maps_payload(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
+                 marks: PanelMarks | None, border: int = 0, key: str = "maps") -> dict:
+    """The turn viewer's payload (:func:`app.pictures.turn_frames.viewer_payload`) of ``layer`` as ``display``
+    draws it. An equivariant network's maps of every g.x are its maps of x moved: only x's travel, and the browser
+    moves them; a planar network's are its own, one set per transform."""
+    size = analysis.images.shape[-1]
+    if analysis.equivariant:
+        maps = display_maps(layer, size, display.range_mode, border, transform=0)[None]  # (1, H, S, S)
+    else:
+        maps = display_maps(layer, size, display.range_mode, border)  # (T, H, S, S)
+    quantity = COLOUR_TITLES[layer.selection.reading] if layer.kind == "attention" else "|features|"
+    outlines = nuclei_masks(analysis.images[:1])[0] if display.outline_nuclei else None  # (S, S)
+    return viewer_payload(analysis, layer, maps, orientation_titles(analysis, layer), zrange=zrange,
+                          colormap=display.matplotlib_colormap, opacity=display.opacity, signed=display.signed,
+                          style=display.style, colour_title=colour_title(quantity, display), marks=marks,
+                          border=border, outlines=outlines, viewer=key)
 
 
 NUCLEI_OUTLINE = " White outlines: the nuclei (haematoxylin-dense tissue, colour deconvolution) of the image."
