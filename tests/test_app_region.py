@@ -20,11 +20,14 @@ from app.analysis.transforms import apply_element
 from app.gallery import list_gallery
 from app.region.demo import MOSAIC_PATCHES, pcam_test_mosaic, roc_auc, score_cells
 from app.region.evaluation import (
+    TILES_AT_CHANCE,
     RegionError,
     cell_tissue,
     check_region,
     default_method,
     evaluate_region,
+    exact_methods,
+    inexact_method,
     make_grid,
     tile_spans,
     to_model_scale,
@@ -142,7 +145,8 @@ def test_without_attention_tiles_are_the_same_function_as_crops(patches):
     """Valid convolutions and pooling at even offsets: the shared trunk computes every context exactly (the shipped
     p4m DenseNet without attention, so region mode uses the fast way for it)."""
     model, card = models.load_checkpoint(REPO / "checkpoints" / "p4m_densenet_pcam.safetensors")
-    assert default_method(model) == "tiles"
+    assert default_method(model) == "tiles" and exact_methods(model) == ("tiles", "crops")
+    assert inexact_method(model, "tiles", "p4m_densenet_pcam") == ""
     region = mosaic_of(patches, 2, 3)
     tiles = evaluate_region(model, card, region, 0.8, method="tiles", tile_cells=3)
     crops = evaluate_region(model, card, region, 0.8, method="crops")
@@ -152,8 +156,14 @@ def test_without_attention_tiles_are_the_same_function_as_crops(patches):
     assert np.nanstd(tiles.positive) > 0.05, "a trained model's probabilities must vary over the region"
 
 
-def test_with_attention_the_default_is_crops(shipped):
-    assert default_method(shipped[0]) == "crops"
+def test_with_attention_the_default_and_only_method_offered_is_crops(shipped):
+    """Tiles are at chance for the shipped model: the page and the CLI leave them out, saying why."""
+    model = shipped[0]
+    assert default_method(model) == "crops" and exact_methods(model) == ("crops",)
+    assert inexact_method(model, "crops", "fa_p4m_densenet_pcam") == ""
+    reason = inexact_method(model, "tiles", "fa_p4m_densenet_pcam")
+    assert reason.startswith("The shared trunk over tiles is not fa_p4m_densenet_pcam's function")
+    assert reason.endswith(TILES_AT_CHANCE)
 
 
 def test_stitched_attention_covers_the_evaluated_contexts_and_nothing_else(shipped, patches):

@@ -58,20 +58,14 @@ def region_app(monkeypatch, tmp_path) -> AppTest:
     return at
 
 
-def test_the_mosaic_is_scored_and_a_cell_opens_in_the_patch_explorer(region_app, monkeypatch):
+def test_the_mosaic_is_scored_and_a_cell_opens_in_the_patch_explorer(region_app):
     at = region_app
     assert not at.error, [e.value for e in at.error]
     assert re.search(r"AUC [01]\.\d{3} over 12 labelled cells \(6 tumour, 6 normal\)", at.success[0].value)
     assert len(at.get("plotly_chart")) == 2
-    reading = at.sidebar.radio(key="region_reading")
-    assert reading.value == "spatial" and "α_s" in caption_with(at, "Colours span")
+    assert at.sidebar.radio(key="region_reading").value == "spatial" and "α_s" in caption_with(at, "Colours span")
     assert "percentile of its values on tissue" in caption_with(at, "Colours span")
-    evaluations = []
-    monkeypatch.setattr(region_page, "evaluate_region",
-                        lambda *args, **kwargs: evaluations.append(args) or evaluate_region(*args, **kwargs))
-    at = reading.set_value("kept").run()
-    assert not at.exception and "α⁺" in caption_with(at, "Colours span")
-    assert evaluations == [], "one evaluation holds every reading: another reading is shown without a new one"
+    assert "(exact)" in caption_with(at, "cells evaluated")
     at = at.toggle(key="region_truth").set_value(False).run()
     names = {trace.get("name") for trace in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
     assert "labelled tumour" not in names and "p = 0.5" in names
@@ -88,6 +82,44 @@ def test_the_mosaic_is_scored_and_a_cell_opens_in_the_patch_explorer(region_app,
 
 def caption_with(at: AppTest, text: str) -> str:
     return next(c.value for c in at.caption if text in c.value)
+
+
+def test_the_model_with_attention_is_not_offered_the_shared_trunk_it_is_at_chance_with(region_app):
+    """Not one click away: no method to choose, and the sidebar says why before anything is run, with the numbers."""
+    at = region_app
+    assert [r.key for r in at.sidebar.radio if r.key.startswith("region_method")] == []
+    assert next(c.value for c in at.sidebar.caption if c.value.startswith("Method")) == (
+        "Method: exact, every cell in its own 96 x 96 context. No fast method for this model. The shared trunk over "
+        "tiles is not fa_p4m_densenet_pcam's function: its attention would pool over a whole tile instead of each "
+        "cell's 96 x 96 context, which can change its probabilities completely. On the PCam test mosaic the shipped "
+        "fa_p4m_densenet_pcam scores AUC 0.458 with tiles, no better than chance, against 0.956 with crops "
+        "(docs/region.md).")
+
+
+def attention_panel(at: AppTest) -> tuple[str, str]:
+    """The right-hand panel's picture (its PNG, as sent) and its colour bar's title."""
+    image, colourbar = json.loads(at.get("plotly_chart")[1].proto.spec)["data"][:2]
+    return image["source"], colourbar["colorbar"]["title"]["text"]
+
+
+def test_another_reading_redraws_the_attention_without_evaluating_the_region_again(region_app, monkeypatch):
+    evaluations = []
+    monkeypatch.setattr(region_page, "evaluate_region", lambda *args, **kwargs: evaluations.append(
+        kwargs["method"]) or evaluate_region(*args, **kwargs))
+    region_page.region_results.clear()  # other tests' regions are cached in this process: start from none
+    at = region_app.sidebar.radio(key="region_rotate").set_value(90).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert evaluations == ["crops", "crops"], "the turned region and, for the proof, the original: once each"
+    spatial = attention_panel(at)
+    assert spatial[1] == "spatial (c1)" and "α_s" in caption_with(at, "Colours span")
+    at = at.sidebar.radio(key="region_reading").set_value("kept").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert evaluations == ["crops", "crops"], "one evaluation holds every reading: another reading needs none"
+    kept = attention_panel(at)
+    assert kept[1] == "kept (c1)" and "α⁺" in caption_with(at, "Colours span")
+    assert kept[0] != spatial[0], "the panel must draw the new reading's map, not the last one's"
+    at = at.sidebar.radio(key="region_reading").set_value("spatial").run()
+    assert evaluations == ["crops", "crops"] and attention_panel(at) == spatial, "back to the first reading's map"
 
 
 @pytest.mark.parametrize(("upload", "mpp", "message"), [
@@ -283,7 +315,9 @@ def test_the_model_without_attention_uses_the_exact_shared_trunk(region_app):
     at = checkpoint_box(region_app).set_value("p4m_densenet_pcam").run()
     at = at.sidebar.radio(key="view").set_value("Region").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert at.sidebar.radio(key="region_method-p4m_densenet_pcam").value == "tiles"
+    method = at.sidebar.radio(key="region_method-p4m_densenet_pcam")
+    assert method.value == "tiles" and method.options == ["Fast: shared trunk over tiles, exact for this model",
+                                                           "Exact: every cell in its own 96 x 96 context"]
     assert "(fast)" in next(c.value for c in at.caption if "cells evaluated" in c.value)
     assert "no attention layer" in at.info[0].value and len(at.get("plotly_chart")) == 1
     assert "AUC" in at.success[0].value
@@ -304,6 +338,8 @@ def test_the_p4_model_turns_the_region_and_offers_no_mirror(region_app):
     at = box.set_value(next(o for o in box.options if o.startswith("fa_p4_densenet_pcam"))).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "region_mirror" not in [w.key for w in at.sidebar.toggle], "a mirror is not an element of p4"
+    assert "not fa_p4_densenet_pcam's function" in next(c.value for c in at.sidebar.caption
+                                                            if c.value.startswith("Method"))
     at = at.sidebar.radio(key="region_rotate").set_value(270).run()
     proof = next(c.value for c in at.caption if c.value.startswith("Proof of equivariance"))
     assert float(proof.split("max |difference| = ")[1].split(" ")[0]) < 1e-5 and "over 12 cells" in proof

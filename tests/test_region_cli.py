@@ -16,7 +16,8 @@ GALLERY = REPO / "app" / "gallery"
 HE_CHECKPOINT = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
 MNIST_CHECKPOINT = REPO / "checkpoints" / "p4cnn_rot_mnist.safetensors"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-FAST = ["--method", "tiles", "--threads", "1", "--checkpoint", str(HE_CHECKPOINT)]
+PLAIN_CHECKPOINT = REPO / "checkpoints" / "p4m_densenet_pcam.safetensors"
+OPTIONS = ["--method", "crops", "--threads", "1", "--checkpoint", str(HE_CHECKPOINT)]
 
 
 def _save(path: Path, pixels: np.ndarray, mode: str | None = None) -> Path:
@@ -39,7 +40,7 @@ def run_outputs(mosaic, tmp_path_factory):
     """One full run with every output, shared by the tests that read them."""
     out = tmp_path_factory.mktemp("outputs")
     paths = {"heatmap": out / "heatmap.png", "attention": out / "attention.png", "npz": out / "cells.npz"}
-    code = main([str(mosaic), "--mpp", "0.972", *FAST, "--out", str(paths["heatmap"]),
+    code = main([str(mosaic), "--mpp", "0.972", *OPTIONS, "--out", str(paths["heatmap"]),
                  "--attention-out", str(paths["attention"]), "--npz", str(paths["npz"])])
     return code, paths
 
@@ -76,13 +77,13 @@ def test_npz_contents(run_outputs, mosaic):
         np.testing.assert_allclose(cells["cell_size_px"], [32, 32])
         assert float(cells["microns_per_pixel"]) == pytest.approx(0.972)
         assert float(cells["model_microns_per_pixel"]) == pytest.approx(0.972)
-        assert str(cells["method"]) == "tiles"
+        assert str(cells["method"]) == "crops"
         assert list(cells["class_names"]) == ["no_tumor", "tumor"]
         assert str(cells["checkpoint"]) == str(HE_CHECKPOINT)
 
 
 def test_summary_printed(mosaic, tmp_path, capsys):
-    assert main([str(mosaic), "--mpp", "0.972", *FAST]) == 0
+    assert main([str(mosaic), "--mpp", "0.972", *OPTIONS]) == 0
     out = capsys.readouterr().out
     assert "16 of 16" in out and "mean" in out and "max" in out and "P > 0.5" in out and " s" in out
 
@@ -92,7 +93,7 @@ def test_cell_corners_in_the_source_image(mosaic, tmp_path):
     big = tmp_path / "big.png"
     with Image.open(mosaic) as img:
         img.resize((384, 384), Image.Resampling.BILINEAR).save(big)
-    assert main([str(big), "--mpp", "0.486", *FAST, "--npz", str(tmp_path / "big.npz")]) == 0
+    assert main([str(big), "--mpp", "0.486", *OPTIONS, "--npz", str(tmp_path / "big.npz")]) == 0
     with np.load(tmp_path / "big.npz") as cells:
         np.testing.assert_allclose(cells["cell_top_left_px"][0, 0], [64, 64])
         np.testing.assert_allclose(cells["cell_size_px"], [64, 64])
@@ -114,33 +115,33 @@ def test_missing_mpp_is_an_argparse_error(mosaic, capsys):
 
 @pytest.mark.parametrize("mpp", ["0", "nan", "1000", "-1"])
 def test_implausible_mpp(mosaic, capsys, mpp):
-    assert "plausible" in _error(capsys, [str(mosaic), "--mpp", mpp, *FAST])
+    assert "plausible" in _error(capsys, [str(mosaic), "--mpp", mpp, *OPTIONS])
 
 
 def test_missing_file(tmp_path, capsys):
-    assert "no such file" in _error(capsys, [str(tmp_path / "absent.png"), "--mpp", "0.5", *FAST])
+    assert "no such file" in _error(capsys, [str(tmp_path / "absent.png"), "--mpp", "0.5", *OPTIONS])
 
 
 def test_corrupt_file(tmp_path, capsys):
     path = tmp_path / "noise.png"
     path.write_bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes())
-    assert "not an image in a supported format" in _error(capsys, [str(path), "--mpp", "0.972", *FAST])
+    assert "not an image in a supported format" in _error(capsys, [str(path), "--mpp", "0.972", *OPTIONS])
 
 
 def test_truncated_png(mosaic, tmp_path, capsys):
     path = tmp_path / "truncated.png"
     path.write_bytes(mosaic.read_bytes()[:2000])
-    assert "truncated or corrupt" in _error(capsys, [str(path), "--mpp", "0.972", *FAST])
+    assert "truncated or corrupt" in _error(capsys, [str(path), "--mpp", "0.972", *OPTIONS])
 
 
 def test_grey_image(tmp_path, capsys):
     path = _save(tmp_path / "grey.png", np.full((200, 200), 128, np.uint8))
-    assert "RGB" in _error(capsys, [str(path), "--mpp", "0.972", *FAST])
+    assert "RGB" in _error(capsys, [str(path), "--mpp", "0.972", *OPTIONS])
 
 
 def test_blank_region(tmp_path, capsys):
     path = _save(tmp_path / "white.png", np.full((300, 300, 3), 255, np.uint8))
-    assert "No tissue" in _error(capsys, [str(path), "--mpp", "0.972", *FAST])
+    assert "No tissue" in _error(capsys, [str(path), "--mpp", "0.972", *OPTIONS])
 
 
 def test_non_he_model(mosaic, capsys):
@@ -158,14 +159,14 @@ def test_region_over_the_side_limit(tmp_path, capsys, size):
     """Refused from the header, before decoding, with region mode's limit in the message."""
     path = tmp_path / "wide.png"
     Image.new("RGB", size, "white").save(path)
-    err = _error(capsys, [str(path), "--mpp", "0.972", *FAST])
+    err = _error(capsys, [str(path), "--mpp", "0.972", *OPTIONS])
     assert "4096 x 4096" in err and "4100" in err
 
 
 @pytest.mark.parametrize("reading", ["alpha", "KEPT", ""])
 def test_an_unknown_reading_is_refused_naming_the_readings(mosaic, capsys, reading):
     with pytest.raises(SystemExit) as exit_info:
-        main([str(mosaic), "--mpp", "0.972", *FAST, "--reading", reading])
+        main([str(mosaic), "--mpp", "0.972", *OPTIONS, "--reading", reading])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "--reading" in err and "Traceback" not in err
     assert all(name in err for name in ("kept", "removed", "spatial")), err
@@ -176,14 +177,44 @@ def test_the_reading_reaches_the_attention_picture(mosaic, tmp_path, capsys, mon
 
     drawn = []
     monkeypatch.setattr(figures, "render_region_png", lambda result, show: drawn.append(result.reading) or b"")
-    assert main([str(mosaic), "--mpp", "0.972", *FAST, "--reading", "kept",
+    assert main([str(mosaic), "--mpp", "0.972", *OPTIONS, "--reading", "kept",
                  "--attention-out", str(tmp_path / "a.png")]) == 0
     assert drawn == ["kept"]
 
 
 def test_missing_output_folder_fails_before_the_work(mosaic, tmp_path, capsys):
-    err = _error(capsys, [str(mosaic), "--mpp", "0.972", *FAST, "--out", str(tmp_path / "no" / "such" / "x.png")])
+    err = _error(capsys, [str(mosaic), "--mpp", "0.972", *OPTIONS, "--out", str(tmp_path / "no" / "such" / "x.png")])
     assert "does not exist" in err
+
+
+TILES_REFUSED = (
+    "error: The shared trunk over tiles is not fa_p4m_densenet_pcam's function: its attention would pool over a "
+    "whole tile instead of each cell's 96 x 96 context, which can change its probabilities completely. On the PCam "
+    "test mosaic the shipped fa_p4m_densenet_pcam scores AUC 0.458 with tiles, no better than chance, against 0.956 "
+    "with crops (docs/region.md). Use --method crops, this model's default.\n")
+
+
+def test_tiles_are_refused_for_a_model_with_attention_before_any_work(mosaic, tmp_path, capsys, monkeypatch):
+    import app.region.evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "evaluate_region", lambda *args, **kwargs: pytest.fail("must not evaluate"))
+    out = tmp_path / "heatmap.png"
+    argv = [str(mosaic), "--mpp", "0.972", "--method", "tiles", "--checkpoint", str(HE_CHECKPOINT), "--out", str(out)]
+    assert _error(capsys, argv) == TILES_REFUSED and not out.exists()
+
+
+def test_tiles_run_for_the_model_without_attention(mosaic, capsys):
+    """There the shared trunk is the model's function (and its default)."""
+    assert main([str(mosaic), "--mpp", "0.972", "--threads", "1", "--checkpoint", str(PLAIN_CHECKPOINT)]) == 0
+    assert "method tiles" in capsys.readouterr().out
+
+
+def test_the_docs_give_the_numbers_the_refusal_quotes():
+    from app.region.evaluation import TILES_AT_CHANCE
+
+    assert "AUC 0.458 with tiles" in TILES_AT_CHANCE and "0.956 with crops" in TILES_AT_CHANCE
+    assert "the attentive model scores AUC 0.956 with crops and 0.458 with tiles" in " ".join(
+        (REPO / "docs" / "region.md").read_text().split())
 
 
 def test_default_checkpoint_is_the_shipped_he_model():

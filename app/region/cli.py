@@ -4,7 +4,8 @@ Reads an H&E region (PNG, JPEG, TIFF, BMP, WebP; at most 4096 pixels a side), ev
 with a PCam model (:func:`app.region.evaluation.evaluate_region`) and writes what was asked for: the tumour probability
 over the tissue as a PNG (``--out``), the first attention layer's map as a PNG (``--attention-out``, in the reading
 ``--reading`` names: ``spatial``, alpha_s as the paper's figures draw it, by default), and the cells as an ``.npz``
-(``--npz``). A short summary goes to stdout, progress to stderr. A region, scale, file or
+(``--npz``). ``--method tiles`` is refused for a model with attention, where it is not the model's function
+(at chance on the PCam test mosaic). A short summary goes to stdout, progress to stderr. A region, scale, file or
 checkpoint that cannot be used ends with ``error: <message>`` on stderr and exit status 2, no traceback.
 
 The ``.npz`` holds, per cell (``rows x cols``): ``probability`` (of the last class, tumour; NaN where not
@@ -48,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help=f"model (default: {DEFAULT_CHECKPOINT})")
     parser.add_argument("--method", choices=METHODS, default=None,
                         help="crops: every cell's context alone (the model's own function); tiles: shared "
-                             "computation, about 5 times faster, the same function only without attention "
-                             "(default: crops for attention models, else tiles)")
+                             "computation, about 5 times faster, the same function only without attention, and "
+                             "refused for a model with attention (default: crops for attention models, else tiles)")
     parser.add_argument("--out", type=Path, help="write the tumour probability heatmap here (PNG)")
     parser.add_argument("--attention-out", type=Path, help="write the attention map here (PNG)")
     parser.add_argument("--reading", choices=READINGS, default=DEFAULT_READING,
@@ -178,7 +179,7 @@ def _run(args: argparse.Namespace) -> int:
     from models import load_checkpoint
     from models.checkpoint import CheckpointError
 
-    from .evaluation import check_region, default_method, evaluate_region, first_attentive_layer
+    from .evaluation import check_region, default_method, evaluate_region, first_attentive_layer, inexact_method
     from .figures import render_region_png
 
     if args.threads is not None:
@@ -195,6 +196,8 @@ def _run(args: argparse.Namespace) -> int:
         raise _Refused(f"cannot load the checkpoint: {err}") from None
     method = args.method or default_method(model)
     check_region(image, args.mpp, card, model, method)
+    if reason := inexact_method(model, method, Path(args.checkpoint).stem):
+        raise _Refused(f"{reason} Use --method crops, this model's default.")
     if args.attention_out is not None and not first_attentive_layer(model):
         raise _Refused(f"{card.get('arch', 'this model')} has no attention layer: drop --attention-out")
 

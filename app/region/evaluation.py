@@ -15,7 +15,8 @@ Two ways to evaluate (``method``):
   done once, about 9 times less work. Without attention the two ways are one function (valid convolutions,
   pooling at even offsets), up to round-off. With alpha_F attention they are not: its channel attention
   pools over the whole tile instead of one context, and its padded spatial filters see the neighbouring tissue
-  instead of zeros. ``python -m benchmarks.region`` measures by how much the probabilities differ.
+  instead of zeros. ``python -m benchmarks.region`` measures by how much the probabilities differ: for the shipped
+  attentive model, to chance. The page and the CLI therefore offer only :func:`exact_methods`.
 
 Tiles are laid out as a palindrome (their sizes read the same from either end), so that the partition, too,
 maps onto itself under quarter turns and mirrors: in both ways the heatmap of g.region is g.heatmap(region)
@@ -45,13 +46,18 @@ from ..analysis.reductions import reduce_readings
 
 __all__ = ["RegionError", "RegionGrid", "RegionResult", "MAX_SIDE", "MPP_RANGE", "TISSUE_SHARE", "METHODS",
            "check_region", "to_model_scale", "make_grid", "tile_spans", "cell_tissue", "evaluate_region",
-           "default_method", "first_attentive_layer", "READINGS", "DEFAULT_READING"]
+           "default_method", "exact_methods", "inexact_method", "TILES_AT_CHANCE", "first_attentive_layer",
+           "READINGS", "DEFAULT_READING"]
 
 MAX_SIDE = 4096  # pixels, of the region as given and at the model's scale
 MPP_RANGE = (0.05, 20.0)  # micrometres per pixel: from beyond 100x objectives to heavily downsampled slide levels
 TISSUE_SHARE = 0.05  # a cell is evaluated when at least this share of its pixels is stained tissue
 METHODS = ("tiles", "crops")
 DEFAULT_READING = "spatial"  # alpha_s, what the paper's figures draw (models.attention.parts.READINGS)
+# Why "tiles" is not offered for a model with attention, as measured (docs/region.md, "Exact or fast": the tests
+# check that it still gives these numbers).
+TILES_AT_CHANCE = ("On the PCam test mosaic the shipped fa_p4m_densenet_pcam scores AUC 0.458 with tiles, no better "
+                   "than chance, against 0.956 with crops (docs/region.md).")
 Progress = Callable[[int, int], None]
 
 
@@ -278,6 +284,26 @@ def first_attentive_layer(model: Network) -> str:
 def default_method(model: Network) -> str:
     """``"tiles"`` where it is the model's own function (fully convolutional, no attention), else ``"crops"``."""
     return "tiles" if model.output_stride and not first_attentive_layer(model) else "crops"
+
+
+def exact_methods(model: Network) -> tuple[str, ...]:
+    """The methods that compute the model's own function, cell by cell (:data:`METHODS` order): what the page and
+    the CLI offer. ``"crops"`` always; ``"tiles"`` only where it is the default (no attention, fully convolutional)."""
+    return METHODS if default_method(model) == "tiles" else ("crops",)
+
+
+def inexact_method(model: Network, method: str, name: str) -> str:
+    """Why ``method`` is not the function of model ``name`` (for the user, with the measured cost); "" where it is.
+
+    Only ``"tiles"`` on an attentive model: its attention would pool over a whole tile instead of one context.
+    :func:`evaluate_region` still runs it (``benchmarks.region`` measures the disagreement); the page and the CLI
+    do not.
+    """
+    if method != "tiles" or not model.output_stride or not first_attentive_layer(model):
+        return ""  # the model's function, or (tiles without a fully convolutional trunk) refused by check_region
+    return (f"The shared trunk over tiles is not {name}'s function: its attention would pool over a whole tile "
+            f"instead of each cell's 96 x 96 context, which can change its probabilities completely. "
+            f"{TILES_AT_CHANCE}")
 
 
 def evaluate_region(

@@ -1,7 +1,8 @@
 """The region page: a whole H&E region through the PCam model, cell by cell, and a way into any cell.
 
 The sidebar picks a region (the PCam test mosaic, whose cells' truth is known; the CMU-1 region; an upload with
-its micrometres per pixel), the method and the attention's reading. The page shows the tumour probability as a
+its micrometres per pixel), the method (of those that are the model's own function: for a model with attention,
+exact crops only, and the sidebar says why) and the attention's reading. The page shows the tumour probability as a
 surface over the tissue with its p = 0.5 contour (and, on the mosaic, dashed outlines of the patches labelled
 tumour) beside the first attention layer's map stitched across the region, with the mosaic's score against the
 true labels. Clicking a cell (or picking one of the most probable) opens its 96 x 96 context in the patch
@@ -32,12 +33,13 @@ from ..region.demo import pcam_test_mosaic, score_cells
 from ..region.evaluation import (
     DEFAULT_READING,
     MAX_SIDE,
-    METHODS,
     RegionError,
     RegionResult,
     default_method,
     evaluate_region,
+    exact_methods,
     first_attentive_layer,
+    inexact_method,
 )
 from ..region.overlays import READING_LABELS
 from ..region.plots import clicked_cell, region_figure
@@ -48,7 +50,7 @@ __all__ = ["ChosenRegion", "RegionCell", "region_page", "REGION_CELL_KEY"]
 MOSAIC, CMU, UPLOAD = "PCam test mosaic (truth known)", "CMU-1 region (not lymph node)", "Upload a region"
 METHOD_LABELS = {
     "crops": "Exact: every cell in its own 96 x 96 context",
-    "tiles": "Fast: shared trunk over tiles",
+    "tiles": "Fast: shared trunk over tiles, exact for this model",  # offered only where it is (exact_methods)
 }
 FIGURE_WIDTH_PX = 470  # two figures side by side at 1440 px with the sidebar open
 HEATMAP_KEY, PICK_KEY = "region_heatmap", "region_cell_pick"
@@ -155,17 +157,20 @@ def _read(data: bytes, name: str) -> tuple[np.ndarray, str] | None:
 
 
 def method_ui(loaded: LoadedModel) -> str:
-    """Sidebar: exact crops or the shared trunk; the default is the one that is the model's own function."""
-    default = default_method(loaded.model)
-    methods = [m for m in METHODS if m == "crops" or loaded.model.output_stride]
-    method = st.sidebar.radio("Method", methods, index=methods.index(default), format_func=METHOD_LABELS.get,
-                              key=f"region_method-{loaded.name}")  # each model starts on its own default
-    if method == "tiles" and default != "tiles":
-        st.sidebar.caption("About 5x faster on a tissue-filled region, but not this model's function: its attention "
-                           "pools over the whole tile instead of one 96 x 96 context, which can change its "
-                           "probabilities completely (the shipped fa_p4m_densenet_pcam is at chance this way on the "
-                           "PCam test mosaic: AUC 0.46 against 0.96 with crops; docs/region.md).")
-    return method
+    """Sidebar: the methods that are the model's own function (:func:`exact_methods`), its default first chosen.
+
+    For a model with attention that is "crops" alone: the shared trunk is at chance there, so it is not one click
+    away; the sidebar says why it is missing, with the measured numbers.
+    """
+    methods = exact_methods(loaded.model)
+    if methods == ("crops",):
+        reason = inexact_method(loaded.model, "tiles", loaded.name)
+        st.sidebar.caption("Method: exact, every cell in its own 96 x 96 context."
+                           + (f" No fast method for this model. {reason}" if reason else ""))
+        return "crops"
+    return st.sidebar.radio("Method", methods, index=methods.index(default_method(loaded.model)),
+                            format_func=METHOD_LABELS.get,
+                            key=f"region_method-{loaded.name}")  # each model starts on its own default
 
 
 def reading_ui(loaded: LoadedModel) -> str:
@@ -282,11 +287,19 @@ def region_page(loaded: LoadedModel) -> None:
     cell_ui(result, region, selected)
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def _figure(key: tuple, show: str, selected: tuple[int, int] | None, truth: bool, _result: RegionResult,
-            _labels: np.ndarray | None):
+def _figure(key: tuple, show: str, selected: tuple[int, int] | None, truth: bool, result: RegionResult,
+            labels: np.ndarray | None):
     """:func:`region_figure` of a cached result (a few tenths of a second each): reruns, e.g. clicks, reuse it.
-    The truth marks are drawn from ``_labels`` when ``truth`` is on."""
+    The truth marks are drawn from ``labels`` when ``truth`` is on."""
+    # ``key`` names the evaluation, which holds every reading: the attention's figure is keyed by the reading too
+    # (without it, switching the reading could bring back the previous reading's map from the cache).
+    reading = result.reading if show == "attention" else ""
+    return _cached_figure(key, show, reading, selected, truth, result, labels)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _cached_figure(key: tuple, show: str, reading: str, selected: tuple[int, int] | None, truth: bool,
+                   _result: RegionResult, _labels: np.ndarray | None):
     return region_figure(_result, show, _labels if truth else None, selected, width_px=FIGURE_WIDTH_PX)
 
 
