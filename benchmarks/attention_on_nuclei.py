@@ -2,6 +2,8 @@
 
     python -m benchmarks.attention_on_nuclei checkpoints/fa_p4m_densenet_pcam.safetensors \
         [--data-dir ../shared/data/pcam_public] [--per-patch rows.csv] [--count 200 [--seed 0]] [--write-card]
+    python -m benchmarks.attention_on_nuclei ../runs/pcam_table3-fa_p4_densenet-seed1/best.safetensors \
+        --results-card results/pcam_table3_seeds/fa_p4_densenet-seed1.json
     python -m benchmarks.attention_on_nuclei checkpoints/fa_p4m_densenet_pcam.safetensors --table
 
 For every test patch of the card's dataset (its ``test`` split, as its reader gives it), one forward pass gives
@@ -17,8 +19,8 @@ Over the patches, every number gets its mean with a 95 % interval (percentile bo
 resamples, seeded), sd, median, share positive and count (patches where it is defined). Prints the first
 layer and the composite per reading; ``--per-patch`` writes one CSV row per patch (first layer and composite);
 ``--write-card`` stores every layer's table in the checkpoint's card (``attention_on_nuclei``), weights
-unchanged. The card's bytes change with it, so re-record the checkpoint's test predictions afterwards
-(``python -m benchmarks.pcam_test_record STEM``), which bind it by sha256. All 1,944 patches take about 8
+unchanged; ``--results-card CARD`` in a sweep's results card instead (a run measured from its run folder). Either
+way the card's test record stays bound to it (:func:`training.card_records.edit_card`). All 1,944 patches take about 8
 minutes on one thread beside a two-thread training run; ``--count`` measures a seeded random sample. ``--table``
 prints the markdown tables of docs/pathology.md from the card.
 """
@@ -41,9 +43,11 @@ from app.analysis.frames import InputFrame
 from app.analysis.nuclei import MIN_BACKGROUND, MIN_NUCLEI, NUMBERS, PatchStains, map_numbers
 from app.analysis.readings import COMPOSITE
 from app.analysis.reductions import READING_FORMULAS, reduce_readings, upsample
-from models import load_checkpoint, save_checkpoint
+from models import load_checkpoint
+from models.checkpoint import card_path
 from models.cpu.allocator import retain_freed_memory
 from models.stain import NUCLEI_HAEMATOXYLIN, TISSUE_OD
+from training.card_records import edit_card
 from training.data import load_dataset
 
 PROGRESS_EVERY = 128  # patches between progress lines
@@ -247,13 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: beside a training run, a second thread mostly waits)")
-    parser.add_argument("--write-card", action="store_true")
+    parser.add_argument("--write-card", action="store_true", help="store the measurement in the checkpoint's card")
+    parser.add_argument("--results-card", type=Path, help="store it in this card of a sweep's results folder instead "
+                        "(a run's checkpoint measured, e.g. ../runs/NAME/best.safetensors)")
     parser.add_argument("--table", action="store_true",
                         help="print docs/pathology.md's Fig. 5 tables from the card's measurement, measure nothing")
     args = parser.parse_args(argv)
     if args.table:
-        from models.checkpoint import card_path
-
         print(markdown_tables(json.loads(card_path(args.checkpoint).read_text())["attention_on_nuclei"]))
         return 0
     torch.set_num_threads(args.threads)
@@ -287,10 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(entry["readings"])
     if args.per_patch:
         write_rows(args.per_patch, names, measured)
-    if args.write_card:
-        save_checkpoint(model, args.checkpoint, {**card, "attention_on_nuclei": entry})
-        print(f"wrote the card of {args.checkpoint}; its sha256 changed: re-record its test predictions "
-              f"(python -m benchmarks.pcam_test_record {args.checkpoint.stem})")
+    if args.write_card or args.results_card:
+        written = args.results_card or card_path(args.checkpoint)
+        edit_card(written, lambda data: data.__setitem__("attention_on_nuclei", entry))
+        print(f"wrote the measurement into {written} (its test record, where it has one, bound to it again)")
     return 0
 
 

@@ -1,8 +1,8 @@
-"""H&E stain maths on RGB pixels, numpy only: optical density, colour deconvolution, tissue and ink masks.
+"""H&E stain maths on RGB pixels, numpy only: optical density, colour deconvolution, tissue and nuclei masks.
 
 Every function takes pixels on the 0..255 scale (uint8 or float) with channels last, ``(..., 3)``, and
 works on any leading shape, so the same code serves whole images, patches and single colours. It lives in the
-library because both sides use it: training (the H&E sets, stain augmentation) and the app (attention against
+library because both sides use it: training (stain augmentation) and the app (attention against
 haematoxylin), and the app never imports ``training``.
 """
 
@@ -16,13 +16,11 @@ __all__ = [
     "TISSUE_OD",
     "NUCLEI_HAEMATOXYLIN",
     "nuclei_mask",
-    "INK_MARGIN",
     "optical_density",
     "rgb_to_hed",
     "hed_to_rgb",
     "tissue_mask",
     "region_tissue_mask",
-    "ink_mask",
 ]
 
 # Colour deconvolution (Ruifrok & Johnston 2001). Rows: optical density of one unit of haematoxylin, eosin and
@@ -38,8 +36,6 @@ TISSUE_OD = 0.15
 # as nuclei: Otsu's threshold of the haematoxylin of the tissue pixels of 512 random training patches of
 # pcam_public (seed 0; 3.55 million pixels, 29 % of them above it).
 NUCLEI_HAEMATOXYLIN = 0.35
-# Blue-green marking dye (as on the edge of CMU-1) has G and B both above R by more than this, on 0..255.
-INK_MARGIN = 15
 
 
 def optical_density(rgb: np.ndarray) -> np.ndarray:
@@ -102,17 +98,6 @@ def region_tissue_mask(rgb: np.ndarray, window: int = 11, od_threshold: float = 
     largest optical density over about a cell's width first leaves out only real background: glass, lumens, fat.
     """
     return _box_mean(optical_density(rgb).max(axis=-1), window) > od_threshold
-
-
-def ink_mask(rgb: np.ndarray, margin: int = INK_MARGIN) -> np.ndarray:
-    """Boolean ``(...)``: blue-green pixels (G and B both above R by more than ``margin``), e.g. tissue-marking dye.
-
-    Haematoxylin and eosin both absorb green at least as much as red, so stained tissue does not look like this;
-    the dye does, and colour deconvolution with the H&E-DAB vectors reads it as haematoxylin.
-    """
-    rgb = np.asarray(rgb, dtype=np.int64)
-    red = rgb[..., 0]
-    return (rgb[..., 1] - red > margin) & (rgb[..., 2] - red > margin)
 
 
 def nuclei_mask(rgb: np.ndarray, threshold: float = NUCLEI_HAEMATOXYLIN) -> np.ndarray:

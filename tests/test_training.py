@@ -72,8 +72,9 @@ def test_a_run_writes_a_complete_card_and_evaluate_reproduces_it(amat_dir, tmp_p
     assert training["command"].startswith("python -m training train rot_mnist")
     assert len(training["commit"]) >= 40 or training["commit"] == "unknown"
     assert training["hardware"] and training["provisional"] is False
-    assert training["invocation_hardware"] == [{"hardware": training["hardware"], "from_epoch": 0,
-                                                "commit": training["commit"]}]
+    assert len(training["code_sha256"]) == 64 and training["commit_check"].startswith(("verified", "unverified"))
+    code = {key: training[key] for key in ("commit", "code_sha256", "commit_check")}
+    assert training["invocation_hardware"] == [{"hardware": training["hardware"], "from_epoch": 0, **code}]
     assert card["equivariance_error"]["max_relative_logit_error"] < 1e-4
     assert card["equivariance_error"]["max_relative_logit_error_float64"] < 1e-12
     assert {"test_error", "test_nll", "valid_error"} <= set(card["metrics"])
@@ -94,6 +95,7 @@ def test_report_names_what_a_card_changed_in_its_recipe():
                   data_dir="elsewhere", milestones=[], lr=1e-3)
     assert recipe_changes({"preset": "rot_mnist", "config": config}) == (
         "cosine, augment=rotate, select_on=last, train_on_valid")  # not epochs (own column), seed or data_dir
+    assert recipe_changes({"preset": "he_demo", "config": config}) == "preset he_demo retired"
 
 
 def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):
@@ -161,10 +163,14 @@ def test_a_machine_string_says_whether_it_is_a_cpu():
 
 def test_a_piece_records_its_machine_beside_its_command_even_after_pieces_that_did_not():
     state = {"invocations": ["train", "train --resume"], "epoch": 37}  # saved by code that kept no machines
-    record_invocation(state, "train --resume", "NVIDIA H200", "0123abc+dirty")
+    code = {"commit": "0123abc+dirty", "code_sha256": "5a" * 32, "commit_check": "unverified: ..."}
+    assert record_invocation(state, "train --resume", "NVIDIA H200", code) == code  # the first with a code record
     assert state["invocations"] == ["train", "train --resume", "train --resume"]
-    assert state["invocation_hardware"] == [None, None,
-                                            {"hardware": "NVIDIA H200", "from_epoch": 37, "commit": "0123abc+dirty"}]
+    assert state["invocation_hardware"] == [None, None, {"hardware": "NVIDIA H200", "from_epoch": 37, **code}]
+    # A run begun before code hashes: the card keeps its first piece's commit, without this piece's hash.
+    old = {"invocations": ["train"], "invocation_hardware": [{"hardware": "CPU", "from_epoch": 0}], "epoch": 3,
+           "commit": "fedcba9"}
+    assert record_invocation(old, "train --resume", "NVIDIA H200", code) == {"commit": "fedcba9"}
 
 
 @pytest.mark.parametrize("ema", [[], ["--ema", "0.9"]], ids=["plain", "ema"])
@@ -218,7 +224,7 @@ def test_bad_override_is_a_clear_error(amat_dir, tmp_path, capsys):
 def test_presets_lists_every_recipe(capsys):
     assert cli_main(["presets"]) == 0
     text = capsys.readouterr().out
-    for name in ("rot_mnist", "cifar10_allcnnc", "cifar10_resnet44", "pcam", "pcam_subset", "he_demo"):
+    for name in ("rot_mnist", "cifar10_allcnnc", "cifar10_resnet44", "pcam", "pcam_public", "pcam_table3"):
         assert f"{name}:" in text
 
 

@@ -6,13 +6,15 @@
     torchrun --nproc_per_node=4 -m training train pcam --data-dir data/pcam
     python -m training evaluate runs/rot_mnist-a_p4cnn-seed0/best.safetensors --data-dir data/rot_mnist
     python -m training report checkpoints                                  # results table of the cards
-    python -m training report results/pcam_subset --intervals             # with 95 % intervals
+    python -m training report results/pcam_public --intervals             # with 95 % intervals
     python -m training sweep table1 --runs-dir ../runs                     # Table 1's runs: the missing ones
     python -m training report results/rot_mnist --seeds                    # mean +- std over seeds
     python -m training report results/rot_mnist --claims                   # the paper's claims on our seeds
     python -m training report results/rot_mnist --readme README.md         # both, rewritten into the README
     python -m training report results/rot_mnist --seeds --write-cards checkpoints  # Table 1 into the cards
     python -m training table3 results/pcam_table3 --runs-dir ../runs       # Table 3 and its paired claims
+    python -m training provenance checkpoints                              # each card's commit: the code that ran?
+    python -m training intervals checkpoints/fa_p4m_densenet_pcam.json     # a card's intervals from its record
 
 Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
 """
@@ -25,13 +27,15 @@ import json
 import sys
 import types
 import typing
+from pathlib import Path
 
 import torch
 
 from models import CheckpointError, load_checkpoint
 from models.cpu.allocator import retain_freed_memory
 
-from . import provenance, table3
+from . import provenance, provenance_check, table3
+from .card_records import interval_changes, rerecord_intervals
 from .claims import claims_table
 from .config import TrainConfig
 from .data import DataError
@@ -121,6 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
         "table3", help="Table 3 (PCam): the sweep's models and the paper's release on the same test patches, "
                        "with the paper's claims as paired tests"))
 
+    intervals = commands.add_parser("intervals", help="record a card's 95 %% test intervals again from its "
+                                    "per-patch test record (training.card_records)")
+    intervals.add_argument("cards", nargs="+", metavar="CARD")
+    intervals.add_argument("--dry-run", action="store_true", help="print how the intervals change; write nothing")
+
+    provenance_check.add_arguments(commands.add_parser(
+        "provenance", help="whether each card's commit is the code that ran (its recorded code hash)"))
+
     evaluate = commands.add_parser("evaluate", help="re-measure a checkpoint on its dataset")
     evaluate.add_argument("checkpoint")
     evaluate.add_argument("--data-dir", required=True)
@@ -173,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "table3":
         return table3.run(args)
+    if args.command == "provenance":
+        return provenance_check.run(args)
+    if args.command == "intervals":
+        return _intervals(args)
     if args.command == "sweep":
         unknown = set(args.models or ()) - set(SWEEPS[args.name].models)
         if unknown:
@@ -204,6 +220,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         torch.set_num_threads(threads)  # --threads is this run's: a caller in the same process keeps its own
     return 0
+
+
+def _intervals(args: argparse.Namespace) -> int:
+    """Each card's intervals again, and how far their bounds moved."""
+    failed = 0
+    for card in args.cards:
+        try:
+            old, new = rerecord_intervals(Path(card), write=not args.dry_run)
+        except (OSError, ValueError, CheckpointError, DataError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{card}: {interval_changes(old, new)}")
+    return 1 if failed else 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:

@@ -185,7 +185,7 @@ def _build(cfg: TrainConfig) -> nn.Module:
 
 
 def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, command: str, invocations: list[str],
-          invocation_hardware: list[dict | None], commit: str, extra: dict) -> dict:
+          invocation_hardware: list[dict | None], code: dict, extra: dict) -> dict:
     spec = splits.spec
     return {
         "input": {"size": spec.size, "channels": spec.channels, "mean": list(spec.mean), "std": list(spec.std),
@@ -200,7 +200,7 @@ def _card(cfg: TrainConfig, splits: Splits, ctx: Context, *, preset: str, comman
             "command": command,
             "invocations": list(invocations),
             "invocation_hardware": list(invocation_hardware),
-            "commit": commit,
+            **code,  # commit, and where recorded code_sha256 and commit_check
             "hardware": invocation_hardware[-1]["hardware"],  # this piece's, recorded as it started
             "processes": ctx.world_size,
             "torch": torch.__version__,
@@ -285,14 +285,14 @@ def _fit(cfg: TrainConfig, run_dir: Path, ctx: Context, *, resume: bool, preset:
         training.get_upright(np.arange(1))
     history: list[dict] = state["history"]
     eval_args = dict(batch_size=cfg.eval_batch_size, max_batches=cfg.max_eval_batches)
-    # The commit as this piece starts: the code that trains it, whatever is edited while it runs (the card's
-    # "commit" is the first piece's; each piece's own is kept beside its machine). Every invocation is kept; the
-    # card's "command" is the one that trains the same run from scratch (no --resume): runs are deterministic per
-    # epoch, so it reproduces the interrupted-and-resumed run exactly.
-    commit = provenance.git_commit()
-    record_invocation(state, command, provenance.hardware(ctx.device, ctx.world_size), commit)
+    # The code as this piece starts: the code that trains it, whatever is edited while it runs (the card's
+    # commit and code hash are the first piece's; each piece's own are kept beside its machine). Every invocation
+    # is kept; the card's "command" is the one that trains the same run from scratch (no --resume): runs are
+    # deterministic per epoch, so it reproduces the interrupted-and-resumed run exactly.
+    first = record_invocation(state, command, provenance.hardware(ctx.device, ctx.world_size),
+                              provenance.code_record())
     base_card = dict(preset=preset, command=provenance.from_scratch(command), invocations=state["invocations"],
-                     invocation_hardware=state["invocation_hardware"], commit=state.setdefault("commit", commit))
+                     invocation_hardware=state["invocation_hardware"], code=first)
     started = time.time() - state["seconds"]
     epoch = state["epoch"]
     epoch_seconds: list[float] = []  # this call's epochs (a resumed run's earlier ones may have run elsewhere)
@@ -375,16 +375,25 @@ def _rank_disagreement(model: nn.Module, ctx: Context) -> float:
     return max((c - copies[0]).abs().max().item() for c in copies)
 
 
-def record_invocation(state: dict, command: str, hardware: str, commit: str) -> None:
+def record_invocation(state: dict, command: str, hardware: str, code: dict) -> dict:
     """Add this piece of the run to ``state``: its command to ``invocations`` and, at the same index in
-    ``invocation_hardware``, the machine it runs on, the epoch it starts from and the commit of the code it runs,
+    ``invocation_hardware``, the machine it runs on, the epoch it starts from and the code it runs (``code``:
+    :func:`~training.provenance.code_record`'s commit, code hash and whether they agree),
     so that a run resumed elsewhere (a GPU's state finished on a CPU) or on newer code says which epochs ran where
     and on what; the card's ``hardware`` names the last piece's machine only, its ``commit`` the first piece's
-    code. Pieces run before machines were recorded get None."""
+    code. Pieces run before machines were recorded get None.
+
+    Returns:
+        The first piece's code (``state["code"]``), what the card records: a run begun before code hashes
+        (its state has a ``commit`` and no ``code``) has its first piece's commit alone.
+    """
     state.setdefault("invocations", []).append(command)
     pieces = state.setdefault("invocation_hardware", [])
     pieces += [None] * (len(state["invocations"]) - 1 - len(pieces))
-    pieces.append({"hardware": hardware, "from_epoch": state["epoch"], "commit": commit})
+    pieces.append({"hardware": hardware, "from_epoch": state["epoch"], **code})
+    first = state.setdefault("code", {"commit": state["commit"]} if "commit" in state else dict(code))
+    state.setdefault("commit", first["commit"])  # where code before code hashes reads it
+    return first
 
 
 def _start_or_resume(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:

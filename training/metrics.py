@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bootstrap import RESAMPLES, SEED, describe, percentile_interval, resampled_aucs, stratified_draws
+
 __all__ = ["error_rate", "nll", "roc_auc", "reliability", "classification_metrics", "wilson_interval",
            "confidence_intervals"]
 
@@ -90,11 +92,13 @@ def wilson_interval(successes: int, total: int, z: float = 1.959963984540054) ->
     return float(centre - half), float(centre + half)
 
 
-def confidence_intervals(probs: np.ndarray, labels: np.ndarray, *, resamples: int = 2000, seed: int = 0) -> dict:
+def confidence_intervals(probs: np.ndarray, labels: np.ndarray, *, resamples: int = RESAMPLES,
+                         seed: int = SEED) -> dict:
     """95 % intervals of a binary classifier's test metrics.
 
-    Accuracy and error: Wilson score intervals. AUC, NLL and ECE: percentile bootstrap over the test examples,
-    resampled within each class (so that every resample keeps the class counts and its AUC is defined).
+    Accuracy and error: Wilson score intervals. AUC, NLL and ECE: percentile intervals over one set of
+    :func:`training.bootstrap.stratified_draws` (every resample keeps the class counts, so its AUC is defined),
+    each statistic computed on the same resamples.
 
     Returns:
         ``{metric: {"value", "low", "high", "method"}}`` for accuracy, error, auc, nll and ece.
@@ -106,16 +110,35 @@ def confidence_intervals(probs: np.ndarray, labels: np.ndarray, *, resamples: in
     low, high = wilson_interval(correct, n)
     out["accuracy"] = {"value": correct / n, "low": low, "high": high, "method": "Wilson"}
     out["error"] = {"value": 1 - correct / n, "low": 1 - high, "high": 1 - low, "method": "Wilson"}
-    statistics = {"auc": lambda p, y: roc_auc(p[:, 1], y), "nll": nll, "ece": lambda p, y: reliability(p, y)["ece"]}
-    rng = np.random.default_rng(seed)
-    classes = [np.flatnonzero(labels == c) for c in np.unique(labels)]
-    draws = {name: [] for name in statistics}
-    for _ in range(resamples):
-        index = np.concatenate([rng.choice(members, size=len(members)) for members in classes])
-        for name, statistic in statistics.items():
-            draws[name].append(statistic(probs[index], labels[index]))
-    for name, statistic in statistics.items():
-        low, high = np.percentile(draws[name], [2.5, 97.5])
-        out[name] = {"value": float(statistic(probs, labels)), "low": float(low), "high": float(high),
-                     "method": f"stratified bootstrap, {resamples} resamples"}
+    draws = stratified_draws(labels, resamples, seed)  # (R, N)
+    resampled = {"auc": resampled_aucs(probs[:, 1], labels, draws),
+                 "nll": _example_nll(probs, labels)[draws].mean(axis=1),
+                 "ece": _resampled_ece(probs, labels, draws)}
+    values = {"auc": roc_auc(probs[:, 1], labels), "nll": nll(probs, labels),
+              "ece": reliability(probs, labels)["ece"]}
+    for name, value in values.items():
+        low, high = percentile_interval(resampled[name])
+        out[name] = {"value": float(value), "low": low, "high": high, "method": describe(resamples, seed)}
     return out
+
+
+def _example_nll(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each example's negative log-likelihood, clipped as :func:`nll` clips: ``(N,)``."""
+    return -np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, None))
+
+
+def _resampled_ece(probs: np.ndarray, labels: np.ndarray, draws: np.ndarray, bins: int = 15) -> np.ndarray:
+    """:func:`reliability`'s ECE of every resample at once: per bin, |sum of correct - sum of confidence| / N.
+
+    Shape:
+        draws ``(R, N)``; returns ``(R,)``.
+    """
+    confidence = probs.max(axis=1)
+    correct = (probs.argmax(axis=1) == labels).astype(np.float64)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    index = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
+    resamples = draws.shape[0]
+    flat = (index[draws] + bins * np.arange(resamples)[:, None]).ravel()  # (R * N,): one bin per (resample, bin)
+    gap = (np.bincount(flat, correct[draws].ravel(), resamples * bins)
+           - np.bincount(flat, confidence[draws].ravel(), resamples * bins)).reshape(resamples, bins)
+    return np.abs(gap).sum(axis=1) / draws.shape[1]

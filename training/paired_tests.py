@@ -9,7 +9,7 @@ patch-to-patch noise of a set this size, not how a retrained A would fare agains
   not the mid-p variant (which subtracts half of P(X = b) and is smaller); with no discordant patch it is 1.
 - AUC: a paired bootstrap of the AUC difference. Every resample draws the patches with replacement, the same
   draw for both models (so their correlation is kept), within each class (so the class counts, and with them
-  the AUC's definition, are kept: as :func:`training.metrics.confidence_intervals` resamples). The one-sided p
+  the AUC's definition, are kept: as every interval of the project: :mod:`training.bootstrap`). The one-sided p
   of "A beats B" is the fraction of resamples whose difference AUC_A - AUC_B is below zero, a difference of
   exactly zero counting one half (two identical models: p = 1/2 exactly). A p of 0 means no resample went the
   other way: p < 1 / resamples. The 95 % interval is the percentile interval of the differences.
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .bootstrap import percentile_interval, resampled_aucs, stratified_draws
 from .claims import LEVEL
 
-__all__ = ["McNemar", "AucDifference", "mcnemar", "binomial_tail", "paired_auc_bootstrap", "resampled_aucs",
-           "stratified_draws", "verdict"]
+__all__ = ["McNemar", "AucDifference", "mcnemar", "binomial_tail", "paired_auc_bootstrap", "verdict"]
 
 
 def binomial_tail(k: int, n: int) -> float:
@@ -85,41 +85,6 @@ def mcnemar(a_correct: np.ndarray, b_correct: np.ndarray) -> McNemar:
                    p=binomial_tail(only_a, discordant), p_reversed=binomial_tail(only_b, discordant))
 
 
-def stratified_draws(labels: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """``(resamples, N)`` indices of bootstrap resamples of the N examples, drawn with replacement within each
-    class (each row keeps the class counts). ``numpy.random.default_rng(seed)``; the classes in label order."""
-    labels = np.asarray(labels)
-    rng = np.random.default_rng(seed)
-    classes = [np.flatnonzero(labels == c) for c in np.unique(labels)]
-    # (resamples, count of the class) each, side by side: (resamples, N).
-    return np.concatenate([members[rng.integers(0, len(members), size=(resamples, len(members)))]
-                           for members in classes], axis=1)
-
-
-def resampled_aucs(scores: np.ndarray, labels: np.ndarray, draws: np.ndarray) -> np.ndarray:
-    """The ROC AUC of ``scores`` (positive class ``labels == 1``) on each resample, ties counted half.
-
-    The same statistic as :func:`training.metrics.roc_auc` on ``scores[row], labels[row]`` for each row of
-    ``draws``, for every row at once: each resample's counts of positives and negatives at each distinct score,
-    then each positive's negatives below it plus half those tied with it.
-
-    Shape:
-        draws ``(R, M)`` indices into ``scores``; returns ``(R,)``.
-    """
-    scores, labels, draws = np.asarray(scores), np.asarray(labels), np.atleast_2d(draws)
-    distinct, level = np.unique(scores, return_inverse=True)
-    resamples, width = draws.shape[0], len(distinct)
-    drawn_level = level[draws]  # (R, M): each draw's rank among the distinct scores
-    positive = labels[draws] == 1
-    flat = drawn_level + width * np.arange(resamples)[:, None]  # (R, M): one bin per (resample, distinct score)
-    pos = np.bincount(flat[positive], minlength=resamples * width).reshape(resamples, width)
-    neg = np.bincount(flat[~positive], minlength=resamples * width).reshape(resamples, width)
-    below = np.cumsum(neg, axis=1) - neg  # (R, K): negatives strictly below each distinct score
-    n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (pos * (below + 0.5 * neg)).sum(axis=1) / (n_pos * n_neg)
-
-
 @dataclass(frozen=True)
 class AucDifference:
     """A paired bootstrap of AUC_A - AUC_B on the same test patches.
@@ -130,7 +95,7 @@ class AucDifference:
         p: one-sided p of "A's AUC beats B's": the fraction of resampled differences below 0, those at exactly
             0 counting half.
         p_reversed: the same for "B's beats A's"; ``p + p_reversed == 1``.
-        resamples, seed: how the resamples were drawn (:func:`stratified_draws`).
+        resamples, seed: how the resamples were drawn (:func:`training.bootstrap.stratified_draws`).
     """
 
     auc_a: float
@@ -171,8 +136,8 @@ def paired_auc_bootstrap(scores_a: np.ndarray, scores_b: np.ndarray, labels: np.
     draws = stratified_draws(labels, resamples, seed)
     differences = resampled_aucs(scores_a, labels, draws) - resampled_aucs(scores_b, labels, draws)
     below, tied = int((differences < 0).sum()), int((differences == 0).sum())
-    low, high = np.percentile(differences, [2.5, 97.5])
-    return AucDifference(auc_a=auc_a, auc_b=auc_b, low=float(low), high=float(high),
+    low, high = percentile_interval(differences)
+    return AucDifference(auc_a=auc_a, auc_b=auc_b, low=low, high=high,
                          p=(below + tied / 2) / resamples, p_reversed=(resamples - below - tied / 2) / resamples,
                          resamples=resamples, seed=seed)
 

@@ -32,15 +32,6 @@ PRESETS: dict[str, TrainConfig] = {
         model="fa_p4m_densenet", dataset="pcam", data_dir="data/pcam", epochs=100, batch_size=64,
         optimizer="adam", lr=1e-3, weight_decay=1e-4, plateau_patience=20, plateau_factor=0.5, eval_batch_size=128,
     ),
-    # Real PCam patches, a few hundred (../shared/data/pcam_subset): class-balanced draws, stain jitter and p4m,
-    # short epochs (640 draws), selection on validation NLL (48 patches make the error too coarse). Chosen on
-    # validation with the planar DenseNet: without the hard negatives (valid AUC about 0.85 against 0.75 with
-    # them at a quarter of the draws), the milder stain jitter (as good as the stronger one, NLL 0.45 vs 0.48).
-    "pcam_subset": TrainConfig(
-        model="fa_p4m_densenet", dataset="pcam_subset_labelled_only", data_dir="../shared/data/pcam_subset",
-        epochs=20, batch_size=64, optimizer="adam", lr=1e-3, weight_decay=1e-4, milestones=(14,), lr_gamma=0.1,
-        augment="group_stain", sampling="weighted", epoch_size=640, select_on="nll", eval_batch_size=128,
-    ),
     # PCam's own splits, 34,673 real patches (../shared/data/pcam_public): the paper's Adam recipe on p4m and stain
     # jitter, in short epochs (a quarter of the training split) so that validation (2,907 patches) selects often, on
     # NLL, and a cosine schedule over 3.5 passes: what two cores train of p4m_densenet in one 2.5-hour piece.
@@ -56,11 +47,6 @@ PRESETS: dict[str, TrainConfig] = {
         model="fa_p4m_densenet", dataset="pcam_public", data_dir="../shared/data/pcam_public", epochs=40,
         batch_size=64, optimizer="adam", lr=1e-3, weight_decay=1e-4, cosine=True, augment="group_stain_strong",
         precision="bf16", epoch_size=7456, select_on="nll", eval_batch_size=128,
-    ),
-    # The H&E demonstration proxy set (nucleus-rich centre; not tumour), trained with the PCam recipe.
-    "he_demo": TrainConfig(
-        model="fa_p4m_densenet", dataset="he_demo", data_dir="data/he_demo", epochs=100, batch_size=64,
-        optimizer="adam", lr=1e-3, weight_decay=1e-4, plateau_patience=20, plateau_factor=0.5, eval_batch_size=128,
     ),
 }
 
@@ -84,11 +70,8 @@ PRESET_NOTES: dict[str, str] = {
     "cifar10_allcnnc": "the paper chose lr from {0.01, 0.05, 0.1, 0.25} per model on validation (--lr).",
     "cifar10_resnet44": "models resnet44, p4m_resnet44, fa_p4m_resnet44.",
     "pcam": "official HDF5 files or an ImageFolder {train,valid,test}/{no_tumor,tumor}.",
-    "pcam_subset": "real labelled PCam patches (a subset of PCam's training split); models fa_p4m_densenet, "
-                   "p4m_densenet, densenet; --dataset pcam_subset adds the 2,263 hard negatives.",
     "pcam_public": "PCam's train / valid / test splits, 29,822 / 2,907 / 1,944 real patches (JPEG); models "
                    "fa_p4m_densenet, p4m_densenet, densenet.",
     "pcam_table3": "pcam_public's splits; Table 3's five DenseNets (densenet, p4_densenet, fa_p4_densenet, "
                    "p4m_densenet, fa_p4m_densenet) at one budget: python -m training sweep table3.",
-    "he_demo": "demonstration proxy label (nucleus-rich centre), not a tumour classifier.",
 }

@@ -1,7 +1,7 @@
 """The results tables of the README, from model cards: ours beside the paper's figures.
 
     python -m training report checkpoints                      # every checkpoint's card, one row each
-    python -m training report results/pcam_subset --intervals  # binary tasks: metrics with 95 % intervals
+    python -m training report results/pcam_public --intervals  # binary tasks: metrics with 95 % intervals
     python -m training report results/rot_mnist --seeds        # one row per model: mean +- std over seeds
 """
 
@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 from .config import DATA_SOURCE_FIELDS, config_differences, config_from_dict
-from .presets import recipe
+from .presets import PRESETS, recipe
 
 __all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table", "recipe_changes",
            "cards_by_seed", "mean_std", "table1_summary", "spread_text"]
@@ -67,6 +67,8 @@ _NOT_RECIPE = DATA_SOURCE_FIELDS | {"model", "dataset", "seed", "epochs", "eval_
 
 def recipe_changes(training: dict) -> str:
     """A card's departures from its preset's recipe, e.g. ``cosine, augment=rotate`` (``-`` when it has none)."""
+    if training["preset"] not in PRESETS:  # a retired card's preset (pcam_subset, he_demo) lives in git history
+        return f"preset {training['preset']} retired"
     config = config_from_dict(training["config"])
     preset = recipe(training["preset"], config.model)
     changes = [name if value is True else f"{name}={value}"

