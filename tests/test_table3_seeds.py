@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from training import table3_seeds
+from training import nuclei_seeds, table3_seeds
 from training.pcam_predictions import encode
 
 LABELS = np.array([0, 1] * 300)
@@ -67,3 +67,56 @@ def test_records_and_rows_from_folders(tmp_path):
     assert "| densenet | - | - | - |" in text and "waiting for both models' records" in text
     with pytest.raises(ValueError, match="other test patches"):
         table3_seeds.seed_records(("p4_densenet",), "another listing", folders)
+
+
+def test_readme_and_pathology_doc_hold_the_blocks_the_command_writes():
+    """`python -m training table3 --seeds --write` wrote them from the committed records and cards."""
+    from tests.conftest import require_shared
+    from training.pcam_predictions import listing_sha256, read_test_labels
+    from training.table3 import CLAIMS, MODELS, RELEASE
+
+    data = table3_seeds.REPO / "../shared/data/pcam_public"
+    require_shared(data / "labels.csv", f"{data / 'labels.csv'} not found (pcam_public lives in ../shared/data)")
+    names, labels = read_test_labels(data)
+    claims = [claim for claim in CLAIMS if RELEASE not in claim[:2]]
+    blocks = table3_seeds.seed_blocks(MODELS, claims, labels, listing_sha256(names, labels))
+    for name, (begin, end, documents) in table3_seeds.MARKERS.items():
+        for document in documents:
+            text = (table3_seeds.REPO / document).read_text()
+            assert text.count(begin) == 1 and text.count(end) == 1, f"{document}: one {name} block between markers"
+            kept = text.split(begin + "\n", 1)[1].split(end, 1)[0]
+            assert kept == blocks[name] + "\n", f"{document}'s {name} block: python -m training table3 --seeds --write"
+
+
+def test_the_shipped_attentive_checkpoints_are_the_seed_0_runs_whose_nuclei_they_stand_for():
+    for model, shipped in nuclei_seeds.SEED0_CARDS.items():
+        ours = json.loads((table3_seeds.REPO / shipped).read_text())
+        run = json.loads((table3_seeds.REPO / table3_seeds.FOLDERS[0] / f"{model}-seed0.json").read_text())
+        assert ours["training"]["command"] == run["training"]["command"], shipped
+        assert ours["training"]["best_epoch"] == run["training"]["best_epoch"], shipped
+        assert ours["metrics"]["valid_nll"] == run["metrics"]["valid_nll"], shipped
+
+
+def _entry(rhos: list[tuple[float, float]], composite: tuple[float, float]) -> dict:
+    """A made-up attention_on_nuclei: each layer's spatial ρ interval (low, high), kept its negative."""
+    def spearman(low, high):
+        return {"spearman": {"mean": (low + high) / 2, "low": low, "high": high}}
+
+    layers = [f"l{i}" for i in range(len(rhos))]
+    return {"layers": layers, "patches": 10, "readings": {
+        "spatial": {"by_layer": {n: spearman(*r) for n, r in zip(layers, rhos, strict=True)}},
+        "kept": {"by_layer": {n: spearman(-r[1], -r[0]) for n, r in zip(layers, rhos, strict=True)}},
+        "composite": {"summary": spearman(*composite)}}}
+
+
+def test_the_nuclei_table_says_where_the_sign_holds_over_seeds():
+    entries = {"fa_p4m_densenet": {0: _entry([(-0.2, -0.1), (0.1, 0.2), (-0.1, 0.1)], (-0.3, -0.2)),
+                                   1: _entry([(-0.3, -0.2), (-0.2, -0.1), (-0.1, 0.1)], (-0.1, -0.05))}}
+    text = nuclei_seeds.nuclei_markdown(entries)
+    assert "| `l0` | -0.150 | -0.250 | +0.150 | +0.250 | negative on every seed |" in text
+    assert "| `l1` | +0.150 | -0.150 | -0.150 | +0.150 | differs: seed 0 positive, seed 1 negative |" in text
+    assert "| `l2` | +0.000 (ns) | +0.000 (ns) | +0.000 (ns) | +0.000 (ns) | not resolved on any seed |" in text
+    assert "| the paper's composite | -0.250 | -0.075 | - | - | negative on every seed |" in text
+    assert text.endswith("fa_p4m_densenet: the sign of α_s on nuclei holds over seeds 0, 1 at 1 of 3 layers (the "
+                         "first, `l0`: negative on every seed; the composite: negative on every seed); "
+                         "fa_p4_densenet: no seed measured yet.")

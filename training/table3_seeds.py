@@ -22,13 +22,25 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import write_atomic
 from .bootstrap import RESAMPLES, percentile_interval, stratified_draws
 from .bootstrap import SEED as BOOTSTRAP_SEED
+from .nuclei_seeds import nuclei_entries, nuclei_markdown
 from .paired_tests import mcnemar, verdict
 from .pcam_predictions import card_metrics, read_record
+from .readme_tables import replace_between_markers
 
-__all__ = ["SeedClaim", "seed_records", "model_rows", "seed_claim", "seeds_markdown", "FOLDERS", "RESAMPLES"]
+__all__ = ["SeedClaim", "seed_records", "model_rows", "seed_claim", "seeds_markdown", "seed_blocks", "write_blocks",
+           "FOLDERS", "RESAMPLES", "MARKERS"]
 
+REPO = Path(__file__).resolve().parents[1]
+# Each block's markers and the documents that hold it (the nuclei tables are reference material: docs only).
+MARKERS = {
+    "seeds": ("<!-- table3 seeds: begin (python -m training table3 --seeds --write rewrites what follows) -->",
+              "<!-- table3 seeds: end -->", ("README.md", "docs/pathology.md")),
+    "nuclei": ("<!-- nuclei seeds: begin (python -m training table3 --seeds --write rewrites what follows) -->",
+               "<!-- nuclei seeds: end -->", ("docs/pathology.md",)),
+}
 # Where each seed's records are: the sweep table3 (seed 0) and table3_seeds (seeds 1 and 2).
 FOLDERS = {0: Path("results/pcam_table3"), 1: Path("results/pcam_table3_seeds"), 2: Path("results/pcam_table3_seeds")}
 
@@ -168,3 +180,30 @@ def seeds_markdown(models: tuple[str, ...], rows: dict, claims: list[tuple[str, 
                      f"| {100 * claim.mean_difference:+.1f} [{100 * claim.low:+.1f}, {100 * claim.high:+.1f}] "
                      f"| {_p(claim.p)} | {claim.verdict} | {'yes' if claim.seeds_agree else 'no'} |")
     return "\n".join(lines)
+
+
+def seed_blocks(models: tuple[str, ...], claims: list[tuple[str, str, str]], labels: np.ndarray,
+                listing: str) -> dict[str, str]:
+    """The two blocks of :data:`MARKERS`: the table and the claims over seeds; attention on nuclei over seeds."""
+    records = seed_records(models, listing)
+    seeds = sorted({s for by_seed in records.values() for s in by_seed})
+    intro = (f"Seeds {', '.join(map(str, seeds))} of the same recipe (preset `pcam_table3`; seed 0 in "
+             "`results/pcam_table3`, seeds 1 and 2 in `results/pcam_table3_seeds`), each run's predictions on the "
+             "1,944 test patches of pcam_public. Mean +- sample sd over the seeds. A claim over seeds is tested on "
+             "the mean over seeds of A's accuracy minus B's: a paired stratified bootstrap over the patches "
+             f"({RESAMPLES:,} resamples), one draw serving every seed; each seed's exact McNemar p beside it.")
+    return {"seeds": intro + "\n\n" + seeds_markdown(models, model_rows(records, labels), claims, records, labels),
+            "nuclei": nuclei_markdown(nuclei_entries(FOLDERS))}
+
+
+def write_blocks(blocks: dict[str, str], log) -> None:
+    """Rewrite each block between its markers in its documents."""
+    for name, text in blocks.items():
+        begin, end, documents = MARKERS[name]
+        for document in documents:
+            path = REPO / document
+            old = path.read_text()
+            new = replace_between_markers(old, begin, end, text)
+            if new != old:
+                write_atomic(path, new.encode())
+            log(f"{document}: {name} block {'rewritten' if new != old else 'already up to date'}")
