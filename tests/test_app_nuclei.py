@@ -244,4 +244,9 @@ def test_the_card_entry_round_trips_through_a_checkpoint_and_the_page_reads_it(s
     text = card_nuclei_summary(loaded, "spatial")
     spatial = entry["readings"]["spatial"]["summary"]["spearman"]
     assert "spatial" in text and f"{spatial['mean']:+.2f} [{spatial['low']:+.2f}, {spatial['high']:+.2f}]" in text
-    assert card_nuclei_summary({"attention_on_nuclei": {"spearman_with_haematoxylin": {}}}, "kept") == ""
+    old = {"attention_on_nuclei": {"spearman_with_haematoxylin": {}, "measured_on": "the 79 test patches of x"}}
+    assert card_nuclei_summary(old, "kept") == (
+        "This card's test-set measurement (the 79 test patches of x) predates the readings of attention and is not "
+        "shown: it measured one unnamed map, and the model is retired with the data reader it was measured with "
+        "(docs/pathology.md).")
+    assert card_nuclei_summary({}, "kept") == "" and card_nuclei_summary(loaded, "composite-free") == ""

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from training import nuclei_seeds, table3_seeds
+from training import nuclei_seeds, shipped_selection, table3_seeds
 from training.pcam_predictions import encode
 
 LABELS = np.array([0, 1] * 300)
@@ -88,13 +88,16 @@ def test_readme_and_pathology_doc_hold_the_blocks_the_command_writes():
             assert kept == blocks[name] + "\n", f"{document}'s {name} block: python -m training table3 --seeds --write"
 
 
-def test_the_shipped_attentive_checkpoints_are_the_seed_0_runs_whose_nuclei_they_stand_for():
-    for model, shipped in nuclei_seeds.SEED0_CARDS.items():
-        ours = json.loads((table3_seeds.REPO / shipped).read_text())
-        run = json.loads((table3_seeds.REPO / table3_seeds.FOLDERS[0] / f"{model}-seed0.json").read_text())
-        assert ours["training"]["command"] == run["training"]["command"], shipped
-        assert ours["training"]["best_epoch"] == run["training"]["best_epoch"], shipped
-        assert ours["metrics"]["valid_nll"] == run["metrics"]["valid_nll"], shipped
+def test_each_shipped_pcam_checkpoint_is_the_run_validation_chose_and_its_card_says_so():
+    for model, shipped in shipped_selection.SHIPPED.items():
+        ours = json.loads((table3_seeds.REPO / "checkpoints" / f"{shipped}.json").read_text())
+        chosen = shipped_selection.selection(model, {s: table3_seeds.REPO / f for s, f in table3_seeds.FOLDERS.items()})
+        assert ours["selection"] == chosen, f"{shipped}: its card's selection is not what the results cards give"
+        seed = chosen["seed"]
+        run = json.loads((table3_seeds.REPO / table3_seeds.FOLDERS[seed] / f"{model}-seed{seed}.json").read_text())
+        for part, key in (("training", "command"), ("training", "best_epoch"), ("metrics", "valid_nll"),
+                          ("metrics", "test_auc")):
+            assert ours[part][key] == run[part][key], f"{shipped} is not {model} seed {seed}: {part}.{key} differs"
 
 
 def _entry(rhos: list[tuple[float, float]], composite: tuple[float, float]) -> dict:

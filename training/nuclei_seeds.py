@@ -2,14 +2,13 @@
 
     python -m training table3 --seeds          # after the table and the claims over seeds
 
-Each run's ``attention_on_nuclei`` (``python -m benchmarks.attention_on_nuclei``, all 1,944 test patches): seed 0's
-from the shipped checkpoints that are those runs (:data:`SEED0_CARDS`; a test holds each to the seed-0 card of
-``results/pcam_table3``: same command, epoch and validation NLL), seeds 1 and 2 from ``results/pcam_table3_seeds``
-(``--results-card``). Per layer and seed: the mean over patches of ρ, the rank correlation of the map with
-haematoxylin over the patch, in two readings: α_s (the spatial attention, what the paper's figures draw) and
-α⁺ = 1 − α_c·α_s (what the layer keeps; ρ of α⁻ is its exact negative). The paper's composite (the product of every
-layer's α_s) closes each table. A sign holds at a layer when every seed's 95 % interval (over the patches) lies
-on the same side of 0: the intervals speak for these networks on patches like these, the seeds for the recipe.
+Each run's ``attention_on_nuclei`` (``python -m benchmarks.attention_on_nuclei ... --results-card CARD``, all 1,944
+test patches) from its card in ``results/pcam_table3`` (seed 0) or ``results/pcam_table3_seeds``. Per layer and
+seed: the mean over patches of ρ, the rank correlation of the map with haematoxylin over the patch, in two
+readings: α_s (the spatial attention, what the paper's figures draw) and α⁺ = 1 − α_c·α_s (what the layer keeps;
+ρ of α⁻ is its exact negative). The paper's composite (the product of every layer's α_s) closes each table. A sign
+holds at a layer when every seed's 95 % interval (over the patches) lies on the same side of 0: the intervals speak
+for these networks on patches like these, the seeds for the recipe.
 """
 
 from __future__ import annotations
@@ -17,30 +16,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["ATTENTIVE", "SEED0_CARDS", "READINGS", "nuclei_entries", "sign", "nuclei_markdown"]
+__all__ = ["ATTENTIVE", "READINGS", "nuclei_entries", "sign", "nuclei_markdown"]
 
 ATTENTIVE = ("fa_p4m_densenet", "fa_p4_densenet")
-SEED0_CARDS = {"fa_p4m_densenet": Path("checkpoints/fa_p4m_densenet_pcam.json"),
-               "fa_p4_densenet": Path("checkpoints/fa_p4_densenet_pcam.json")}
 READINGS = {"spatial": "α_s", "kept": "α⁺"}
 COMPOSITE = "composite"
 WORDS = {-1: "negative", 1: "positive", 0: "not resolved"}
-
-
-def _card(model: str, seed: int, folders: dict[int, Path]) -> Path:
-    return SEED0_CARDS[model] if seed == 0 else folders[seed] / f"{model}-seed{seed}.json"
 
 
 def nuclei_entries(folders: dict[int, Path]) -> dict[str, dict[int, dict]]:
     """``{model: {seed: attention_on_nuclei}}`` of every attentive run whose card holds the measurement.
 
     Args:
-        folders: each seed's results folder (:data:`training.table3_seeds.FOLDERS`); seed 0's are not read.
+        folders: each seed's results folder (:data:`training.table3_seeds.FOLDERS`).
     """
     found: dict[str, dict[int, dict]] = {}
     for model in ATTENTIVE:
         for seed in sorted(folders):
-            card = _card(model, seed, folders)
+            card = folders[seed] / f"{model}-seed{seed}.json"
             entry = json.loads(card.read_text()).get("attention_on_nuclei") if card.is_file() else None
             if entry and entry.get("readings", {}).get("spatial", {}).get("by_layer"):
                 found.setdefault(model, {})[seed] = entry

@@ -13,7 +13,7 @@ from .atomic import write_atomic
 from .claims import claims_table
 from .report import seed_table
 
-__all__ = ["refresh_readme", "replace_table", "replace_between_markers"]
+__all__ = ["refresh_readme", "replace_table", "replace_between_markers", "rewrite_block"]
 
 # Tables the README shows, each built from a folder of cards.
 README_TABLES: tuple[Callable[[Path], str], ...] = (seed_table, claims_table)
@@ -55,6 +55,16 @@ def refresh_readme(readme: str | Path, cards: str | Path) -> bool:
     new = old
     for build in README_TABLES:
         new = replace_table(new, build(Path(cards)))
+    if new != old:
+        write_atomic(path, new.encode())
+    return new != old
+
+
+def rewrite_block(path: Path, begin: str, end: str, block: str) -> bool:
+    """Write ``block`` between the markers of the file ``path`` (:func:`replace_between_markers`); whether it
+    changed (an unchanged file is not written)."""
+    old = path.read_text()
+    new = replace_between_markers(old, begin, end, block)
     if new != old:
         write_atomic(path, new.encode())
     return new != old

@@ -43,7 +43,7 @@ from .paired_tests import mcnemar, paired_auc_bootstrap, verdict
 from .pcam_predictions import data_identity, listing_sha256, prediction_record, read_record, read_test_labels
 from .presets import recipe
 from .provenance import sha256_file
-from .readme_tables import replace_between_markers
+from .readme_tables import rewrite_block
 from .report import PAPER_TEST_ERROR
 from .run_files import BEST
 from .sweep import SWEEPS, run_folder, run_status
@@ -434,9 +434,4 @@ def _write(folder: Path, models: dict[str, Model], claim_list: list[dict], summa
         write_atomic(path, (json.dumps(summary, indent=1) + "\n").encode())
         log(f"{path}: the release's summary kept")
     for name in DOCUMENTS:
-        path = REPO / name
-        old = path.read_text()
-        new = replace_between_markers(old, BEGIN, END, text)
-        if new != old:
-            write_atomic(path, new.encode())
-        log(f"{name}: {'rewritten' if new != old else 'already up to date'}")
+        log(f"{name}: {'rewritten' if rewrite_block(REPO / name, BEGIN, END, text) else 'already up to date'}")

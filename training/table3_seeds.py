@@ -22,13 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import write_atomic
 from .bootstrap import RESAMPLES, percentile_interval, stratified_draws
 from .bootstrap import SEED as BOOTSTRAP_SEED
 from .nuclei_seeds import nuclei_entries, nuclei_markdown
 from .paired_tests import mcnemar, verdict
 from .pcam_predictions import card_metrics, read_record
-from .readme_tables import replace_between_markers
+from .readme_tables import rewrite_block
 
 __all__ = ["SeedClaim", "seed_records", "model_rows", "seed_claim", "seeds_markdown", "seed_blocks", "write_blocks",
            "FOLDERS", "RESAMPLES", "MARKERS"]
@@ -201,9 +200,5 @@ def write_blocks(blocks: dict[str, str], log) -> None:
     for name, text in blocks.items():
         begin, end, documents = MARKERS[name]
         for document in documents:
-            path = REPO / document
-            old = path.read_text()
-            new = replace_between_markers(old, begin, end, text)
-            if new != old:
-                write_atomic(path, new.encode())
-            log(f"{document}: {name} block {'rewritten' if new != old else 'already up to date'}")
+            changed = rewrite_block(REPO / document, begin, end, text)
+            log(f"{document}: {name} block {'rewritten' if changed else 'already up to date'}")

@@ -503,9 +503,15 @@ def show_true_label(card: dict, analysis: Analysis, true_label: str | None) -> N
 
 
 def card_nuclei_summary(card: dict, reading: str = "kept") -> str:
-    """The card's test-set summary of the first attentive layer against nuclei in ``reading``, in words; empty
-    where the card has none (or only the single-reading summary that cards had before the readings)."""
-    readings = (card.get("attention_on_nuclei") or {}).get("readings")
+    """The card's test-set summary of the first attentive layer against nuclei in ``reading``, in words; where the
+    card holds only the single-reading measurement that cards had before the readings, why it shows none; empty
+    where the card has no measurement."""
+    measured = card.get("attention_on_nuclei") or {}
+    readings = measured.get("readings")
+    if measured and not isinstance(readings, dict):
+        return (f"This card's test-set measurement ({measured.get('measured_on', 'of an earlier version')}) "
+                "predates the readings of attention and is not shown: it measured one unnamed map, and the model "
+                "is retired with the data reader it was measured with (docs/pathology.md).")
     if not isinstance(readings, dict) or reading not in readings:
         return ""
     entry = readings[reading]
