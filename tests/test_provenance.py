@@ -133,8 +133,8 @@ def test_a_commit_whose_files_differ_does_not_match_and_the_one_that_ran_is_foun
 
 def test_unknown_commits_and_old_cards_are_named_not_failed(repo):
     code = code_sha256(repo)
-    assert check_commit("d4a1247", None) == f"no code hash recorded (before {CODE_HASH_SINCE})"
-    assert CODE_HASH_SINCE == "2026-11-29"
+    assert check_commit("d4a1247", None) == f"no code hash recorded (made before code hashes, {CODE_HASH_SINCE})"
+    assert CODE_HASH_SINCE == "2026-11-28"
     assert check_commit("0123456789ab", code, repo) == (
         "commit 0123456789ab is not in this repository's history: cannot check it against code_sha256")
     assert check_commit("--all", code, repo).startswith("commit --all is not in this repository's history")
@@ -166,11 +166,11 @@ def test_the_cli_checks_the_card_and_each_piece(repo, tmp_path, capsys):
     assert cli_main(["provenance", str(path.parent), "--repo", str(repo)]) == 1
     assert capsys.readouterr().out.splitlines() == [
         str(old),
-        f"    card: no code hash recorded (before {CODE_HASH_SINCE})",
+        f"    card: no code hash recorded (made before code hashes, {CODE_HASH_SINCE})",
         str(path),
         f"    card: commit {first[:12]} verified: its files of models/ and training/ hash to the recorded code_sha256",
         "    piece 1: no machine or commit recorded",
-        f"    piece 2 (from epoch 2, CPU): no commit or code hash recorded (before {CODE_HASH_SINCE})",
+        f"    piece 2 (from epoch 2, CPU): no commit or code hash recorded (made before code hashes, {CODE_HASH_SINCE})",
         f"    piece 3 (from epoch 5, NVIDIA H200): commit {stale[:12]} does not match the code that ran: its files of "
         f"models/ and training/ hash to {code_sha256(repo)[:12]}, the recorded code_sha256 is {ran[:12]}; the code "
         f"that ran had edits never committed as such, or a stale .git; the code that ran is commit {first[:12]}'s"]

@@ -30,7 +30,7 @@ CODE_DIRS = ("models", "training")
 # Source files, Python and the C++ of the CPU kernels (models/cpu/*.cpp), which compute forward passes too.
 CODE_SUFFIXES = (".py", ".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh")
 # The first day a card's pieces could record a code hash: older pieces have a commit only.
-CODE_HASH_SINCE = "2026-11-29"
+CODE_HASH_SINCE = "2026-11-28"
 SHOWN = 12  # hex digits of a commit or a hash in a message
 LISTED = 4  # differing files named in a note
 
@@ -216,7 +216,7 @@ def check_commit(commit: str | None, code_hash: str | None, root: Path = REPO) -
         repository's history: ...``, or ``no code hash recorded (before DATE)``.
     """
     if not code_hash:
-        return f"no code hash recorded (before {CODE_HASH_SINCE})"
+        return f"no code hash recorded (made before code hashes, {CODE_HASH_SINCE})"
     base = (commit or "").removesuffix("+dirty")
     if not base or base == "unknown":
         return f"no commit recorded; code_sha256 {code_hash[:SHOWN]} alone names the code that ran"
