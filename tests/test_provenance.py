@@ -170,7 +170,8 @@ def test_the_cli_checks_the_card_and_each_piece(repo, tmp_path, capsys):
         str(path),
         f"    card: commit {first[:12]} verified: its files of models/ and training/ hash to the recorded code_sha256",
         "    piece 1: no machine or commit recorded",
-        f"    piece 2 (from epoch 2, CPU): no commit or code hash recorded (made before code hashes, {CODE_HASH_SINCE})",
+        "    piece 2 (from epoch 2, CPU): no commit or code hash recorded "
+        f"(made before code hashes, {CODE_HASH_SINCE})",
         f"    piece 3 (from epoch 5, NVIDIA H200): commit {stale[:12]} does not match the code that ran: its files of "
         f"models/ and training/ hash to {code_sha256(repo)[:12]}, the recorded code_sha256 is {ran[:12]}; the code "
         f"that ran had edits never committed as such, or a stale .git; the code that ran is commit {first[:12]}'s"]

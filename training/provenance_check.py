@@ -23,7 +23,8 @@ from .provenance import CODE_HASH_SINCE, REPO, SHOWN, check_commit, find_code_co
 __all__ = ["add_arguments", "run", "check_card", "card_files"]
 
 MISMATCH = "does not match the code that ran"
-UNRECORDED = f"no commit or code hash recorded (made before code hashes, {CODE_HASH_SINCE})"  # pieces kept only their machine
+# Pieces that kept only their machine.
+UNRECORDED = f"no commit or code hash recorded (made before code hashes, {CODE_HASH_SINCE})"
 
 
 def card_files(paths: list[str]) -> list[Path]:
