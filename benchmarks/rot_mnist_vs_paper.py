@@ -39,7 +39,7 @@ from training.data import SubsetSplit, load_dataset
 from training.distributed import Context
 from training.evaluation import Normaliser, predict
 from training.metrics import error_rate
-from training.provenance import _cpu_name, git_commit, sha256_file
+from training.provenance import _cpu_name, code_record, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(os.environ.get("REFERENCE_DIR", REPO.parent / "shared" / "reference"))
@@ -146,7 +146,7 @@ def record(arch: str, split, identity: dict, data_dir: str, threads: int) -> dic
                 "(tests/test_rot_mnist_vs_paper.py holds them to it)",
         "how_made": f"{RECORD_COMMAND} (this arch alone: --record {arch})",
         "made": time.strftime("%Y-%m-%d"),
-        "commit": git_commit(),
+        **code_record(),  # commit, code_sha256 and whether they agree (training.provenance)
         "machine": f"{_cpu_name()}, {threads} thread(s), torch {torch.__version__}, numpy {np.__version__}, "
                    f"python {platform.python_version()}, AAGC_NATIVE={os.environ.get('AAGC_NATIVE', '1')}",
         "data": {"name": "rot_mnist", "split": "test", "dir": data_dir, **identity},

@@ -27,7 +27,7 @@ from .data.pcam_public import read_labels
 from .distributed import Context
 from .evaluation import Normaliser, predict
 from .metrics import classification_metrics
-from .provenance import _cpu_name, git_commit, on_cpu, sha256_file
+from .provenance import _cpu_name, code_record, on_cpu, sha256_file
 
 __all__ = ["BATCH_SIZE", "CARD_METRICS", "data_identity", "listing_sha256", "tumour_probability", "encode", "decode",
            "card_metrics", "card_tolerances", "prediction_record", "read_test_labels", "read_record"]
@@ -126,7 +126,7 @@ def prediction_record(path: Path, test, identity: dict, *, what: str, how_made: 
         "what": what,
         "how_made": how_made,
         "made": time.strftime("%Y-%m-%d"),
-        "commit": git_commit(),
+        **code_record(),  # commit, code_sha256 and whether they agree (training.provenance)
         "machine": f"{_cpu_name()}, {threads} thread(s), torch {torch.__version__}, numpy {np.__version__}, "
                    f"python {platform.python_version()}, AAGC_NATIVE={os.environ.get('AAGC_NATIVE', '1')}; "
                    f"{seconds:.0f} s",

@@ -23,7 +23,7 @@ from models import import_reference_checkpoint
 from .data import SubsetSplit
 from .metrics import confidence_intervals
 from .pcam_predictions import tumour_probability
-from .provenance import git_commit, sha256_file
+from .provenance import code_record, sha256_file
 
 __all__ = ["REFERENCE", "RELEASE_ARCH", "RELEASE_CHECKPOINT", "PARTS", "PART_SIZE", "PARTITION_SEED", "parts",
            "release_path", "load_release", "measure_parts", "classes_sha256", "release_summary"]
@@ -91,7 +91,7 @@ def release_summary(by_part: dict[int, np.ndarray], labels: np.ndarray, identity
                 "only measured figures and digests, never its per-patch predictions",
         "how_made": "python -m training table3 results/pcam_table3 --release --write",
         "made": time.strftime("%Y-%m-%d"),
-        "commit": git_commit(),
+        **code_record(),  # commit, code_sha256 and whether they agree (training.provenance)
         "seconds": round(seconds),
         "checkpoint": f"{RELEASE_CHECKPOINT} (in ../shared/reference)",
         "sha256": sha256_file(release_path()),
