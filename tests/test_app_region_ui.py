@@ -89,11 +89,10 @@ def test_the_model_with_attention_is_not_offered_the_shared_trunk_it_is_at_chanc
     at = region_app
     assert [r.key for r in at.sidebar.radio if r.key.startswith("region_method")] == []
     assert next(c.value for c in at.sidebar.caption if c.value.startswith("Method")) == (
-        "Method: exact, every cell in its own 96 x 96 context. No fast method for this model. The shared trunk over "
-        "tiles is not fa_p4m_densenet_pcam's function: its attention would pool over a whole tile instead of each "
-        "cell's 96 x 96 context, which can change its probabilities completely. On the PCam test mosaic the shipped "
-        "fa_p4m_densenet_pcam scores AUC 0.458 with tiles, no better than chance, against 0.956 with crops "
-        "(docs/region.md).")
+        "Method: exact, each cell in its own 96 x 96 context (no fast method for this model). The shared trunk over "
+        "tiles is not fa_p4m_densenet_pcam's function: its attention would pool over a whole tile, not each cell's "
+        "96 x 96 context. On the PCam test mosaic the shipped fa_p4m_densenet_pcam scores AUC 0.458 with tiles "
+        "(chance) against 0.956 with crops (docs/region.md).")
 
 
 def attention_panel(at: AppTest) -> tuple[str, str]:

@@ -189,9 +189,9 @@ def test_missing_output_folder_fails_before_the_work(mosaic, tmp_path, capsys):
 
 TILES_REFUSED = (
     "error: The shared trunk over tiles is not fa_p4m_densenet_pcam's function: its attention would pool over a "
-    "whole tile instead of each cell's 96 x 96 context, which can change its probabilities completely. On the PCam "
-    "test mosaic the shipped fa_p4m_densenet_pcam scores AUC 0.458 with tiles, no better than chance, against 0.956 "
-    "with crops (docs/region.md). Use --method crops, this model's default.\n")
+    "whole tile, not each cell's 96 x 96 context. On the PCam test mosaic the shipped fa_p4m_densenet_pcam scores "
+    "AUC 0.458 with tiles (chance) against 0.956 with crops (docs/region.md). Use --method crops, this model's "
+    "default.\n")
 
 
 def test_tiles_are_refused_for_a_model_with_attention_before_any_work(mosaic, tmp_path, capsys, monkeypatch):

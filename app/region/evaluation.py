@@ -56,8 +56,8 @@ METHODS = ("tiles", "crops")
 DEFAULT_READING = "spatial"  # alpha_s, what the paper's figures draw (models.attention.parts.READINGS)
 # Why "tiles" is not offered for a model with attention, as measured (docs/region.md, "Exact or fast": the tests
 # check that it still gives these numbers).
-TILES_AT_CHANCE = ("On the PCam test mosaic the shipped fa_p4m_densenet_pcam scores AUC 0.458 with tiles, no better "
-                   "than chance, against 0.956 with crops (docs/region.md).")
+TILES_AT_CHANCE = ("On the PCam test mosaic the shipped fa_p4m_densenet_pcam scores AUC 0.458 with tiles (chance) "
+                   "against 0.956 with crops (docs/region.md).")
 Progress = Callable[[int, int], None]
 
 
@@ -301,9 +301,8 @@ def inexact_method(model: Network, method: str, name: str) -> str:
     """
     if method != "tiles" or not model.output_stride or not first_attentive_layer(model):
         return ""  # the model's function, or (tiles without a fully convolutional trunk) refused by check_region
-    return (f"The shared trunk over tiles is not {name}'s function: its attention would pool over a whole tile "
-            f"instead of each cell's 96 x 96 context, which can change its probabilities completely. "
-            f"{TILES_AT_CHANCE}")
+    return (f"The shared trunk over tiles is not {name}'s function: its attention would pool over a whole tile, "
+            f"not each cell's 96 x 96 context. {TILES_AT_CHANCE}")
 
 
 def evaluate_region(

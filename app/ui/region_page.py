@@ -165,8 +165,8 @@ def method_ui(loaded: LoadedModel) -> str:
     methods = exact_methods(loaded.model)
     if methods == ("crops",):
         reason = inexact_method(loaded.model, "tiles", loaded.name)
-        st.sidebar.caption("Method: exact, every cell in its own 96 x 96 context."
-                           + (f" No fast method for this model. {reason}" if reason else ""))
+        st.sidebar.caption("Method: exact, each cell in its own 96 x 96 context (no fast method for this model)."
+                           + (f" {reason}" if reason else ""))
         return "crops"
     return st.sidebar.radio("Method", methods, index=methods.index(default_method(loaded.model)),
                             format_func=METHOD_LABELS.get,
