@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_shared
+from training.bootstrap import describe
 from training.card_records import record_of, rerecord_intervals
 from training.provenance import sha256_file
 
@@ -75,3 +76,15 @@ def test_a_card_without_a_record_is_named(tmp_path):
     shutil.copy("results/pcam_table3/densenet-seed0.json", card)
     with pytest.raises(FileNotFoundError, match=r"densenet-seed0\.json: no per-patch record at .*test_predictions"):
         rerecord_intervals(card)
+
+
+def test_the_retired_pcam_public_checkpoints_hold_the_one_bootstraps_intervals():
+    """Measured from their weights (no record): ``python -m training intervals checkpoints/retired/*.json``. The
+    retired subset and demo models' readers are retired with them: their cards keep the earlier draws' intervals."""
+    for card in sorted((REPO / "checkpoints" / "retired").glob("*.json")):
+        data = json.loads(card.read_text())
+        intervals = data["metrics"].get("test_intervals")
+        if data["dataset"]["name"] == "pcam_public":
+            assert intervals["auc"]["method"] == describe(), f"{card.name}: python -m training intervals {card.name}"
+        elif intervals:
+            assert intervals["auc"]["method"] == "stratified bootstrap, 2000 resamples", card.name

@@ -23,8 +23,9 @@ import numpy as np
 from models import load_checkpoint, save_checkpoint
 
 from .atomic import write_atomic
+from .data import load_dataset
 from .metrics import confidence_intervals
-from .pcam_predictions import read_record, read_test_labels
+from .pcam_predictions import read_record, read_test_labels, tumour_probability
 from .provenance import sha256_file
 
 __all__ = ["record_of", "edit_card", "rerecord_intervals", "interval_changes"]
@@ -86,28 +87,42 @@ def edit_card(card: Path, change: Callable[[dict], None]) -> None:
 
 
 def rerecord_intervals(card: Path, *, write: bool = True) -> tuple[dict, dict]:
-    """``(old, new)`` test intervals of ``card`` from its record; with ``write``, the new ones stored (edit_card).
+    """``(old, new)`` test intervals of ``card``; with ``write``, the new ones stored (:func:`edit_card`).
+
+    From the card's record; a retired checkpoint's card without one is measured from the weights beside it, on the
+    test split of the data it names.
 
     Raises:
-        FileNotFoundError: the card has no record.
+        FileNotFoundError: the card has neither a record nor weights beside it.
         ValueError: the record does not name the card as it is, or its labels are not the card's test count.
+        DataError: the card's data set cannot be read (e.g. a retired reader's).
     """
     card = Path(card)
     record_file = record_of(card)
-    if not record_file.is_file():
-        raise FileNotFoundError(f"{card}: no per-patch record at {record_file}")
-    record, tumour = read_record(record_file)
-    _check_bound(card, record_file, record)
-    _, labels = read_test_labels(record["data"]["dir"])
+    if record_file.is_file():
+        record, tumour = read_record(record_file)
+        _check_bound(card, record_file, record)
+        _, labels = read_test_labels(record["data"]["dir"])
+    elif card.with_suffix(".safetensors").is_file():
+        tumour, labels = _measured(card.with_suffix(".safetensors"))
+    else:
+        raise FileNotFoundError(f"{card}: no per-patch record at {record_file} and no weights beside it")
     metrics = json.loads(card.read_text())["metrics"]
     if len(labels) != metrics.get("test_count", len(labels)):
-        raise ValueError(f"{record_file}: {len(labels)} labels, the card's test count is {metrics['test_count']}")
+        raise ValueError(f"{card}: {len(labels)} test labels, the card's test count is {metrics['test_count']}")
     p = tumour.astype(np.float64)
     new = confidence_intervals(np.stack([1 - p, p], axis=1), labels)
     old = metrics.get("test_intervals", {})
     if write:
         edit_card(card, lambda data: data["metrics"].__setitem__("test_intervals", new))
     return old, new
+
+
+def _measured(weights: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The checkpoint's tumour probability on every patch of its data's test split, and their labels."""
+    model, card = load_checkpoint(weights)
+    test = load_dataset(card["dataset"]["name"], card["training"]["config"]["data_dir"]).test
+    return tumour_probability(model, card, test), np.asarray(test.labels)
 
 
 def interval_changes(old: dict, new: dict) -> str:

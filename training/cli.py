@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "with the paper's claims as paired tests"))
 
     intervals = commands.add_parser("intervals", help="record a card's 95 %% test intervals again from its "
-                                    "per-patch test record (training.card_records)")
+                                    "per-patch test record, or from the weights beside it (training.card_records)")
     intervals.add_argument("cards", nargs="+", metavar="CARD")
     intervals.add_argument("--dry-run", action="store_true", help="print how the intervals change; write nothing")
 
