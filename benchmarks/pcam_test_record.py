@@ -14,7 +14,6 @@ a seeded random sample of patches.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -30,6 +29,7 @@ from training.pcam_predictions import (  # noqa: F401  (re-exported: the shipped
     encode,
     prediction_record,
     tumour_probability,
+    write_record,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def record(path: Path, test, identity: dict, threads: int) -> dict:
         how_made=f"{RECORD_COMMAND} (this checkpoint alone: {RECORD_COMMAND} {path.stem})")
     RECORDS.mkdir(parents=True, exist_ok=True)
     out = record_path(path.stem)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_record(out, result)
     m = result["metrics"]
     print(f"{path.stem}: error {m['error']:.4f}, AUC {m['auc']:.4f}, NLL {m['nll']:.4f}, ECE {m['ece']:.4f} "
           f"({result['machine'].rsplit('; ', 1)[-1]}) -> {out.relative_to(REPO)}", flush=True)

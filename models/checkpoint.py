@@ -35,7 +35,8 @@ from .equivariance import logit_invariance_error
 from .network import Network
 from .registry import build_model, model_info
 
-__all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError", "card_path", "validate_card", "weights_digest"]
+__all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError", "card_path", "card_text", "validate_card",
+           "weights_digest"]
 
 CARD_KEY = "model_card"
 CARD_DIGEST_KEY = "model_card_sha256"  # metadata: SHA-256 of the embedded card's text
@@ -54,6 +55,12 @@ def weights_digest(tensors: Mapping[str, torch.Tensor]) -> str:
 def card_path(path: str | Path) -> Path:
     """The JSON card that sits beside a ``.safetensors`` file."""
     return Path(path).with_suffix(".json")
+
+
+def card_text(card: dict) -> str:
+    """A card as JSON text, as the ``.json`` beside a checkpoint holds it (the embedded card lacks the last newline);
+    a copy of a card kept elsewhere (a sweep's results folder) is written the same way, byte for byte."""
+    return json.dumps(card, indent=2, sort_keys=True) + "\n"
 
 
 def save_checkpoint(model: Network, path: str | Path, card: dict | None = None) -> dict:
@@ -90,7 +97,7 @@ def save_checkpoint(model: Network, path: str | Path, card: dict | None = None) 
     validate_card(card)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(card, indent=2, sort_keys=True)
+    text = card_text(card).removesuffix("\n")
     # Write to temporary names and rename, so an interrupted save never leaves half a file.
     tmp_weights, tmp_card = path.with_suffix(".safetensors.tmp"), path.with_suffix(".json.tmp")
     save_file(tensors, str(tmp_weights), metadata={CARD_KEY: text, CARD_DIGEST_KEY: _text_digest(text)})

@@ -21,6 +21,7 @@ import pytest
 from models import build_model, load_checkpoint, save_checkpoint
 from tests.conftest import RELEASES, release_path, require_shared
 from training import table3
+from training.card_records import edit_card
 from training.cli import main
 from training.data import load_dataset
 from training.data.pcam_public import PatchRecord, PublicSplit
@@ -343,6 +344,10 @@ def test_record_runs_records_a_finished_run_bound_to_its_card_and_checkpoint(tmp
     assert record["metrics"] == card_metrics(tumour, split.labels)
     assert not Path(record["checkpoint"]).is_absolute() and not Path(record["card"]).is_absolute()
     assert table3.record_runs(folder, runs, lambda: split, log=lambda *_: None) == []
+    # Measured into the results card since (edit_card): still this run's card, recorded again once unbound.
+    edit_card(folder / "densenet-seed0.json", lambda data: data.__setitem__("attention_on_nuclei", {"patches": 6}))
+    (folder / table3.PREDICTIONS / "densenet-seed0.json").unlink()
+    assert table3.record_runs(folder, runs, lambda: split, log=lambda *_: None) == out
     (folder / "densenet-seed0.json").write_text(json.dumps({**written, "notes": "another run"}))
     with pytest.raises(ValueError, match="another run's card"):
         table3.record_runs(folder, runs, lambda: split, log=lambda *_: None)

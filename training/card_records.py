@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from models import load_checkpoint, save_checkpoint
+from models.checkpoint import card_text
 
 from .atomic import write_atomic
 from .data import load_dataset
-from .metrics import confidence_intervals
-from .pcam_predictions import read_record, read_test_labels, tumour_probability
+from .pcam_predictions import read_record, read_test_labels, tumour_intervals, tumour_probability, write_record
 from .provenance import sha256_file
 
-__all__ = ["record_of", "edit_card", "rerecord_intervals", "interval_changes"]
+__all__ = ["record_of", "edit_card", "as_trained", "rerecord_intervals", "interval_changes"]
 
 SHIPPED_RECORDS = Path("results/pcam_test_predictions")
 
@@ -56,6 +56,14 @@ def _check_bound(card: Path, record_file: Path, record: dict) -> tuple[Path, str
     return bound, key
 
 
+def as_trained(card: dict) -> dict:
+    """``card`` without what is measured into it after training (:func:`edit_card`'s uses): the test intervals,
+    recorded again from the record, and the attention-on-nuclei measurement. What names the run is left."""
+    trained = {key: value for key, value in card.items() if key != "attention_on_nuclei"}
+    trained["metrics"] = {key: value for key, value in card.get("metrics", {}).items() if key != "test_intervals"}
+    return trained
+
+
 def edit_card(card: Path, change: Callable[[dict], None]) -> None:
     """Apply ``change`` to ``card`` (a dict edited in place; never the weights) and keep its record bound to it.
 
@@ -69,7 +77,8 @@ def edit_card(card: Path, change: Callable[[dict], None]) -> None:
     card = Path(card)
     record_file = record_of(card)
     record = json.loads(record_file.read_text()) if record_file.is_file() else None
-    bound, key = _check_bound(card, record_file, record) if record is not None else (card, "")
+    if record is not None:
+        bound, key = _check_bound(card, record_file, record)
     weights = card.with_suffix(".safetensors")
     if weights.is_file():
         model, embedded = load_checkpoint(weights)
@@ -80,10 +89,10 @@ def edit_card(card: Path, change: Callable[[dict], None]) -> None:
     else:
         data = json.loads(card.read_text())
         change(data)
-        write_atomic(card, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+        write_atomic(card, card_text(data).encode())
     if record is not None:
         record[key] = sha256_file(bound)
-        write_atomic(record_file, (json.dumps(record, indent=1) + "\n").encode())  # the records' own layout
+        write_record(record_file, record)
 
 
 def rerecord_intervals(card: Path, *, write: bool = True) -> tuple[dict, dict]:
@@ -110,8 +119,7 @@ def rerecord_intervals(card: Path, *, write: bool = True) -> tuple[dict, dict]:
     metrics = json.loads(card.read_text())["metrics"]
     if len(labels) != metrics.get("test_count", len(labels)):
         raise ValueError(f"{card}: {len(labels)} test labels, the card's test count is {metrics['test_count']}")
-    p = tumour.astype(np.float64)
-    new = confidence_intervals(np.stack([1 - p, p], axis=1), labels)
+    new = tumour_intervals(tumour, labels)
     old = metrics.get("test_intervals", {})
     if write:
         edit_card(card, lambda data: data["metrics"].__setitem__("test_intervals", new))

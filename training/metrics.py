@@ -16,7 +16,7 @@ def error_rate(probs: np.ndarray, labels: np.ndarray) -> float:
 
 def nll(probs: np.ndarray, labels: np.ndarray) -> float:
     """Mean negative log-likelihood of the true labels (probabilities clipped at 1e-12)."""
-    return float(-np.mean(np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, None))))
+    return float(_example_nll(probs, labels).mean())
 
 
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -40,6 +40,13 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def _bins(confidence: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``bins + 1`` equal-width edges over [0, 1] and each confidence's bin: bin i holds (edges[i], edges[i+1]]
+    (a confidence of exactly 0 cannot occur for a max probability)."""
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    return edges, np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
+
+
 def reliability(probs: np.ndarray, labels: np.ndarray, bins: int = 15) -> dict:
     """Confidence (max probability) against accuracy in equal-width bins, and the expected calibration error.
 
@@ -49,9 +56,7 @@ def reliability(probs: np.ndarray, labels: np.ndarray, bins: int = 15) -> dict:
     """
     confidence = probs.max(axis=1)
     correct = probs.argmax(axis=1) == labels
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    # Bin i holds (edges[i], edges[i+1]]; a confidence of exactly 0 cannot occur for a max probability.
-    index = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
+    edges, index = _bins(confidence, bins)
     out = {"bin_edges": edges.tolist(), "confidence": [], "accuracy": [], "count": []}
     ece = 0.0
     for i in range(bins):
@@ -123,7 +128,7 @@ def confidence_intervals(probs: np.ndarray, labels: np.ndarray, *, resamples: in
 
 
 def _example_nll(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Each example's negative log-likelihood, clipped as :func:`nll` clips: ``(N,)``."""
+    """Each example's negative log-likelihood, the true label's probability clipped at 1e-12: ``(N,)``."""
     return -np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, None))
 
 
@@ -135,8 +140,7 @@ def _resampled_ece(probs: np.ndarray, labels: np.ndarray, draws: np.ndarray, bin
     """
     confidence = probs.max(axis=1)
     correct = (probs.argmax(axis=1) == labels).astype(np.float64)
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    index = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
+    _, index = _bins(confidence, bins)
     resamples = draws.shape[0]
     flat = (index[draws] + bins * np.arange(resamples)[:, None]).ravel()  # (R * N,): one bin per (resample, bin)
     gap = (np.bincount(flat, correct[draws].ravel(), resamples * bins)

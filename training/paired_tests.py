@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .bootstrap import percentile_interval, resampled_aucs, stratified_draws
+from .bootstrap import RESAMPLES, SEED, percentile_interval, resampled_aucs, stratified_draws
 from .claims import LEVEL
 
 __all__ = ["McNemar", "AucDifference", "mcnemar", "binomial_tail", "paired_auc_bootstrap", "verdict"]
@@ -117,8 +117,8 @@ class AucDifference:
                 "seed": self.seed}
 
 
-def paired_auc_bootstrap(scores_a: np.ndarray, scores_b: np.ndarray, labels: np.ndarray, *, resamples: int = 2000,
-                         seed: int = 0) -> AucDifference:
+def paired_auc_bootstrap(scores_a: np.ndarray, scores_b: np.ndarray, labels: np.ndarray, *,
+                         resamples: int = RESAMPLES, seed: int = SEED) -> AucDifference:
     """Paired stratified bootstrap of the difference of two models' ROC AUCs on the same test examples.
 
     Args:

@@ -22,15 +22,17 @@ import torch
 
 from models import load_checkpoint
 
+from .atomic import write_atomic
 from .data import SubsetSplit
 from .data.pcam_public import read_labels
 from .distributed import Context
 from .evaluation import Normaliser, predict
-from .metrics import classification_metrics
+from .metrics import classification_metrics, confidence_intervals
 from .provenance import _cpu_name, code_record, on_cpu, sha256_file
 
 __all__ = ["BATCH_SIZE", "CARD_METRICS", "data_identity", "listing_sha256", "tumour_probability", "encode", "decode",
-           "card_metrics", "card_tolerances", "prediction_record", "read_test_labels", "read_record"]
+           "card_metrics", "tumour_intervals", "card_tolerances", "prediction_record", "read_test_labels",
+           "read_record", "write_record"]
 
 BATCH_SIZE = 256  # evaluate_checkpoint's, which measured the cards
 CARD_METRICS = ("error", "nll", "auc", "ece", "count")
@@ -85,11 +87,21 @@ def decode(text: str) -> np.ndarray:
     return np.array([np.float32(word) for word in text.split()], dtype=np.float32)
 
 
+def _two_class(tumour: np.ndarray) -> np.ndarray:
+    """``(N, 2)`` float64 probabilities (no tumour, tumour) from the tumour probabilities."""
+    p = tumour.astype(np.float64)
+    return np.stack([1 - p, p], axis=1)
+
+
 def card_metrics(tumour: np.ndarray, labels: np.ndarray) -> dict:
     """The card's test metrics from the tumour probabilities, by the evaluation's own ``classification_metrics``."""
-    p = tumour.astype(np.float64)
-    measured = classification_metrics(np.stack([1 - p, p], axis=1), labels, calibration=True)
+    measured = classification_metrics(_two_class(tumour), labels, calibration=True)
     return {name: measured[name] for name in CARD_METRICS}
+
+
+def tumour_intervals(tumour: np.ndarray, labels: np.ndarray) -> dict:
+    """The card's 95 % test intervals (:func:`training.metrics.confidence_intervals`) from the tumour probabilities."""
+    return confidence_intervals(_two_class(tumour), labels)
 
 
 def card_tolerances(card: dict) -> dict[str, float]:
@@ -144,6 +156,11 @@ def prediction_record(path: Path, test, identity: dict, *, what: str, how_made: 
         "tumour_probability_format": FORMAT,
     })
     return result
+
+
+def write_record(path: Path, record: dict) -> None:
+    """Write a record (or rewrite it), in the layout every record has."""
+    write_atomic(Path(path), (json.dumps(record, indent=1) + "\n").encode())
 
 
 def read_record(path: str | Path) -> tuple[dict, np.ndarray]:

@@ -213,7 +213,7 @@ def check_commit(commit: str | None, code_hash: str | None, root: Path = REPO) -
     Returns:
         One sentence: ``commit C verified: ...``, ``commit C does not match the code that ran: ...`` (then
         the commit is stale, or its ``+dirty`` edits were never committed), ``commit C is not in this
-        repository's history: ...``, or ``no code hash recorded (before DATE)``.
+        repository's history: ...``, or ``no code hash recorded (made before code hashes, DATE)``.
     """
     if not code_hash:
         return f"no code hash recorded (made before code hashes, {CODE_HASH_SINCE})"

@@ -37,10 +37,18 @@ from models import load_checkpoint
 
 from . import table3_seeds
 from .atomic import write_atomic
+from .card_records import as_trained
 from .data import DataError, load_dataset
-from .metrics import confidence_intervals
 from .paired_tests import mcnemar, paired_auc_bootstrap, verdict
-from .pcam_predictions import data_identity, listing_sha256, prediction_record, read_record, read_test_labels
+from .pcam_predictions import (
+    data_identity,
+    listing_sha256,
+    prediction_record,
+    read_record,
+    read_test_labels,
+    tumour_intervals,
+    write_record,
+)
 from .presets import recipe
 from .provenance import sha256_file
 from .readme_tables import rewrite_block
@@ -112,16 +120,11 @@ def tumour_sha256(tumour: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(tumour, dtype=np.float32).tobytes()).hexdigest()
 
 
-def _intervals(tumour: np.ndarray, labels: np.ndarray) -> dict:
-    p = tumour.astype(np.float64)
-    return confidence_intervals(np.stack([1 - p, p], axis=1), labels)
-
-
 def _recorded(name: str, path: Path, labels: np.ndarray, listing: str, source: str, stand_in=False) -> Model:
     record, tumour = read_record(path)
     if record["data"]["files_labels_sha256"] != listing or len(tumour) != len(labels):
         raise ValueError(f"{path} measured other test patches than labels.csv lists")
-    return Model(name, source=source, tumour=tumour, intervals=_intervals(tumour, labels), stand_in=stand_in)
+    return Model(name, source=source, tumour=tumour, intervals=tumour_intervals(tumour, labels), stand_in=stand_in)
 
 
 def _not_done(name: str, runs_dir: Path | None) -> str:
@@ -320,7 +323,8 @@ def record_runs(folder: Path, runs_dir: Path, load_test, log=print, sweep: str =
         if not best.is_file():
             log(f"{name}: no checkpoint {best} to record")
             continue
-        if load_checkpoint(best)[1] != json.loads(card.read_text()):
+        # The results card may since hold measurements the run's own card lacks (training.card_records.edit_card).
+        if as_trained(load_checkpoint(best)[1]) != as_trained(json.loads(card.read_text())):
             raise ValueError(f"{best}'s card is not {card}: the results folder holds another run's card")
         test = load_test()
         result = prediction_record(
@@ -331,7 +335,7 @@ def record_runs(folder: Path, runs_dir: Path, load_test, log=print, sweep: str =
             how_made=f"python -m training table3 {_relative(folder)} --record --runs-dir {_relative(runs_dir)}"
                      + ("" if sweep == "table3" else f" --sweep {sweep}"))
         out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(out, (json.dumps(result, indent=1) + "\n").encode())
+        write_record(out, result)
         log(f"{name}: recorded -> {out}")
         written.append(out)
     return written
