@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint pytest bench clean run docker-test
+.PHONY: test test-avx2 lint pytest bench clean run docker-test
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,15 @@ lint: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The suite as an AVX2-only CPU runs it, on an AVX-512 machine: PyTorch's, oneDNN's, MKL's, OpenBLAS's, numpy's and
+# our own kernels limited to AVX2 (numpy's float sums then group differently, as on such a CPU). Run it before
+# committing from an AVX-512 machine: a number compared too tightly passes there and fails on AVX2 (docs/speed.md).
+AVX2_ONLY := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+	OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" AAGC_NATIVE_MARCH=x86-64-v3
+test-avx2: lint $(STAMP)
+	$(AVX2_ONLY) $(BIN)/python -c "import numpy; numpy.show_runtime()" | grep -A2 simd_extensions
+	$(AVX2_ONLY) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.train_step

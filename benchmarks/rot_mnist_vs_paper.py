@@ -76,10 +76,15 @@ def test_error(model, card, split) -> float:
     return error_rate(probs, labels)
 
 
+def class_probabilities(model, card, split) -> tuple[np.ndarray, np.ndarray]:
+    """Each digit's class probabilities ``(N, 10)`` and its label, in the split's order."""
+    ctx = Context(0, 1, torch.device("cpu"))
+    return predict(model, split, Normaliser.for_card(card, ctx.device), ctx, batch_size=BATCH_SIZE)
+
+
 def predicted_classes(model, card, split) -> tuple[np.ndarray, np.ndarray]:
     """Each digit's predicted class (argmax of the probabilities, uint8) and its label, in the split's order."""
-    ctx = Context(0, 1, torch.device("cpu"))
-    probs, labels = predict(model, split, Normaliser.for_card(card, ctx.device), ctx, batch_size=BATCH_SIZE)
+    probs, labels = class_probabilities(model, card, split)
     return probs.argmax(axis=1).astype(np.uint8), labels
 
 

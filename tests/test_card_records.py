@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_shared
+from tests.recorded_numbers import assert_same_numbers
 from training.bootstrap import describe
 from training.card_records import record_of, rerecord_intervals
 from training.provenance import sha256_file
@@ -35,8 +36,9 @@ def test_the_cards_with_intervals_are_the_pcam_models():
 
 @pytest.mark.parametrize("card", CARDS, ids=str)
 def test_each_card_holds_the_intervals_of_its_record(card):
+    """Recomputed here, perhaps on another CPU than the one that recorded them: equal to float64 round-off."""
     old, new = rerecord_intervals(card, write=False)
-    assert old == new, f"{card}: record its intervals again (python -m training intervals {card})"
+    assert_same_numbers(new, old, f"{card}: record its intervals again (python -m training intervals {card})")
 
 
 def _copy(card: Path, root: Path) -> Path:

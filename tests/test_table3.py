@@ -20,6 +20,7 @@ import pytest
 
 from models import build_model, load_checkpoint, save_checkpoint
 from tests.conftest import RELEASES, release_path, require_shared
+from tests.recorded_numbers import assert_same_numbers, classes_of_digest
 from training import table3
 from training.card_records import edit_card
 from training.cli import main
@@ -235,7 +236,7 @@ def test_each_runs_record_is_of_its_card_and_gives_its_test_metrics(record_file,
     assert record["card_sha256"] == sha256_file(card_file), f"{record_file.name} is not of {card_file.name}"
     assert record["data"]["files_labels_sha256"] == listing
     measured = card_metrics(tumour, labels)
-    assert measured == record["metrics"]
+    assert_same_numbers(measured, record["metrics"], "the record's metrics do not follow from its probabilities")
     card = json.loads(card_file.read_text())
     tolerance = card_tolerances(card)  # round-off, or a GPU's other kernels where the card was measured on one
     for name in ("error", "nll", "auc", "ece"):
@@ -317,8 +318,11 @@ def test_release_recomputes_its_kept_part_figures(test_split):
     model = load_release()
     for k, tumour in measure_parts(model, test_split, checked_parts()).items():
         labels = test_split.labels[parts()[k]]
-        assert int(((tumour > 0.5) != labels).sum()) == kept["errors_by_part"][k], f"part {k}"
-        assert classes_sha256(tumour) == kept["predicted_sha256_by_part"][k], f"part {k}"
+        # Equal where the class is decided on every CPU; a patch within round-off of 1/2 may take either side.
+        both = np.stack([1 - tumour.astype(np.float64), tumour], axis=1)
+        classes = classes_of_digest(both, kept["predicted_sha256_by_part"][k], classes_sha256)
+        assert classes is not None, f"part {k}: other predicted classes than the kept digest's, beyond round-off"
+        assert int((classes != labels).sum()) == kept["errors_by_part"][k], f"part {k}"
         assert float(tumour.astype(np.float64).sum()) == pytest.approx(kept["tumour_sum_by_part"][k], abs=1e-3)
 
 
