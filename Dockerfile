@@ -59,4 +59,5 @@ EXPOSE 8501
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, sys, urllib.request as u; r = u.urlopen('http://localhost:%s/_stcore/health' % os.environ.get('STREAMLIT_SERVER_PORT', '8501'), timeout=4); sys.exit(r.read().strip() != b'ok')"]
 
-CMD ["streamlit", "run", "app/main.py", "--server.address", "0.0.0.0", "--server.headless", "true"]
+# app/server.py prepares the default page before the server answers (its health check included).
+CMD ["streamlit", "run", "app/server.py", "--server.address", "0.0.0.0", "--server.headless", "true"]

@@ -35,10 +35,11 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
-# The warm-up stores every shipped model's padding borders first, so that the first visitor does not wait for them.
+# The warm-up stores every shipped model's padding borders first, and app/server.py prepares the default page
+# before it answers, so that the first visitor does not wait for either.
 run: $(STAMP)
 	$(BIN)/python -m app.warm
-	$(BIN)/streamlit run app/main.py
+	$(BIN)/streamlit run app/server.py
 
 # Builds the image, runs it, checks its health and screenshots it (docker/test.sh says how, on machines without a registry).
 docker-test:

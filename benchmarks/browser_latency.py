@@ -1,7 +1,7 @@
 """The app's speed as a user sees it: per action, the click to the last change of the page in Chromium.
 
 This runs ``python -m app.warm`` as ``make run`` does (``--no-warm``: not), then starts
-``streamlit run app/main.py`` (headless, on a free port, with
+``streamlit run app/server.py`` (as ``make run``; headless, on a free port, with
 ``APP_CHECKPOINTS`` on ``--checkpoints``, the repository's ``checkpoints/`` by
 default) and drives Debian's Chromium with Playwright's sync API in a
 1440 x 900 window. The page opens as the app opens it (for ``checkpoints/``

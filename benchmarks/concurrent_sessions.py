@@ -1,6 +1,6 @@
 """Many users at once: N browser sessions upload different images to one app server at the same time.
 
-This starts ``streamlit run app/main.py`` as a subprocess on a free localhost
+This starts ``streamlit run app/server.py`` as a subprocess on a free localhost
 port (headless, no file watcher, ``APP_CHECKPOINTS`` on ``--checkpoints``) and
 drives one headless Chromium with Playwright's async API. Each session is its
 own browser context, i.e. its own Streamlit session: it opens the page (the app
@@ -281,12 +281,13 @@ def make_uploads(folder: Path, count: int, checkpoint: Path) -> list[Upload]:
 
 @contextlib.contextmanager
 def streamlit_server(folder: Path, log: Path, port: int, deadline: float):
-    """``streamlit run app/main.py`` on ``port`` serving ``folder``; yields ``(process, url)`` once healthy.
+    """``streamlit run app/server.py`` (as ``make run`` and the Docker image) on ``port`` serving ``folder``; yields
+    ``(process, url)`` once healthy, which is after the server has prepared the first visit.
 
     The server always stops afterwards (terminate, then kill after 15 s).
     """
     env = dict(os.environ, APP_CHECKPOINTS=str(folder.resolve()), PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
+    command = [sys.executable, "-m", "streamlit", "run", "app/server.py", "--server.headless", "true",
                "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
                "--server.fileWatcherType", "none"]
     with open(log, "w") as out:

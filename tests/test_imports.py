@@ -46,7 +46,7 @@ def test_the_reader_sees_the_imports_the_app_is_known_to_have():
     imports = {(imp.source, imp.target) for imp in project_imports(REPO)}
     # Relative, absolute, under TYPE_CHECKING, inside a function, a package's __init__, a sibling in tests/.
     assert ("app.pictures.arrows", "app.analysis.compute") in imports
-    assert ("app.main", "app.ui.views") in imports
+    assert ("app.main", "app.ui.page") in imports and ("app.ui.page", "app.ui.views") in imports
     assert ("app.ui.comparison", "app.ui.inputs") in imports
     assert ("app.region.cli", "app.region.figures") in imports
     assert ("app.region.demo", "app.gallery") in imports

@@ -37,7 +37,7 @@ from ..analysis.variants import attention_kind
 from ..gallery import list_patches
 
 __all__ = ["LoadedModel", "ChosenImage", "default_checkpoint", "model_ui", "image_ui", "transform_ui",
-           "checkpoint_folder", "load_entry", "checkpoint_key", "NO_CHECKPOINT_HELP"]
+           "checkpoint_folder", "load_entry", "checkpoint_key", "gallery_order", "decoded", "NO_CHECKPOINT_HELP"]
 
 REGION_CELL_KEY = "region_cell"  # a cell the region view hands over (app.ui.region_page.RegionCell)
 REGION_CELL_SOURCE = "Cell from the region"
@@ -218,9 +218,7 @@ def image_ui(card: dict) -> ChosenImage | None:
         return ChosenImage(to_channels(cell.pixels, channels), info, cell.name, cell.microns_per_pixel,
                            cell.true_label)
     if source == "Gallery":
-        items = list_patches()  # regions are not model-sized patches
-        preferred = "he" if is_pathology(card) or channels == 3 else "digit"
-        items = [i for i in items if i.kind == preferred] + [i for i in items if i.kind != preferred]
+        preferred, items = gallery_order(card)
         by_name = {i.name: i for i in items}
         item = by_name[st.sidebar.selectbox("Gallery image", list(by_name), format_func=lambda n: by_name[n].caption,
                                             key=f"gallery-{preferred}")]
@@ -234,7 +232,7 @@ def image_ui(card: dict) -> ChosenImage | None:
             return None
         data, name, mpp, label = upload.getvalue(), upload.name, None, None
     try:
-        image = decoded_images().get_or_compute(image_digest(data), lambda: read_image(data))
+        image = decoded(data)
     except ImageError as err:
         st.error(f"Cannot use {name}: {err}")
         return None
@@ -258,6 +256,23 @@ def image_ui(card: dict) -> ChosenImage | None:
     if fitted.info.mode == "resize" and mpp is not None:
         mpp = mpp * fitted.info.region[2] / size
     return ChosenImage(fitted.pixels, fitted.info, name, mpp, label)
+
+
+def gallery_order(card: dict) -> tuple[str, list]:
+    """The kind of gallery image that suits ``card``'s model (``"he"`` or ``"digit"``) and the gallery's patches as
+    its picker lists them, that kind first (regions are not model-sized patches: not listed)."""
+    items = list_patches()
+    preferred = "he" if is_pathology(card) or int(card["input"]["channels"]) == 3 else "digit"
+    return preferred, [i for i in items if i.kind == preferred] + [i for i in items if i.kind != preferred]
+
+
+def decoded(data: bytes) -> np.ndarray:
+    """``data`` read as an image, once per process for the same bytes.
+
+    Raises:
+        ImageError: not an image this app reads.
+    """
+    return decoded_images().get_or_compute(image_digest(data), lambda: read_image(data))
 
 
 def transform_ui(group: Group, planar: bool, turns: bool = True) -> tuple[int, float]:

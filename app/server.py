@@ -1,0 +1,46 @@
+"""``streamlit run app/server.py`` (``make run``, the Docker image): the app, ready before its first visitor.
+
+The page of ``app/main.py``, served by Streamlit's ``st.App`` (Starlette) with a start-up hook: before the server
+answers its first request (its health check included), :func:`app.ui.first_visit.prepare_first_visit` imports the
+page's modules and computes the default page's numbers into the caches the page reads. The first visitor then
+waits as the second does (1.8 s less of server time with AVX2 code; docs/app.md has the browser's figures).
+``streamlit run app/main.py`` still serves the same page, without the preparation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # `streamlit run app/server.py` puts app/ on sys.path, not the repository root.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import streamlit as st  # noqa: E402
+
+# Caches used outside a script run warn once per call that there is no script run; here that is the point.
+QUIET_WHILE_PREPARING = "streamlit.runtime.scriptrunner_utils.script_run_context"
+
+
+@contextlib.asynccontextmanager
+async def ready_before_the_first_visitor(_app):
+    # Imported here, once Streamlit's runtime runs (the page's caches then find it), and run in the event loop's
+    # own thread on purpose: nothing is served until it is done.
+    started = time.perf_counter()
+    from app.ui.first_visit import prepare_first_visit
+
+    quiet = logging.getLogger(QUIET_WHILE_PREPARING)
+    level, _ = quiet.level, quiet.setLevel(logging.ERROR)
+    try:
+        prepared = prepare_first_visit()
+    finally:
+        quiet.setLevel(level)
+    logging.getLogger("app.server").warning("first visit prepared in %.1f s, imports included: %s",
+                                            time.perf_counter() - started, prepared)
+    yield
+
+
+app = st.App("main.py", lifespan=ready_before_the_first_visitor)
