@@ -10,8 +10,8 @@ without Streamlit:
 * ``analyse``: one batched forward pass over every group transform, every
   layer's maps and the proof (:func:`app.analysis.compute.analyse`);
 * ``maps``: the turn viewer's payload of the default layer, as JSON (:func:`app.ui.views.maps_payload`);
-* ``arrows``: the default arrow field and its picture for every transform
-  (:func:`app.ui.views.default_arrow_field`, :func:`app.ui.views.arrows_figure`);
+* ``arrows``: the default arrow field and its picture for every transform, an SVG
+  (:func:`app.ui.views.default_arrow_field`, :func:`app.ui.views.arrows_svg`);
 * ``proof``: the proof figure of the first non-identity transform (:func:`app.pictures.plots.proof_figure`);
 * ``prediction``: the probability chart, and the reliability diagram for pathology models;
 * ``nuclei``: for pathology models, the "Attention on nuclei" tab (the first attentive layer against
@@ -79,7 +79,7 @@ from app.pictures.plots import (  # noqa: E402
 )
 from app.ui.views import (  # noqa: E402
     Display,
-    arrows_figure,
+    arrows_svg,
     default_arrow_field,
     default_layer_key,
     maps_payload,
@@ -154,7 +154,7 @@ def page(model: models.Network, card: dict, data: bytes, clock: Callable[[], flo
     figures = []
     _, field = default_arrow_field(current, {})
     if field is not None:
-        figures.append(arrows_figure(field, current))
+        arrows_svg(field, current)
     times["arrows"] = clock() - start
 
     start = clock()

@@ -9,12 +9,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from app.pictures.arrows import ArrowField
 from app.pictures.map_style import DIVERGING
 from app.pictures.plots import (
     COLOUR_MAPS,
     PanelMarks,
-    arrow_panels,
     map_panels,
     nuclei_figure,
     probability_figure,
@@ -73,15 +71,6 @@ def test_proof_figure_serialises_as_validated():
     assert [t.type for t in fig.data].count("image") == 1, "the image once"
     heatmap = next(t for t in fig.data if t.type == "heatmap")
     assert (heatmap.x0, heatmap.dx) == (0.5, 2.0), "each map pixel centred on the two image pixels it covers"
-
-
-def test_arrow_panels_serialise_as_validated():
-    positions = np.stack(np.meshgrid(np.arange(2, 24, 4), np.arange(2, 24, 4), indexing="ij"), -1).reshape(-1, 2)
-    angles = np.arange(8) * np.pi / 4
-    field = ArrowField(positions=positions.astype(float), directions=np.stack([np.sin(angles), np.cos(angles)], 1),
-                       lengths=RNG.random((8, 8, len(positions))), orientation_ids=np.arange(8),
-                       mirrored=np.arange(8) >= 4, scale=1.0, spacing=4, image_size=24)
-    assert_as_validated(arrow_panels(field, IMAGES, TITLES))
 
 
 def test_nuclei_figure_serialises_as_validated():

@@ -28,8 +28,8 @@ The grid is symmetric under quarter turns and flips and every step above
 commutes with moving cells and re-indexing orientations, so the field of g.x is
 the field of x moved by g, like the maps it comes from.
 :func:`arrow_polygons` gives each arrow's outline and :class:`PanelMosaic` lays
-panels out side by side; the page draws them with plotly
-(:func:`app.pictures.plots.arrow_panels`), the PNG export with matplotlib
+panels out side by side; the page draws them as one SVG
+(:func:`app.pictures.arrow_svg.arrow_panels_svg`), the PNG export with matplotlib
 (:func:`app.pictures.figures.render_arrow_field_png`).
 """
 

@@ -18,12 +18,10 @@ import plotly.graph_objects as go
 
 from ..analysis.images import to_channels
 from ..analysis.padding import border_left_out
-from .arrows import ArrowField, PanelMosaic, arrow_polygons
 from .encode import png_data_url
-from .figures import ORIENTATION_COLOURS
 from .map_style import DIVERGING, MPL_COLOUR_MAPS, overlay
 
-__all__ = ["COLOUR_MAPS", "image_rgb", "map_panels", "proof_figure", "arrow_panels", "probability_figure",
+__all__ = ["COLOUR_MAPS", "image_rgb", "map_panels", "proof_figure", "probability_figure",
            "reliability_figure", "nuclei_figure", "PanelMarks"]
 
 COLOUR_MAPS = ("Viridis", "Inferno", "Magma", "Cividis", "Hot", "Jet", "Greys")
@@ -253,42 +251,6 @@ def proof_figure(
                         colorbar=dict(len=0.3, y=0.14, thickness=12, exponentformat="e")),
         height=3 * (side + 15) + 65, margin=dict(l=0, r=0, t=55, b=0),
     )
-    return _figure(data, layout)
-
-
-def arrow_panels(field: ArrowField, images: np.ndarray, titles: list[str], *, columns: int = 4) -> go.Figure:
-    """The arrow field of every transform side by side (rows of ``columns``), drawn by the browser.
-
-    One axes holds every panel (a :class:`~app.pictures.arrows.PanelMosaic`): the faded images are
-    one ``go.Image``, and each orientation is one trace of filled (rotations) or outlined
-    (mirrored orientations) arrow polygons over all panels, separated by gaps, in
-    that orientation's colour. A full-length arrow reaches half a cell.
-
-    Args:
-        field: from :func:`app.pictures.arrows.arrow_field`, T transforms.
-        images: ``(T, C, S, S)`` in [0, 1], the transformed images.
-        titles: one per transform.
-    """
-    count, size = len(titles), field.image_size
-    mosaic = PanelMosaic(count, size, columns)
-    grey = np.round(mosaic.background(list(images)) * 255).astype(np.uint8)  # (height, width)
-    data = [dict(type="image", source=png_data_url(grey), hoverinfo="skip")]
-    for h in range(len(field.directions)):
-        polygons = np.concatenate([arrow_polygons(field, t, h, origin) for t, origin in enumerate(mosaic.origins)])
-        gaps = np.full((len(polygons), 1, 2), np.nan)
-        points = np.concatenate([polygons, gaps], axis=1).reshape(-1, 2).astype(np.float32)  # (P' * 9, 2)
-        colour = ORIENTATION_COLOURS[int(field.orientation_ids[h]) % len(ORIENTATION_COLOURS)]
-        style = (dict(fill="none", line=dict(color=colour, width=1)) if field.mirrored[h]
-                 else dict(fill="toself", fillcolor=colour, line=dict(width=0)))
-        data.append(dict(type="scatter", x=points[:, 0], y=points[:, 1], mode="lines", hoverinfo="skip",
-                         showlegend=False, **style))
-    annotations = [dict(text=title, x=left + size / 2, y=top - mosaic.band * 0.15, xref="x", yref="y",
-                        xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=11))
-                   for (top, left), title in zip(mosaic.origins, titles, strict=True)]
-    layout = dict(xaxis=dict(visible=False, range=[-0.5, mosaic.width - 0.5], constrain="domain"),
-                  yaxis=dict(visible=False, range=[mosaic.height - 0.5, -0.5], scaleanchor="x"),
-                  annotations=annotations, height=round(0.85 * WIDTH_PX * mosaic.height / mosaic.width),
-                  margin=dict(l=0, r=0, t=0, b=0))
     return _figure(data, layout)
 
 

@@ -33,6 +33,7 @@ from ..analysis.pathology import (
 from ..analysis.readings import BRIGHT, COLOUR_TITLES, COMPOSITE, DEFAULT_WHY
 from ..analysis.reductions import MapSelection
 from ..analysis.turning import TurnSequence
+from ..pictures.arrow_svg import arrow_panels_svg
 from ..pictures.arrows import ARROW_MODES, ArrowField, arrow_field
 from ..pictures.export import export_npz
 from ..pictures.figures import ORIENTATION_COLOURS, render_arrow_field_png, render_map_row_png
@@ -40,7 +41,6 @@ from ..pictures.map_style import DIVERGING, MPL_COLOUR_MAPS, RANGE_MODES, as_dis
 from ..pictures.plots import (
     COLOUR_MAPS,
     PanelMarks,
-    arrow_panels,
     nuclei_figure,
     probability_figure,
     proof_figure,
@@ -53,7 +53,7 @@ __all__ = ["Display", "STYLES", "proof_range", "default_arrow_key", "display_ui"
            "arrow_layer_ui", "default_arrow_field", "default_arrow_mode", "maps_payload", "show_maps", "show_arrows",
            "show_proof", "show_prediction", "show_calibration",
            "show_angle_deviation", "show_export", "panel_marks", "maps_png", "arrows_png", "value_range",
-           "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing", "arrows_figure", "show_nuclei",
+           "orientation_titles", "layer_keys", "default_layer_key", "arrow_spacing", "arrows_svg", "show_nuclei",
            "show_true_label", "card_nuclei_summary", "layer_of", "colour_title", "NUCLEI_OUTLINE"]
 
 
@@ -339,21 +339,26 @@ def arrows_png(field: ArrowField, analysis: Analysis, t: int, dpi: int = 75) -> 
     return render_arrow_field_png(field, t, analysis.images[t], title=analysis.element_names[t], dpi=dpi)
 
 
+# The arrow panels' width on the page: two rows of four 96-pixel panels about as tall as the plotly figure they
+# replace (0.85 of the wide layout's main column).
+ARROWS_WIDTH_PX = 980
+
+
 def arrow_spacing(size: int) -> int:
     """Cell side of the page's arrow fields: 7 x 7 arrows on 28-pixel digits, 12 x 12 on 96-pixel patches."""
     return max(4, size // 12)
 
 
-def arrows_figure(field: ArrowField, analysis: Analysis) -> go.Figure:
-    """What the page shows of an arrow field: every transform of the image in rows of four, one plotly figure."""
-    return arrow_panels(field, analysis.images, list(analysis.element_names))
+def arrows_svg(field: ArrowField, analysis: Analysis) -> str:
+    """What the page shows of an arrow field: every transform of the image in rows of four, one SVG."""
+    return arrow_panels_svg(field, analysis.images, list(analysis.element_names))
 
 
 def show_arrows(analysis: Analysis, layer: LayerMaps, mode: str = "selectivity", border: int = 0) -> ArrowField:
     """The arrow field of every transform of the image, side by side, on one scale."""
     size = analysis.images.shape[-1]
     field = arrow_field(layer, size, spacing=arrow_spacing(size), mode=mode, border=border)
-    st.plotly_chart(arrows_figure(field, analysis), key="arrows", config={"displaylogo": False})
+    st.image(arrows_svg(field, analysis), width=ARROWS_WIDTH_PX)
     legend = " ".join(
         f"<span style='color:{ORIENTATION_COLOURS[h]}'>{'▷' if h >= 4 else '▶'} {get_group(analysis.group).describe(h)}"
         "</span>" for h in range(layer.orientations))
