@@ -20,6 +20,9 @@ new-upload         a new PNG (a gallery patch moved by a p4m element) into the i
 layer-change       the main panel's selectbox "Layer" to its next option
 reading-change     the reading picker above the maps ("Attention shown") to its next option
 tab-switch         the tab "Equivariance proof", then "Arrow field", alternately
+watch-turn         the turn viewer's "Watch it turn" (``[data-play]``) on a picture not turned before (every repeat
+                   after the first changes the gallery image first, untimed), timed to its first frame drawn
+                   (the viewer's ``data-frame``), not to a still page: an animation plays on
 angle-step         rot-MNIST page: the sidebar slider "(Then) rotate by an arbitrary angle", one key step
 =================  =====================================================================================
 
@@ -196,6 +199,7 @@ ACTIONS = (
     Action("reading-change", "reading change", ("he",)),
     Action("tab-switch", "tab switch", ("he",)),
     Action("gallery-change", "gallery change", ("he",)),
+    Action("watch-turn", "Watch it turn, first frame", ("he",)),
     Action("new-upload", "new upload", ("he",)),  # last on its page: it leaves the image source on "upload"
     Action("angle-step", "arbitrary-angle step", ("rot_mnist",)),
 )
@@ -281,6 +285,28 @@ class Session:
             raise RuntimeError("the page shows an exception")
         return Sample(max(0.0, poll["last"] - start) / 1000, self.websocket.received - received,
                       self.websocket.sent - sent, poll["mutations"])
+
+    def measure_until(self, act: Callable[[], object], condition: str) -> Sample:
+        """Run ``act`` and time it from its input event to the first animation frame on which the JS expression
+        ``condition`` holds; then wait for the still page (not timed), so that the next action starts on it.
+
+        Raises:
+            SettleTimeout: the condition did not hold, or the page was not still, within the timeout.
+        """
+        received, sent = self.websocket.received, self.websocket.sent
+        self.page.evaluate(MARK_SCRIPT)
+        act()
+        try:
+            self.page.wait_for_function(f"() => ({condition}) && (window.__settle.seen = performance.now())",
+                                        polling="raf", timeout=self.timeout_s * 1000)
+        except PlaywrightError as error:
+            raise SettleTimeout(f"{condition} did not hold within {self.timeout_s:.0f} s") from error
+        poll, seen = self.page.evaluate(POLL_SCRIPT), self.page.evaluate("window.__settle.seen")
+        start = poll["input"] if poll["input"] is not None else poll["mark"]
+        sample = Sample(max(0.0, seen - start) / 1000, self.websocket.received - received,
+                        self.websocket.sent - sent, poll["mutations"])
+        self._settle(first_panel=False)
+        return sample
 
     def _settle(self, first_panel: bool) -> dict:
         deadline = time.monotonic() + self.timeout_s
@@ -401,6 +427,23 @@ def tab_switch(session: Session, repeat: int) -> tuple[str, Callable]:
     return f"tabs {' / '.join(TABS)}", target.first.click
 
 
+# The turn viewer marks the animation frame it draws (``root.dataset.frame``); a picture's first is frame 0.
+FIRST_FRAME = "window.__settle.roots.some((root) => root.querySelector('[data-frame]'))"
+FORGET_FRAMES = ("() => window.__settle.roots.forEach((root) => root.querySelectorAll('[data-frame]')"
+                 ".forEach((element) => delete element.dataset.frame))")
+
+
+def watch_turn(session: Session, repeat: int) -> tuple[str, Callable]:
+    if repeat:  # a picture whose animation the server has not computed yet
+        _, change = gallery_change(session, repeat)
+        session.measure(change)
+    play = session.page.locator("[data-play]")
+    if not play.count():
+        raise NotAvailable("no [data-play] control (the turn viewer's Watch it turn)")
+    session.page.evaluate(FORGET_FRAMES)
+    return "[data-play] control", play.first.click
+
+
 def angle_step(session: Session, repeat: int) -> tuple[str, Callable]:
     thumb = (session.sidebar.locator('[data-testid="stSlider"]').filter(has_text=ANGLE_LABEL)
              .get_by_role("slider"))  # Streamlit's thumb is an <input type="range">
@@ -434,7 +477,7 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
         "new-upload": lambda s, r: new_upload(s, r, upload_folder),
         "layer-change": selectbox_action("Layer", "main"),
         "reading-change": selectbox_action("Attention shown", "main"),
-        "tab-switch": tab_switch, "angle-step": angle_step,
+        "tab-switch": tab_switch, "angle-step": angle_step, "watch-turn": watch_turn,
     }
     for repeat in range(1 if action.key == "first-cold" else repeats):
         try:
@@ -444,6 +487,9 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
             elif action.key == "first-warm":
                 result.control = "page.reload()"
                 result.samples.append(session.measure(lambda: session.page.reload(wait_until="commit"), True))
+            elif action.key == "watch-turn":
+                result.control, act = preparers[action.key](session, repeat)
+                result.samples.append(session.measure_until(act, FIRST_FRAME))
             else:
                 result.control, act = preparers[action.key](session, repeat)
                 result.samples.append(session.measure(act))

@@ -3,6 +3,8 @@ for equivariant networks from the image's maps alone, for planar ones from the m
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from test_app_compute import calibrated
@@ -80,3 +82,49 @@ def test_the_turn_is_exact_at_quarter_turns_and_measured_between():
     np.testing.assert_allclose(sequence.maps[6], analysis.attention["c2"].upsampled(28)[1], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="must divide 90"):
         turning_maps(model, card, image, "attention/c2", MEANS, step=7)
+
+
+def test_the_turn_comes_in_chunks_that_join_into_the_whole():
+    """``turning_chunks`` is what the page sends as it is computed: a batch of angles each, 0 degrees first, and
+    joined they are the whole turn bit for bit (each chunk's deviations against the 0-degree maps)."""
+    from app.analysis.reductions import MEANS
+    from app.analysis.turning import BATCH, TurnSequence, chunked, joined, turning_chunks, turning_maps
+
+    model, card = calibrated("a_p4cnn"), dev_card("a_p4cnn")
+    image = np.random.default_rng(2).random((1, 28, 28)).astype(np.float32)
+    chunks = list(turning_chunks(model, card, image, "attention/c2", MEANS, step=10))
+    assert [len(c.degrees) for c in chunks] == [BATCH] * 4 + [36 - 4 * BATCH]
+    whole = turning_maps(model, card, image, "attention/c2", MEANS, step=10)
+    for name in TurnSequence.__annotations__:
+        np.testing.assert_array_equal(getattr(joined(chunks), name), getattr(whole, name), err_msg=name)
+        np.testing.assert_array_equal(getattr(joined(list(chunked(whole))), name), getattr(whole, name))
+    with pytest.raises(ValueError, match="must divide 90"):
+        next(turning_chunks(model, card, image, "attention/c2", MEANS, step=7))
+
+
+def test_the_page_sends_the_turn_after_the_viewer_a_chunk_at_a_time(monkeypatch, tmp_path):
+    """Watch it turn pressed: the viewer says how many frames come, and each chunk follows as its own element of the
+    same component, every frame once, in order; a rerun finds the turn cached and sends the same chunks."""
+    from test_app_ui import app as first_run
+    from test_app_ui import ok, write_dev_checkpoints
+
+    import app.ui.caches as caches
+
+    write_dev_checkpoints(tmp_path, ["a_p4cnn"])
+    at = ok(first_run(monkeypatch, tmp_path))
+    computed = []
+    real = caches.turning_chunks
+    monkeypatch.setattr(caches, "turning_chunks",
+                        lambda *args: (computed.append(1) or chunk for chunk in real(*args)))
+    at.session_state["maps-turning"] = "pending"
+    for _ in range(2):  # pressed, then a rerun
+        at = ok(at.run())
+        elements = [json.loads(c.proto.json) for c in at.get("bidi_component")]
+        viewer = next(e for e in elements if e.get("animation"))
+        feeds = [e for e in elements if e.get("feed")]
+        assert viewer["animation"]["frames"] == 72 and {f["viewer"] for f in feeds} == {viewer["viewer"]}
+        assert [f["start"] for f in feeds] == list(range(0, 72, 8)) and all(f["key"] == viewer["animation"]["key"]
+                                                                            for f in feeds)
+        degrees = [d for f in feeds for d in f["degrees"]]
+        assert degrees == [5.0 * i for i in range(72)] and sum(len(f["maps"]) for f in feeds) == 72
+    assert len(computed) == 9, "computed once, in nine chunks; the rerun read the cache"

@@ -73,6 +73,7 @@ def dev_folder(tmp_path_factory):
 
 
 def app(monkeypatch, folder: Path) -> AppTest:
+    """The page's first run on the checkpoints in ``folder``."""
     monkeypatch.setenv("APP_CHECKPOINTS", str(folder))
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT)
     return at.run()

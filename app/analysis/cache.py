@@ -13,6 +13,7 @@ by that number of analyses in flight (and two cores gain nothing from more).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections import OrderedDict
@@ -45,6 +46,9 @@ def analysis_key(model_id: str, image: np.ndarray, element: int,
     return model_id, image_digest(image), int(element), tuple(sorted((selections or {}).items()))
 
 
+_MISSING = object()
+
+
 class LRUCache:
     """At most ``maxsize`` values, the least recently used dropped first.
 
@@ -59,21 +63,34 @@ class LRUCache:
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], object]):
         """The cached value of ``key``, or ``compute()`` stored under it (waiting for a free slot first)."""
-        with self._lock:
-            if key in self._values:
-                self._values.move_to_end(key)
-                return self._values[key]
-        if self._slots is None:
+        found = self.get(key, _MISSING)
+        if found is not _MISSING:
+            return found
+        with self.slot():
             value = compute()
-        else:
-            with self._slots:
-                value = compute()
+        self.put(key, value)
+        return value
+
+    def get(self, key: Hashable, default=None):
+        """The cached value of ``key`` (now the most recently used), or ``default``."""
+        with self._lock:
+            if key not in self._values:
+                return default
+            self._values.move_to_end(key)
+            return self._values[key]
+
+    def put(self, key: Hashable, value) -> None:
+        """Store ``value`` under ``key``, dropping the least recently used beyond ``maxsize``."""
         with self._lock:
             self._values[key] = value
             self._values.move_to_end(key)
             while len(self._values) > self.maxsize:
                 self._values.popitem(last=False)
-        return value
+
+    def slot(self) -> contextlib.AbstractContextManager:
+        """One of the ``concurrency`` computations allowed at once, held while the ``with`` block runs (for a
+        computation delivered in pieces, where :meth:`get_or_compute` does not fit)."""
+        return contextlib.nullcontext() if self._slots is None else self._slots
 
     def __len__(self) -> int:
         return len(self._values)

@@ -11,6 +11,7 @@ disc. Numpy in, numpy out; no Streamlit.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,9 +25,22 @@ from .frames import InputFrame
 from .reductions import MapSelection, reduce_attention, upsample
 from .transforms import rotate_by_angle
 
-__all__ = ["TurnSequence", "turning_maps", "BATCH"]
+__all__ = ["TurnSequence", "turning_maps", "turning_chunks", "turn_degrees", "joined", "chunked", "BATCH", "STEP"]
 
 BATCH = 8  # images per forward pass: the eight transforms of one analysis
+STEP = 5.0  # degrees between the page's frames
+
+
+def turn_degrees(step: float = STEP) -> np.ndarray:
+    """The angles of a whole turn in steps of ``step`` degrees, 0 first.
+
+    Raises:
+        ValueError: a step that does not divide a quarter turn (the quarter turns must be among the angles).
+    """
+    steps_per_quarter = 90.0 / step if step > 0 else 0.0
+    if step <= 0 or abs(steps_per_quarter - round(steps_per_quarter)) > 1e-9:
+        raise ValueError(f"the step must divide 90 degrees, got {step}")
+    return np.arange(0, 360, step, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -52,36 +66,56 @@ class TurnSequence:
 
 
 def turning_maps(model: Network, card: dict, image: np.ndarray, layer_key: str, selection: MapSelection,
-                 step: float = 5.0) -> TurnSequence:
+                 step: float = STEP) -> TurnSequence:
     """The maps of layer ``layer_key`` (``"attention/NAME"`` or ``"features/NAME"``, as the page names them) of
-    ``image`` turned by every multiple of ``step`` degrees below 360.
+    ``image`` turned by every multiple of ``step`` degrees below 360: :func:`turning_chunks` joined.
 
     Raises:
         ValueError: a step that does not divide a quarter turn (the quarter turns must be among the angles), or a
             layer the model does not trace.
     """
-    steps_per_quarter = 90.0 / step
-    if step <= 0 or abs(steps_per_quarter - round(steps_per_quarter)) > 1e-9:
-        raise ValueError(f"the step must divide 90 degrees, got {step}")
+    return joined(list(turning_chunks(model, card, image, layer_key, selection, step)))
+
+
+def turning_chunks(model: Network, card: dict, image: np.ndarray, layer_key: str, selection: MapSelection,
+                   step: float = STEP) -> Iterator[TurnSequence]:
+    """:func:`turning_maps` a batch (:data:`BATCH` angles) at a time, 0 degrees first: what a viewer can play
+    while the rest is computed. Joined, the chunks are exactly :func:`turning_maps`' sequence.
+
+    Raises (at the first chunk):
+        ValueError: as :func:`turning_maps`.
+    """
+    all_degrees = turn_degrees(step)
     kind, name = layer_key.split("/", 1)
-    degrees = np.arange(0, 360, step, dtype=np.float64)
-    images = np.stack([rotate_by_angle(image.astype(np.float32), d) for d in degrees])  # (N, C, S, S)
     frame = InputFrame.from_card(card, model.group)
     dtype = next(model.parameters()).dtype
     size = image.shape[-1]
-    maps, probabilities = [], []
-    with torch.inference_mode():
-        for start in range(0, len(images), BATCH):
-            logits, trace = model.trace(frame.to_network(torch.from_numpy(images[start:start + BATCH]).to(dtype)))
-            probabilities.append(torch.softmax(logits.double(), dim=1).numpy())
-            if kind == "attention" and name in trace.attention:
-                reduced = reduce_attention(frame.attention_to_user(trace.attention[name]), selection)
-            elif kind == "features" and name in trace.features:
-                reduced = user_features(trace.features[name], frame)
-            else:
-                raise ValueError(f"the model traces no layer {layer_key!r}")
-            maps.append(upsample(reduced.float(), size).numpy())  # (B, H, S, S)
-    maps = np.concatenate(maps)
     group = display_group(model)
-    deviations, typical = np.array([disc_deviation(maps[0], maps[i], d, group) for i, d in enumerate(degrees)]).T
-    return TurnSequence(degrees, images, maps, deviations, typical, np.concatenate(probabilities))
+    unturned = None  # the maps at 0 degrees, which every step's deviation is measured against
+    for start in range(0, len(all_degrees), BATCH):
+        degrees = all_degrees[start:start + BATCH]
+        images = np.stack([rotate_by_angle(image.astype(np.float32), d) for d in degrees])  # (B, C, S, S)
+        with torch.inference_mode():
+            logits, trace = model.trace(frame.to_network(torch.from_numpy(images).to(dtype)))
+        if kind == "attention" and name in trace.attention:
+            reduced = reduce_attention(frame.attention_to_user(trace.attention[name]), selection)
+        elif kind == "features" and name in trace.features:
+            reduced = user_features(trace.features[name], frame)
+        else:
+            raise ValueError(f"the model traces no layer {layer_key!r}")
+        maps = upsample(reduced.float(), size).numpy()  # (B, H, S, S)
+        unturned = maps[0] if unturned is None else unturned
+        deviations, typical = np.array([disc_deviation(unturned, m, d, group) for m, d in zip(maps, degrees,
+                                                                                                 strict=True)]).T
+        yield TurnSequence(degrees, images, maps, deviations, typical, torch.softmax(logits.double(), dim=1).numpy())
+
+
+def joined(chunks: list[TurnSequence]) -> TurnSequence:
+    """Consecutive chunks of one sequence as one."""
+    return TurnSequence(*(np.concatenate([getattr(c, name) for c in chunks]) for name in TurnSequence.__annotations__))
+
+
+def chunked(sequence: TurnSequence, size: int = BATCH) -> Iterator[TurnSequence]:
+    """``sequence`` in chunks of ``size`` angles, as :func:`turning_chunks` yields them."""
+    for start in range(0, len(sequence.degrees), size):
+        yield TurnSequence(*(getattr(sequence, name)[start:start + size] for name in TurnSequence.__annotations__))

@@ -113,22 +113,25 @@ def frame_pixels(payload: dict, t: int, h: int) -> np.ndarray:
     return overlay(moved_image, q / 255.0, 0.0, 1.0, payload["colormap"], payload["opacity"], payload["signed"])
 
 
-def animation_payload(sequence, maps: np.ndarray, zrange: tuple[float, float], key: str) -> dict:
-    """The turn animation's frames for the viewer: each step's turned image and its maps (side by side in one
-    picture, in the viewer's colour range), its deviation from the turned maps of the image and its
-    probabilities. At quarter turns the viewer draws its exact frames instead: those are group elements.
+def animation_payload(sequence, maps: np.ndarray, zrange: tuple[float, float], key: str, start: int = 0) -> dict:
+    """The turn animation's frames for the viewer, or a chunk of them from frame ``start``: each step's turned
+    image and its maps (side by side in one picture, in the viewer's colour range), its deviation from the turned
+    maps of the image and its probabilities. At quarter turns the viewer draws its exact frames instead: those are
+    group elements.
 
     Args:
-        sequence: a :class:`app.analysis.turning.TurnSequence`.
+        sequence: a :class:`app.analysis.turning.TurnSequence`, or a chunk of one (``turning_chunks``).
         maps: ``(N, H, S, S)`` its maps as the page colours them (:func:`app.pictures.map_style.as_displayed`).
         zrange: the viewer's colour range.
         key: names what was turned (model, image, layer, reading, colours): the viewer plays a new one once.
+        start: the index of the chunk's first frame in the whole animation.
     """
     quantised = quantise(maps, *zrange)  # (N, H, S, S)
     n, h, s, _ = quantised.shape
     side_by_side = quantised.transpose(0, 2, 1, 3).reshape(n, s, h * s)  # (N, S, H*S): panel h at columns h*S
     return dict(
         key=key,
+        start=int(start),
         degrees=[float(d) for d in sequence.degrees],
         images=[webp_data_url(image_rgb(image)) for image in sequence.images],
         maps=[webp_data_url(row) for row in side_by_side],

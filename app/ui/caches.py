@@ -4,6 +4,7 @@ padding borders. Models themselves are cached where they are loaded (:mod:`app.u
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import streamlit as st
 
@@ -11,7 +12,7 @@ from ..analysis.cache import LRUCache, analysis_key, image_digest
 from ..analysis.compute import Analysis, analyse
 from ..analysis.padding import stored_borders
 from ..analysis.reductions import MapSelection
-from ..analysis.turning import TurnSequence, turning_maps
+from ..analysis.turning import TurnSequence, chunked, joined, turning_chunks
 from .inputs import LoadedModel
 
 __all__ = ["analyses", "analysed", "turned", "padding_of"]
@@ -35,11 +36,23 @@ def analysed(loaded: LoadedModel, image, element: int, selections: dict) -> tupl
     return analyses().get_or_compute(key, lambda: analyse(loaded.model, loaded.card, image, element, selections)), key
 
 
-def turned(loaded: LoadedModel, image, layer_key: str, selection: MapSelection) -> TurnSequence:
-    """``loaded``'s maps of layer ``layer_key`` while ``image`` turns through 360 degrees, computed once (in the
-    analyses' cache: it bounds memory and concurrency the same way)."""
+def turned(loaded: LoadedModel, image, layer_key: str, selection: MapSelection) -> Iterator[TurnSequence]:
+    """``loaded``'s maps of layer ``layer_key`` while ``image`` turns through 360 degrees, a batch of angles at a
+    time (:func:`app.analysis.turning.turning_chunks`), 0 degrees first, so that the page can send each as it is
+    computed. Computed once: the joined sequence goes into the analyses' cache when the last chunk is done (it bounds
+    memory and concurrency the same way), and is handed out in the same chunks from there."""
+    cache = analyses()
     key = ("turning", loaded.model_id, image_digest(image), layer_key, selection)
-    return analyses().get_or_compute(key, lambda: turning_maps(loaded.model, loaded.card, image, layer_key, selection))
+    sequence = cache.get(key)
+    if sequence is not None:
+        yield from chunked(sequence)
+        return
+    chunks = []
+    with cache.slot():
+        for chunk in turning_chunks(loaded.model, loaded.card, image, layer_key, selection):
+            chunks.append(chunk)
+            yield chunk
+    cache.put(key, joined(chunks))
 
 
 @st.cache_resource(max_entries=16)

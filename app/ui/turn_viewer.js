@@ -10,6 +10,17 @@
 // reading or patch) keeps the user's turn.
 const shownBy = new Map();
 const playedBy = new Map(); // viewer -> the key of the last animation it played
+// The animation's frames arrive in chunks, each its own element of this component (``data.feed``) sent as soon as
+// the server has computed it: "viewer|key" -> chunks by first frame, and an event for a viewer already mounted.
+const chunksOf = new Map();
+const arrivals = new EventTarget();
+
+function feed(chunk) {
+  const name = `${chunk.viewer}|${chunk.key}`;
+  if (!chunksOf.has(name)) chunksOf.set(name, new Map());
+  chunksOf.get(name).set(chunk.start, chunk);
+  arrivals.dispatchEvent(new CustomEvent(name, { detail: chunk }));
+}
 const decoded = new Map(); // data URL -> Promise of RGBA bytes
 const moves = new Map(); // "size/element" -> Int32Array: output pixel -> source pixel
 
@@ -164,6 +175,10 @@ function elementOf(turn, mirror) {
 }
 
 export default function ({ data, parentElement, setTriggerValue }) {
+  if (data.feed) {
+    feed(data);
+    return () => {};
+  }
   if (!shownBy.has(data.viewer)) shownBy.set(data.viewer, { element: 0 });
   const shown = shownBy.get(data.viewer);
   const root = document.createElement("div");
@@ -268,34 +283,65 @@ export default function ({ data, parentElement, setTriggerValue }) {
     draw(t);
   }
 
-  // The animation: frames decoded once, then one every FRAME_MS; at quarter turns the exact frames.
+  // The animation: frames decoded as their chunks arrive, then one every FRAME_MS from the first; a frame not yet
+  // arrived is waited for. At quarter turns the exact frames.
   const FRAME_MS = 90;
-  let frames = null;
+  const total = data.animation ? data.animation.frames : 0;
+  const frames = []; // frame i -> { degrees, image, maps, deviation, typical }, once decoded
+  let complete = null; // resolves once every frame is decoded (for the browser test)
   let timer = null;
   const identity = moveOf(size, 0);
 
+  function decodedFrames() {
+    let n = 0;
+    while (n < total && frames[n]) n++;
+    return n;
+  }
+
+  function takeChunk(chunk) {
+    chunk.degrees.forEach((degrees, j) => {
+      const i = chunk.start + j;
+      if (frames[i] || i >= total) return;
+      Promise.all([pixelsOf(chunk.images[j], size), pixelsOf(chunk.maps[j], size * count, size)]).then(
+        ([image, maps]) => {
+          frames[i] = { degrees, image, maps, deviation: chunk.deviations[j], typical: chunk.typicalDeviations[j] };
+          if (decodedFrames() === total) {
+            root.dataset.frames = String(total);
+            arrived.resolve();
+          }
+        });
+    });
+  }
+
+  const cleanups = [];
+  const arrived = {};
+  complete = new Promise((resolve) => { arrived.resolve = resolve; });
+  if (data.animation) {
+    const name = `${data.viewer}|${data.animation.key}`;
+    for (const chunk of (chunksOf.get(name) || new Map()).values()) takeChunk(chunk);
+    const onChunk = (event) => takeChunk(event.detail);
+    arrivals.addEventListener(name, onChunk);
+    cleanups.push(() => arrivals.removeEventListener(name, onChunk));
+  }
+
   function drawTurned(i) {
-    const animation = data.animation;
-    const degrees = animation.degrees[i];
+    const { degrees, image, maps, deviation, typical } = frames[i];
     root.dataset.frame = String(i);
     if (degrees % 90 === 0) {
       draw(data.elements.indexOf(degrees / 90));
       status.textContent = `${degrees}°: a quarter turn, a group element: the maps are exact`;
       return;
     }
-    const { images, maps } = frames;
     for (let h = 0; h < count; h++) {
       const context = panels[h].getContext("2d");
       const frame = context.createImageData(size, size);
-      const q = panelOf(maps[i], h, count, size);
-      blendPanel(frame.data, images[i], q, identity, identity, data, null);
+      const q = panelOf(maps, h, count, size);
+      blendPanel(frame.data, image, q, identity, identity, data, null);
       context.putImageData(frame, 0, 0);
       quantised[h] = { q, mapMove: identity };
     }
-    const typical = (100 * animation.typicalDeviations[i]).toFixed(1);
-    const worst = (100 * animation.deviations[i]).toFixed(0);
     status.textContent = `${degrees}°: not a group element; the image was resampled and the maps follow it `
-      + `approximately: off by ${typical} % on average (worst pixel ${worst} %)`;
+      + `approximately: off by ${(100 * typical).toFixed(1)} % on average (worst pixel ${(100 * deviation).toFixed(0)} %)`;
   }
 
   function stopPlaying() {
@@ -304,28 +350,21 @@ export default function ({ data, parentElement, setTriggerValue }) {
     if (play) play.textContent = "▶ Watch it turn";
   }
 
-  async function loadFrames() {
-    const animation = data.animation;
-    const [images, maps] = await Promise.all([
-      Promise.all(animation.images.map((url) => pixelsOf(url, size))),
-      Promise.all(animation.maps.map((url) => pixelsOf(url, size * count, size))),
-    ]);
-    frames = { images, maps };
-    root.dataset.frames = String(animation.degrees.length);
-  }
-
-  async function startPlaying() {
-    if (!frames) await loadFrames();
+  function startPlaying() {
     if (!alive) return;
     stopPlaying();
     const before = shown.element;
     let i = 0;
     play.textContent = "■ Stop";
     timer = setInterval(() => {
-      if (i >= data.animation.degrees.length) {
+      if (i >= total) {
         stopPlaying();
         shown.element = before;
         draw(data.elements.indexOf(before));
+        return;
+      }
+      if (!frames[i]) {
+        status.textContent = `Turning the image through 360°: ${decodedFrames()} of ${total} steps computed ...`;
         return;
       }
       drawTurned(i++);
@@ -348,7 +387,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
   }
   // For the browser test: draw frame i of the animation, or list its frames' count once decoded.
   root.showFrame = async (i) => {
-    if (!frames) await loadFrames();
+    await complete;
     stopPlaying();
     drawTurned(i);
   };
@@ -396,6 +435,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
   });
   return () => {
     alive = false;
+    for (const cleanup of cleanups) cleanup();
     stopPlaying();
   };
 }

@@ -8,7 +8,7 @@ figures built by :mod:`app.pictures.plots` and :mod:`app.pictures.figures` from 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +32,7 @@ from ..analysis.pathology import (
 )
 from ..analysis.readings import BRIGHT, COLOUR_TITLES, COMPOSITE, DEFAULT_WHY
 from ..analysis.reductions import MapSelection
-from ..analysis.turning import TurnSequence
+from ..analysis.turning import TurnSequence, turn_degrees
 from ..pictures.arrow_svg import arrow_panels_svg
 from ..pictures.arrows import ARROW_MODES, ArrowField, arrow_field
 from ..pictures.export import export_npz
@@ -223,18 +223,24 @@ def _padding_everywhere(border: int, size: int, consequence: str) -> str:
 
 def show_maps(analysis: Analysis, layer: LayerMaps, display: Display, zrange: tuple[float, float],
               marks: PanelMarks | None, border: int = 0, key: str = "maps",
-              turning: Callable[[], TurnSequence] | None = None) -> None:
+              turning: Callable[[], Iterator[TurnSequence]] | None = None) -> None:
     """One panel per orientation of the current image's maps, over or beside the image, one colour scale, in the
     turn viewer; ``key`` tells it from others of the page. ``turning`` gives the layer's maps of the image turned
-    through 360 degrees (:func:`app.analysis.turning.turning_maps`), for the viewer's "Watch it turn"."""
+    through 360 degrees a batch of angles at a time (:func:`app.analysis.turning.turning_chunks`), for the viewer's
+    "Watch it turn", which plays the first frames while the rest are computed."""
     size = analysis.images.shape[-1]
     attention = layer.kind == "attention"
     payload = maps_payload(analysis, layer, display, zrange, marks, border, key)
 
-    def animation(picture: str) -> dict:
-        sequence = turning()
-        shown = as_displayed(sequence.maps, layer, display.range_mode, border)
-        return animation_payload(sequence, shown, zrange, picture)
+    def chunks(picture: str) -> Iterator[dict]:
+        start = 0
+        for chunk in turning():
+            shown = as_displayed(chunk.maps, layer, display.range_mode, border)
+            yield animation_payload(chunk, shown, zrange, picture, start)
+            start += len(chunk.degrees)
+
+    def animation(picture: str) -> tuple[int, Iterator[dict]]:
+        return len(turn_degrees()), chunks(picture)
 
     turn_viewer(payload, key=key, animation=animation if turning is not None else None)
     # What bright means first: the one sentence a reader needs to read the colours at all.
