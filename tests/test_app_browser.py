@@ -82,21 +82,15 @@ def app_page(folder: Path, tmp_path: Path, viewport: dict = VIEWPORT):
         yield page
 
 
-def wait_for_panels(page, minimum: int = 1) -> None:
-    """Wait until the analysis is drawn: the turn viewer's panels, then the open tab's charts (at least
-    ``minimum``; only the open tab is computed and sent)."""
+def wait_for_panels(page) -> None:
+    """Wait until the analysis is drawn: the turn viewer's panels, then the first tab's arrow field (an SVG picture;
+    only the open tab is computed and sent), decoded by the browser."""
     page.get_by_text("What the model sees").wait_for()
     page.locator(".turn-viewer[data-ready='1']").wait_for()
-    charts = page.locator('[data-testid="stPlotlyChart"]')
-    # The browser mounts each chart a moment after the script sent it: poll rather than count once.
-    deadline = time.monotonic() + 60
-    while charts.count() < minimum and time.monotonic() < deadline:
-        page.wait_for_timeout(250)
-    assert charts.count() >= minimum, f"{charts.count()} charts drawn, {minimum} expected"
-    if minimum:
-        charts.first.locator(".main-svg").first.wait_for(state="visible")
+    arrows = page.locator('[data-testid="stMain"] img[src^="data:image/svg+xml"]')
+    arrows.first.wait_for(state="visible", timeout=60_000)
+    page.wait_for_function("(image) => image.complete && image.naturalWidth > 0", arg=arrows.first.element_handle())
     assert page.locator('[data-testid="stException"]').count() == 0
-    page.wait_for_timeout(500)  # let plotly finish its first paint
 
 
 def assert_viewer_toolbar(page) -> None:

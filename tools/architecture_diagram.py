@@ -28,6 +28,7 @@ BOXES = (
     ("main", "app.main", "the entry: streamlit run app/main.py"),
     ("ui", "app.ui", "Streamlit widgets and pages"),
     ("region", "app.region", "a whole H&E region, cell by cell"),
+    ("slides", "app.slides", "whole slides: reader, scale, tissue"),
     ("pictures", "app.pictures", "what the numbers look like"),
     ("gallery", "app.gallery", "the built-in images"),
     ("analysis", "app.analysis", "numbers from images and models"),

@@ -20,7 +20,7 @@ from .imports import Import
 
 __all__ = ["ALLOWED", "THIRD_PARTY", "allowed_prefixes", "rule_violations", "import_cycles", "describe_loop"]
 
-_APP_BELOW_UI = ("app.region", "app.pictures", "app.gallery", "app.analysis", "models")
+_APP_BELOW_UI = ("app.region", "app.slides", "app.pictures", "app.gallery", "app.analysis", "models")
 
 # Importing module prefix -> the project prefixes it may import (besides itself, where listed).
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -33,6 +33,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "app.pictures": ("app.pictures", "app.analysis", "models"),
     "app.gallery": ("app.gallery", "app.analysis"),
     "app.region": ("app.region", "app.pictures", "app.gallery", "app.analysis", "models"),
+    # Whole slides' pure part: reading, scale, tissue; numbers, no pictures.
+    "app.slides": ("app.slides", "app.analysis", "models"),
     # Region mode's pure part: its numbers draw nothing.
     "app.region.evaluation": ("app.analysis", "models"),
     "app.region.demo": ("app.region.evaluation", "app.gallery", "app.analysis", "models"),

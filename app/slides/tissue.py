@@ -1,0 +1,111 @@
+"""Where the tissue is on a slide: Otsu's threshold on optical density at low resolution, pen ink and glass left out,
+then a morphological opening and closing (as TIAToolbox's and histolab's tissue masks do).
+
+Only tissue is analysed, so this mask decides which chunks of cells the engine evaluates at all; each cell is then
+judged on its own pixels at the model's scale, as region mode judges them (:func:`app.region.evaluation.cell_tissue`).
+
+The steps, on an RGB thumbnail of a few micrometres per pixel:
+1. optical density (:func:`models.stain.optical_density`), its largest over R, G, B per pixel, averaged over
+   :data:`NEIGHBOURHOOD_UM` (the pale cytoplasm between nuclei is tissue, as in region mode);
+2. Otsu's threshold of that over the slide, but never below :data:`models.stain.TISSUE_OD` (0.15; glass is below
+   0.05): on a slide that is nearly all glass, Otsu alone would split the glass's noise;
+3. pen ink left out by its hue: H&E is pink to purple (hue above 250 or below 70 degrees), the blue, green and
+   turquoise markers pathologists draw with are in between; and anything nearly black (dust, black ink, folds);
+4. a closing (the pale gaps between fibres fill) then an opening (specks of dust go), each with a square of
+   :data:`SMOOTHING_UM` micrometres.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from models.stain import TISSUE_OD, optical_density
+
+__all__ = ["tissue_mask", "otsu_threshold", "pen_mask", "PEN_HUES", "SMOOTHING_UM"]
+
+PEN_HUES = (70.0, 250.0)  # degrees: green, turquoise, blue; H&E stains lie outside
+PEN_SATURATION = 0.2  # below it a colour is too grey to call ink
+NEARLY_BLACK = 40  # every channel below it: dust, black ink, a fold
+SMOOTHING_UM = 30.0  # the closing's and opening's square, about one 32-pixel cell at PCam's scale
+NEIGHBOURHOOD_UM = 10.0  # optical density is averaged over about a cell's width before the threshold
+
+
+def otsu_threshold(values: np.ndarray, bins: int = 256) -> float:
+    """Otsu's threshold of ``values``: the split of their histogram with the largest between-class variance."""
+    values = np.asarray(values, dtype=np.float64).ravel()
+    low, high = float(values.min()), float(values.max())
+    if high <= low:
+        return high
+    counts, edges = np.histogram(values, bins=bins, range=(low, high))
+    centres = (edges[:-1] + edges[1:]) / 2
+    weight = np.cumsum(counts)  # (bins,): pixels at or below each bin
+    mass = np.cumsum(counts * centres)
+    total, total_mass = weight[-1], mass[-1]
+    below, above = weight[:-1], total - weight[:-1]
+    valid = (below > 0) & (above > 0)
+    mean_below = np.divide(mass[:-1], below, out=np.zeros_like(centres[:-1]), where=valid)
+    mean_above = np.divide(total_mass - mass[:-1], above, out=np.zeros_like(centres[:-1]), where=valid)
+    between = np.where(valid, below * above * (mean_below - mean_above) ** 2, -1.0)
+    return float(edges[1:][np.argmax(between)])
+
+
+def pen_mask(rgb: np.ndarray) -> np.ndarray:
+    """Boolean ``(H, W)``: pixels of pen ink by hue (:data:`PEN_HUES`) or nearly black."""
+    pixels = np.asarray(rgb, dtype=np.float64) / 255.0
+    high, low = pixels.max(axis=-1), pixels.min(axis=-1)
+    spread = high - low
+    saturation = np.divide(spread, high, out=np.zeros_like(high), where=high > 0)
+    r, g, b = pixels[..., 0], pixels[..., 1], pixels[..., 2]
+    safe = np.where(spread > 0, spread, 1.0)
+    hue = np.where(high == r, ((g - b) / safe) % 6, np.where(high == g, (b - r) / safe + 2, (r - g) / safe + 4))
+    hue = 60.0 * hue
+    inked = (hue >= PEN_HUES[0]) & (hue < PEN_HUES[1]) & (saturation > PEN_SATURATION)
+    return inked | (np.asarray(rgb).max(axis=-1) < NEARLY_BLACK)
+
+
+def tissue_mask(rgb: np.ndarray, microns_per_pixel: float | None = None) -> tuple[np.ndarray, float]:
+    """Boolean ``(H, W)`` tissue of an RGB uint8 thumbnail, and the optical density threshold used.
+
+    Args:
+        microns_per_pixel: the thumbnail's scale, which sizes the opening and closing; unknown: 8 um/px assumed
+            (a 2,000-pixel thumbnail of a 1.6 cm slide).
+    """
+    scale = microns_per_pixel or 8.0
+    pen = pen_mask(rgb)
+    # Averaged over about a cell's width first: the pale cytoplasm between nuclei is tissue, not glass.
+    density = _box_mean(np.where(pen, 0.0, optical_density(rgb).max(axis=-1)), _side(NEIGHBOURHOOD_UM, scale))
+    candidates = density[~pen]
+    threshold = max(otsu_threshold(candidates), TISSUE_OD) if candidates.size else TISSUE_OD
+    mask = (density > threshold) & ~pen
+    side = _side(SMOOTHING_UM, scale)
+    return _open(_close(mask, side), side), threshold
+
+
+def _side(microns: float, microns_per_pixel: float) -> int:
+    return max(1, round(microns / microns_per_pixel))
+
+
+def _box_mean(values: np.ndarray, side: int) -> np.ndarray:
+    tensor = torch.from_numpy(values.astype(np.float32))[None, None]
+    padded = F.pad(tensor, (side // 2, (side - 1) // 2, side // 2, (side - 1) // 2), mode="replicate")
+    return F.avg_pool2d(padded, side, stride=1)[0, 0].numpy()
+
+
+def _dilate(mask: np.ndarray, side: int) -> np.ndarray:
+    tensor = torch.from_numpy(mask.astype(np.float32))[None, None]
+    grown = F.max_pool2d(F.pad(tensor, (side // 2, (side - 1) // 2, side // 2, (side - 1) // 2)), side, stride=1)
+    return grown[0, 0].numpy() > 0
+
+
+def _erode(mask: np.ndarray, side: int) -> np.ndarray:
+    return ~_dilate(~mask, side)
+
+
+def _open(mask: np.ndarray, side: int) -> np.ndarray:
+    return _dilate(_erode(mask, side), side)
+
+
+def _close(mask: np.ndarray, side: int) -> np.ndarray:
+    return _erode(_dilate(mask, side), side)
