@@ -1,5 +1,6 @@
-"""Whole slides: one reader for vendor slides and ordinary images (:mod:`.reader`), the scale rules (:mod:`.scale`)
-and where the tissue is (:mod:`.tissue`). Numpy in, numpy out; no Streamlit.
+"""Whole slides: one reader for vendor slides and ordinary images (:mod:`.reader`), the scale rules (:mod:`.scale`),
+where the tissue is (:mod:`.tissue`) and any block of a slide at the model's scale, equal to region mode's whole
+resampling (:mod:`.resample`). Numpy in, numpy out; no Streamlit.
 
 The first pieces of the whole-slide work (issue 59): the engine over a slide's cells, its store, the viewer and
 ``python -m app.slides`` build on these.
