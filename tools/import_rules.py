@@ -33,8 +33,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "app.pictures": ("app.pictures", "app.analysis", "models"),
     "app.gallery": ("app.gallery", "app.analysis"),
     "app.region": ("app.region", "app.pictures", "app.gallery", "app.analysis", "models"),
-    # Whole slides' pure part: reading, scale, tissue; numbers, no pictures.
-    "app.slides": ("app.slides", "app.analysis", "models"),
+    # Whole slides' pure part: reading, scale, tissue, the engine over cells (region mode's evaluation, one place
+    # for both); numbers, no pictures.
+    "app.slides": ("app.slides", "app.region.evaluation", "app.analysis", "models"),
     # Region mode's pure part: its numbers draw nothing.
     "app.region.evaluation": ("app.analysis", "models"),
     "app.region.demo": ("app.region.evaluation", "app.gallery", "app.analysis", "models"),

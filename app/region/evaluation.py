@@ -46,8 +46,8 @@ from ..analysis.reductions import reduce_readings
 
 __all__ = ["RegionError", "RegionGrid", "RegionResult", "MAX_SIDE", "MPP_RANGE", "TISSUE_SHARE", "METHODS",
            "check_region", "to_model_scale", "make_grid", "tile_spans", "cell_tissue", "evaluate_region",
-           "default_method", "exact_methods", "inexact_method", "TILES_AT_CHANCE", "first_attentive_layer",
-           "READINGS", "DEFAULT_READING"]
+           "evaluate_cells", "default_method", "exact_methods", "inexact_method", "TILES_AT_CHANCE",
+           "first_attentive_layer", "READINGS", "DEFAULT_READING"]
 
 MAX_SIDE = 4096  # pixels, of the region as given and at the model's scale
 MPP_RANGE = (0.05, 20.0)  # micrometres per pixel: from beyond 100x objectives to heavily downsampled slide levels
@@ -349,7 +349,29 @@ def evaluate_region(
         raise RegionError(f"No tissue found: no 32 x 32 cell of the region is {TISSUE_SHARE:.0%} stained (optical "
                           f"density above {TISSUE_OD}). Is it a blank or a non-H&E image?")
     layer = first_attentive_layer(model)
-    runner = _Runner(model, card, scaled, grid, layer)
+    probabilities, attentions = evaluate_cells(model, card, scaled, grid, evaluated, method=method,
+                                               tile_cells=tile_cells, batch=batch, progress=progress)
+    return RegionResult(
+        image=scaled, grid=grid, tissue=tissue, evaluated=evaluated, probabilities=probabilities,
+        attentions=attentions, attention_layer=layer,
+        class_names=tuple(card.get("class_names") or [str(k) for k in range(probabilities.shape[-1])]),
+        method=method, microns_per_pixel=float(microns_per_pixel), model_microns_per_pixel=model_mpp,
+        seconds=time.perf_counter() - start,
+    ).in_reading(reading)
+
+
+def evaluate_cells(model: Network, card: dict, scaled: np.ndarray, grid: RegionGrid, evaluated: np.ndarray, *,
+                   method: str = "crops", tile_cells: int = 15, batch: int = 16,
+                   progress: Progress | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The ``evaluated`` cells of ``grid`` over ``scaled`` (an image at the model's scale) through ``model``: the
+    one place that runs the network over cells, for a region (:func:`evaluate_region`) and for a chunk of a slide's
+    cells (:mod:`app.slides.engine`).
+
+    Returns:
+        ``(rows, cols, classes)`` probabilities (NaN where not evaluated), and per reading the first attentive
+        layer's map over ``scaled`` (:attr:`RegionResult.attentions`; empty without attention).
+    """
+    runner = _Runner(model, card, scaled, grid, first_attentive_layer(model))
     if method == "tiles":
         blocks = [(r, c) for r in tile_spans(grid.rows, tile_cells) for c in tile_spans(grid.cols, tile_cells)
                   if evaluated[r[0]:r[0] + r[1], c[0]:c[0] + c[1]].any()]
@@ -365,13 +387,7 @@ def evaluate_region(
                 progress(done, math.ceil(len(cells) / batch))
     probabilities = runner.probabilities()
     probabilities[~evaluated] = np.nan
-    return RegionResult(
-        image=scaled, grid=grid, tissue=tissue, evaluated=evaluated, probabilities=probabilities,
-        attentions=_stitched_attention(runner, grid, evaluated), attention_layer=layer,
-        class_names=tuple(card.get("class_names") or [str(k) for k in range(probabilities.shape[-1])]),
-        method=method, microns_per_pixel=float(microns_per_pixel), model_microns_per_pixel=model_mpp,
-        seconds=time.perf_counter() - start,
-    ).in_reading(reading)
+    return probabilities, _stitched_attention(runner, grid, evaluated)
 
 
 def _stitched_attention(runner: _Runner, grid: RegionGrid, evaluated: np.ndarray) -> dict[str, np.ndarray]:

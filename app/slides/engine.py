@@ -1,0 +1,159 @@
+"""A slide's cells at the model's scale, evaluated a chunk of cells at a time, each chunk on its own.
+
+One rule for regions and slides (issue 59): the slide, resampled to the model's micrometres per pixel with its
+sides made even (:func:`app.slides.resample.model_side`, region mode's rounding), is cut into region mode's grid
+of 32-pixel cells, each judged in its 96-pixel context, centred (:func:`app.region.evaluation.make_grid`). The
+grid is fixed by the slide's size and scale alone, so chunks and stored results line up from one run to the
+next, and a quarter turn or a mirror of the slide maps the grid onto itself, as in region mode.
+
+A chunk is :data:`CHUNK_CELLS` x :data:`CHUNK_CELLS` cells. It is read from level 0 with just the margin its
+contexts need and resampled by :func:`app.slides.resample.resample_block`, which gives every pixel exactly as the
+whole slide's resampling would: so a chunk's cells, their tissue and their probabilities do not depend on how the
+slide was cut, and equal region mode's on the same pixels. Cells with too little tissue are not evaluated
+(:func:`app.region.evaluation.cell_tissue`, the same share); the network runs over the rest through
+:func:`app.region.evaluation.evaluate_cells`, one place for regions and slides. The attention kept per chunk is
+each evaluated cell's own centre, which no other chunk's contexts change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from models import Network
+
+from ..region.evaluation import (
+    TISSUE_SHARE,
+    RegionGrid,
+    cell_tissue,
+    evaluate_cells,
+    make_grid,
+)
+from .reader import Slide
+from .resample import input_span, model_side, resample_block
+
+__all__ = ["SlideGrid", "ChunkResult", "CHUNK_CELLS", "slide_grid", "read_chunk", "evaluate_chunk"]
+
+CHUNK_CELLS = 16  # 16 x 16 cells: a 576-pixel square of contexts at the model's scale, 256 forward passes at most
+
+
+@dataclass(frozen=True)
+class SlideGrid:
+    """The cells of a slide at the model's scale, in chunks.
+
+    Attributes:
+        size: ``(rows, cols)`` of level 0.
+        model_size: ``(rows, cols)`` of the slide at the model's scale.
+        cells: region mode's grid over the slide at the model's scale.
+        chunk: cells per chunk side.
+        microns_per_pixel, model_microns_per_pixel: of level 0 and of the model.
+    """
+
+    size: tuple[int, int]
+    model_size: tuple[int, int]
+    cells: RegionGrid
+    chunk: int
+    microns_per_pixel: float
+    model_microns_per_pixel: float
+
+    @property
+    def chunks(self) -> tuple[int, int]:
+        """``(rows, cols)`` of chunks; the last row and column may be smaller."""
+        return math.ceil(self.cells.rows / self.chunk), math.ceil(self.cells.cols / self.chunk)
+
+    def cell_block(self, ci: int, cj: int) -> tuple[int, int, int, int]:
+        """``(first row, stop row, first col, stop col)`` of chunk (ci, cj)'s cells."""
+        rows, cols = self.chunks
+        if not (0 <= ci < rows and 0 <= cj < cols):
+            raise IndexError(f"chunk ({ci}, {cj}) is outside the {rows} x {cols} chunks")
+        return (ci * self.chunk, min((ci + 1) * self.chunk, self.cells.rows),
+                cj * self.chunk, min((cj + 1) * self.chunk, self.cells.cols))
+
+    def context_block(self, ci: int, cj: int) -> tuple[int, int, int, int]:
+        """``(top, bottom, left, right)`` at the model's scale of chunk (ci, cj)'s cells' contexts."""
+        i0, i1, j0, j1 = self.cell_block(ci, cj)
+        top, left = self.cells.context_origin(i0, j0)
+        return (top, top + (i1 - i0 - 1) * self.cells.cell + self.cells.context,
+                left, left + (j1 - j0 - 1) * self.cells.cell + self.cells.context)
+
+    def cell_top_left_px(self) -> np.ndarray:
+        """``(rows, cols, 2)`` float64: each cell's top-left corner (row, col) in level-0 pixels."""
+        scale_rows, scale_cols = (m / n for m, n in zip(self.model_size, self.size, strict=True))
+        top, left = self.cells.cell_origin(0, 0)
+        rows = (top + self.cells.cell * np.arange(self.cells.rows)) / scale_rows
+        cols = (left + self.cells.cell * np.arange(self.cells.cols)) / scale_cols
+        return np.stack(np.meshgrid(rows, cols, indexing="ij"), axis=-1)
+
+    def cell_size_px(self) -> tuple[float, float]:
+        """A cell's (rows, cols) in level-0 pixels."""
+        return tuple(self.cells.cell * n / m for m, n in zip(self.model_size, self.size, strict=True))
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One chunk of a slide's cells through one model.
+
+    Attributes:
+        index: ``(ci, cj)``.
+        tissue: ``(r, c)`` share of each cell's pixels that are stained.
+        evaluated: ``(r, c)`` bool, the cells with enough tissue.
+        probabilities: ``(r, c, classes)`` float64, NaN where not evaluated.
+        attention: per reading of the first attentive layer (``"removed"``, and ``"spatial"`` where it has spatial
+            attention), ``(r * 32, c * 32)`` float32: each evaluated cell's centre, NaN elsewhere.
+    """
+
+    index: tuple[int, int]
+    tissue: np.ndarray
+    evaluated: np.ndarray
+    probabilities: np.ndarray
+    attention: Mapping[str, np.ndarray]
+
+
+def slide_grid(slide: Slide, microns_per_pixel: float, card: dict, model_microns_per_pixel: float,
+               chunk: int = CHUNK_CELLS) -> SlideGrid:
+    """The grid of ``slide`` at ``microns_per_pixel`` for a model of ``card`` at ``model_microns_per_pixel``.
+
+    Raises:
+        RegionError: a slide smaller than one context at the model's scale.
+    """
+    width, height = slide.dimensions
+    scale = microns_per_pixel / model_microns_per_pixel
+    model_size = model_side(height, scale), model_side(width, scale)
+    cells = make_grid(*model_size, context=int(card["input"]["size"]))
+    return SlideGrid((height, width), model_size, cells, chunk, float(microns_per_pixel), model_microns_per_pixel)
+
+
+def read_chunk(slide: Slide, grid: SlideGrid, ci: int, cj: int) -> np.ndarray:
+    """``(3, H, W)`` float32 in [0, 1]: chunk (ci, cj)'s contexts at the model's scale, from level 0."""
+    top, bottom, left, right = grid.context_block(ci, cj)
+    (rows, cols), (model_rows, model_cols) = grid.size, grid.model_size
+    r0, r1 = input_span(rows, model_rows, top, bottom)
+    c0, c1 = input_span(cols, model_cols, left, right)
+    pixels = slide.read_region(c0, r0, 0, c1 - c0, r1 - r0)  # (H, W, 3) uint8
+    image = np.ascontiguousarray(pixels.transpose(2, 0, 1), dtype=np.float32) / 255.0
+    return resample_block(image, (r0, c0), grid.size, grid.model_size, (top, bottom, left, right))
+
+
+def evaluate_chunk(model: Network, card: dict, slide: Slide, grid: SlideGrid, ci: int, cj: int, *,
+                   batch: int = 16) -> ChunkResult:
+    """Chunk (ci, cj) of ``slide``'s cells through ``model`` (eval mode), cell by cell in its own context: the
+    model's function (``"crops"``), the one method region mode offers for every model."""
+    image = read_chunk(slide, grid, ci, cj)
+    i0, i1, j0, j1 = grid.cell_block(ci, cj)
+    cell, context = grid.cells.cell, grid.cells.context
+    local = RegionGrid(i1 - i0, j1 - j0, 0, 0, cell, context)
+    tissue = cell_tissue(image, local)
+    evaluated = tissue >= TISSUE_SHARE
+    classes = len(card.get("class_names") or []) or 2
+    if not evaluated.any():
+        return ChunkResult((ci, cj), tissue, evaluated, np.full((*evaluated.shape, classes), np.nan), {})
+    probabilities, attentions = evaluate_cells(model, card, image, local, evaluated, method="crops", batch=batch)
+    margin, (rows, cols) = local.margin, evaluated.shape
+    centres = np.kron(evaluated, np.ones((cell, cell), dtype=bool))
+    attention = {reading: np.where(centres, maps[margin:margin + rows * cell, margin:margin + cols * cell],
+                                   np.nan).astype(np.float32)
+                 for reading, maps in attentions.items()}
+    return ChunkResult((ci, cj), tissue, evaluated, probabilities, attention)
