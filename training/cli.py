@@ -61,6 +61,9 @@ def _comma_list(text: str) -> tuple[str, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0],
+                                     epilog="The paper's tables from the runs (report, table3, intervals) are "
+                                            "python -m experiments; the form python -m training report|table3|"
+                                            "intervals still runs them.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("presets", help="list the presets and their values")
