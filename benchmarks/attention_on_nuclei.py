@@ -20,7 +20,7 @@ resamples, seeded), sd, median, share positive and count (patches where it is de
 layer and the composite per reading; ``--per-patch`` writes one CSV row per patch (first layer and composite);
 ``--write-card`` stores every layer's table in the checkpoint's card (``attention_on_nuclei``), weights
 unchanged; ``--results-card CARD`` in a sweep's results card instead (a run measured from its run folder). Either
-way the card's test record stays bound to it (:func:`training.card_records.edit_card`). All 1,944 patches take about 8
+way the card's test record stays bound to it (``experiments.card_records.edit_card``). All 1,944 patches take about 8
 minutes on one thread beside a two-thread training run; ``--count`` measures a seeded random sample. ``--table``
 prints the markdown tables of docs/pathology.md from the card.
 """
@@ -43,11 +43,11 @@ from app.analysis.frames import InputFrame
 from app.analysis.nuclei import MIN_BACKGROUND, MIN_NUCLEI, NUMBERS, PatchStains, map_numbers
 from app.analysis.readings import COMPOSITE
 from app.analysis.reductions import READING_FORMULAS, reduce_readings, upsample
+from experiments.card_records import edit_card
 from models import load_checkpoint
 from models.checkpoint import card_path
 from models.cpu.allocator import retain_freed_memory
 from models.stain import NUCLEI_HAEMATOXYLIN, TISSUE_OD
-from training.card_records import edit_card
 from training.data import load_dataset
 
 PROGRESS_EVERY = 128  # patches between progress lines

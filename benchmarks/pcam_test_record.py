@@ -18,9 +18,7 @@ from pathlib import Path
 
 import torch
 
-from models import load_checkpoint
-from training.data import load_dataset
-from training.pcam_predictions import (  # noqa: F401  (re-exported: the shipped checkpoints' tests read them here)
+from experiments.patch_records import (  # noqa: F401  (re-exported: the shipped checkpoints' tests read them here)
     BATCH_SIZE,
     CARD_METRICS,
     card_metrics,
@@ -31,6 +29,8 @@ from training.pcam_predictions import (  # noqa: F401  (re-exported: the shipped
     tumour_probability,
     write_record,
 )
+from models import load_checkpoint
+from training.data import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "results" / "pcam_test_predictions"

@@ -22,7 +22,7 @@ from app.analysis.checkpoints import by_dataset, list_checkpoints
 from app.analysis.readings import BRIGHT, COLOUR_TITLES
 from app.analysis.variants import ATTENTION_KINDS, table1_text, variants_of
 from app.ui.views import FLAT_SPAN
-from training.report import seed_table, spread_text, table1_summary
+from experiments.results_tables import seed_table, spread_text, table1_summary
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "rot_mnist"

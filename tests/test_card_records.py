@@ -1,5 +1,5 @@
 """Every card's 95 % test intervals are the one bootstrap's on its per-patch record, and recording them again keeps
-the record bound to the card (``training.card_records``)."""
+the record bound to the card (``experiments.card_records``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from experiments.card_records import record_of, rerecord_intervals
 from tests.conftest import require_shared
 from tests.recorded_numbers import assert_same_numbers
 from training.bootstrap import describe
-from training.card_records import record_of, rerecord_intervals
 from training.provenance import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_the_cards_with_intervals_are_the_pcam_models():
 def test_each_card_holds_the_intervals_of_its_record(card):
     """Recomputed here, perhaps on another CPU than the one that recorded them: equal to float64 round-off."""
     old, new = rerecord_intervals(card, write=False)
-    assert_same_numbers(new, old, f"{card}: record its intervals again (python -m training intervals {card})")
+    assert_same_numbers(new, old, f"{card}: record its intervals again (python -m experiments intervals {card})")
 
 
 def _copy(card: Path, root: Path) -> Path:
@@ -81,12 +81,12 @@ def test_a_card_without_a_record_is_named(tmp_path):
 
 
 def test_the_retired_pcam_public_checkpoints_hold_the_one_bootstraps_intervals():
-    """Measured from their weights (no record): ``python -m training intervals checkpoints/retired/*.json``. The
+    """Measured from their weights (no record): ``python -m experiments intervals checkpoints/retired/*.json``. The
     retired subset and demo models' readers are retired with them: their cards keep the earlier draws' intervals."""
     for card in sorted((REPO / "checkpoints" / "retired").glob("*.json")):
         data = json.loads(card.read_text())
         intervals = data["metrics"].get("test_intervals")
         if data["dataset"]["name"] == "pcam_public":
-            assert intervals["auc"]["method"] == describe(), f"{card.name}: python -m training intervals {card.name}"
+            assert intervals["auc"]["method"] == describe(), f"{card.name}: python -m experiments intervals {card.name}"
         elif intervals:
             assert intervals["auc"]["method"] == "stratified bootstrap, 2000 resamples", card.name

@@ -52,6 +52,7 @@ def test_the_reader_sees_the_imports_the_app_is_known_to_have():
     assert ("app.region.demo", "app.gallery") in imports
     assert ("app.ui.views", "streamlit") in imports
     assert ("tests.test_models", "tests.equivariance_helpers") in imports
+    assert ("training.__main__", "experiments.cli") in imports and ("experiments.table3", "training.sweep") in imports
 
 
 def _copy_project(root: Path) -> Path:
@@ -90,12 +91,14 @@ def test_planted_imports_against_the_rule_are_named(tmp_path):
     training = _plant(root / "app" / "region" / "evaluation.py", "from training.metrics import roc_auc")
     library = _plant(root / "models" / "registry.py", "import app.analysis.compute")
     picture = _plant(root / "app" / "region" / "demo.py", "from .figures import render_region_png")
+    experiment = _plant(root / "training" / "loop.py", "from experiments.table3 import MODELS")
     violations = rule_violations(project_imports(root))
     expected = [f"app/analysis/padding.py:{upwards}: app.analysis.padding imports app.pictures.plots",
                 f"app/pictures/plots.py:{streamlit}: app.pictures.plots imports streamlit",
                 f"app/region/evaluation.py:{training}: app.region.evaluation imports training.metrics",
                 f"models/registry.py:{library}: models.registry imports app.analysis.compute",
-                f"app/region/demo.py:{picture}: app.region.demo imports app.region.figures"]
+                f"app/region/demo.py:{picture}: app.region.demo imports app.region.figures",
+                f"training/loop.py:{experiment}: training.loop imports experiments.table3"]
     for start in expected:
         assert sum(v.startswith(start) for v in violations) == 1, (start, violations)
     assert len(violations) == len(expected), violations

@@ -9,14 +9,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from training.bootstrap import resampled_aucs, stratified_draws
-from training.metrics import roc_auc
-from training.paired_tests import (
+from experiments.paired_tests import (
     binomial_tail,
     mcnemar,
     paired_auc_bootstrap,
     verdict,
 )
+from training.bootstrap import resampled_aucs, stratified_draws
+from training.metrics import roc_auc
 
 
 def outcomes(both: int, only_a: int, only_b: int, neither: int) -> tuple[np.ndarray, np.ndarray]:

@@ -25,13 +25,13 @@ from benchmarks.pcam_test_record import (
     record_path,
     tumour_probability,
 )
+from experiments.patch_records import card_tolerances
+from experiments.results_tables import PAPER_TABLE1, seed_table, spread_text, table1_summary
 from models import load_checkpoint
 from tests.recorded_numbers import assert_same_numbers
 from training.data import DataError, load_dataset
 from training.evaluation import evaluate_checkpoint
-from training.pcam_predictions import card_tolerances
 from training.provenance import sha256_file
-from training.report import PAPER_TABLE1, seed_table, spread_text, table1_summary
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "checkpoints").glob("*.safetensors"))

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from test_data_rot_mnist import write_amat
 
+from experiments.results_tables import seed_table
 from training import sweep as sweep_module
 from training.cli import main as cli_main
 from training.data.rot_mnist import AMAT_FILES
-from training.report import seed_table
 from training.sweep import SWEEPS, Sweep, run_sweep, sweep_status
 
 

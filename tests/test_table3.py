@@ -1,4 +1,4 @@
-"""Table 3 as a controlled experiment (``python -m training table3``): rows for missing runs, claims that wait,
+"""Table 3 as a controlled experiment (``python -m experiments table3``): rows for missing runs, claims that wait,
 the README's and docs/pathology.md's block between markers, the records of the sweep's runs and the release's
 kept summary, and the machinery on real predictions now: the two shipped PCam checkpoints' records in the places
 of alpha_F-p4m and p4m.
@@ -18,27 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import build_model, load_checkpoint, save_checkpoint
-from tests.conftest import RELEASES, release_path, require_shared
-from tests.recorded_numbers import assert_same_numbers, classes_of_digest
-from training import table3
-from training.card_records import edit_card
-from training.cli import main
-from training.data import load_dataset
-from training.data.pcam_public import PatchRecord, PublicSplit
-from training.paired_tests import binomial_tail, verdict
-from training.pcam_predictions import (
-    card_metrics,
-    card_tolerances,
-    listing_sha256,
-    read_record,
-    read_test_labels,
-    tumour_probability,
-)
-from training.provenance import sha256_file
-from training.readme_tables import replace_between_markers
-from training.table3 import BEGIN, CLAIMS, END, MODELS, RELEASE, Model, block, claims, claims_markdown, ours
-from training.table3_release import (
+from experiments import table3
+from experiments.card_records import edit_card
+from experiments.cli import main
+from experiments.generated_blocks import replace_between_markers
+from experiments.paired_tests import binomial_tail, verdict
+from experiments.paper_release import (
     PART_SIZE,
     PARTITION_SEED,
     PARTS,
@@ -48,6 +33,21 @@ from training.table3_release import (
     measure_parts,
     parts,
 )
+from experiments.patch_records import (
+    card_metrics,
+    card_tolerances,
+    listing_sha256,
+    read_record,
+    read_test_labels,
+    tumour_probability,
+)
+from experiments.table3 import BEGIN, CLAIMS, END, MODELS, RELEASE, Model, block, claims, claims_markdown, ours
+from models import build_model, load_checkpoint, save_checkpoint
+from tests.conftest import RELEASES, release_path, require_shared
+from tests.recorded_numbers import assert_same_numbers, classes_of_digest
+from training.data import load_dataset
+from training.data.pcam_public import PatchRecord, PublicSplit
+from training.provenance import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDER = REPO / "results" / "pcam_table3"
@@ -162,7 +162,7 @@ def between_markers(path: Path) -> str:
 def test_the_pathology_doc_holds_seed_0s_block_without_stand_ins_and_the_readme_the_seeds():
     doc = between_markers(REPO / "docs" / "pathology.md")
     assert table3.DOCUMENTS == ("docs/pathology.md",) and BEGIN not in (REPO / "README.md").read_text(), \
-        "the README holds the table over seeds (training.table3_seeds.MARKERS), not seed 0's"
+        "the README holds the table over seeds (experiments.table3_over_seeds.MARKERS), not seed 0's"
     assert "Stand-in" not in doc and "stand-in" not in doc
     for name in MODELS:
         assert f"\n| {name} | " in doc
@@ -259,13 +259,13 @@ def test_each_runs_record_is_what_its_checkpoint_computes_on_a_sample(record_fil
 def test_every_card_of_the_sweep_has_its_record():
     cards = sorted(FOLDER.glob("*.json"))
     missing = [card.name for card in cards if not (FOLDER / table3.PREDICTIONS / card.name).is_file()]
-    assert not missing, f"record them: python -m training table3 results/pcam_table3 --record --runs-dir ../runs " \
+    assert not missing, f"record them: python -m experiments table3 results/pcam_table3 --record --runs-dir ../runs " \
                         f"({', '.join(missing)})"
 
 
 def summary() -> dict:
     if not SUMMARY.is_file():
-        pytest.skip(f"no {SUMMARY.relative_to(REPO)} yet: python -m training table3 --release --write keeps it")
+        pytest.skip(f"no {SUMMARY.relative_to(REPO)} yet: python -m experiments table3 --release --write keeps it")
     return json.loads(SUMMARY.read_text())
 
 

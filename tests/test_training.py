@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -18,12 +17,11 @@ import torch
 from safetensors.torch import load_file
 from test_data_rot_mnist import write_amat, write_idx
 
+from experiments.results_tables import results_table
 from training.cli import main as cli_main
 from training.evaluation import evaluate_checkpoint
 from training.loop import record_invocation
-from training.presets import recipe
 from training.provenance import from_scratch, hardware, on_cpu
-from training.report import recipe_changes, results_table
 
 REPO = Path(__file__).resolve().parent.parent
 # Tiny, fast runs: p4cnn on 60 amat digits, batch 8.
@@ -86,16 +84,6 @@ def test_a_run_writes_a_complete_card_and_evaluate_reproduces_it(amat_dir, tmp_p
     assert again["nll"] == pytest.approx(card["metrics"]["test_nll"], rel=1e-6)
     row = results_table(out).splitlines()[-1]
     assert row.startswith("| `best` | rot_mnist (20 test) | 2 (100) | batch_size=8 | ") and "| 2.05 |" in row
-
-
-def test_report_names_what_a_card_changed_in_its_recipe():
-    config = dataclasses.asdict(recipe("rot_mnist", "z2cnn"))
-    assert recipe_changes({"preset": "rot_mnist", "config": config}) == "-"
-    config.update(augment="rotate", cosine=True, train_on_valid=True, select_on="last", epochs=12, seed=3,
-                  data_dir="elsewhere", milestones=[], lr=1e-3)
-    assert recipe_changes({"preset": "rot_mnist", "config": config}) == (
-        "cosine, augment=rotate, select_on=last, train_on_valid")  # not epochs (own column), seed or data_dir
-    assert recipe_changes({"preset": "he_demo", "config": config}) == "preset he_demo retired"
 
 
 def test_resume_after_sigkill_ends_with_the_same_weights(amat_dir, tmp_path):
@@ -357,23 +345,6 @@ def test_init_from_starts_at_the_checkpoint_and_refuses_another_architecture(ama
     warm = final_weights(attentive)
     assert torch.allclose(warm["c1.weight"].double(), start["c1.weight"].double() * 4 / 3, rtol=1e-5)
     assert warm["c1.spatial_attention.weight"].abs().max() < 1e-6
-
-
-def test_interval_table_lists_cards_with_intervals_beside_table_3(tmp_path):
-    from training.report import interval_table
-
-    interval = {"value": 0.85, "low": 0.75, "high": 0.91}
-    intervals = {name: interval for name in ("accuracy", "error", "auc", "nll", "ece")}
-    card = {"arch": "fa_p4m_densenet", "dataset": {"name": "pcam_subset"}, "training": {"best_epoch": 7,
-            "epochs_completed": 20}, "metrics": {"test_count": 79, "valid_nll": 0.47, "valid_auc": 0.861,
-                                                 "test_intervals": intervals},
-            "group": "p4m", "equivariance_error": {"max_relative_logit_error": 2.4e-7}}
-    (tmp_path / "fa.json").write_text(json.dumps(card))
-    (tmp_path / "no_intervals.json").write_text(json.dumps({**card, "metrics": {"test_count": 3}}))
-    table = interval_table(tmp_path).splitlines()
-    assert len(table) == 3
-    assert table[2] == ("| fa_p4m_densenet | `fa` | 0.470 / 0.861 | 79 | 85.0 [75.0, 91.0] | 85.0 [75.0, 91.0] | 10.88 "
-                        "| 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 0.850 [0.750, 0.910] | 2e-07 | 7 of 20 |")
 
 
 def test_ema_saves_the_moving_average_not_the_last_weights(amat_dir, tmp_path):

@@ -1,4 +1,5 @@
-"""The app's packages and the imports between them, drawn as a mermaid diagram from the source itself.
+"""The project's packages (the app's one by one) and the imports between them, drawn as a mermaid diagram from the
+source itself.
 
 ``python -m tools.architecture_diagram`` rewrites the generated block of ``docs/architecture.md`` in place;
 ``--check`` only says whether it is current (exit 1 if not), as ``tests/test_imports.py`` does. The block is
@@ -28,12 +29,16 @@ BOXES = (
     ("main", "app.main", "the entry: streamlit run app/main.py"),
     ("ui", "app.ui", "Streamlit widgets and pages"),
     ("region", "app.region", "a whole H&E region, cell by cell"),
-    ("slides", "app.slides", "whole slides: reader, scale, tissue"),
+    ("slides", "app.slides", "whole slides: reading, scale, tissue, the engine"),
     ("pictures", "app.pictures", "what the numbers look like"),
     ("gallery", "app.gallery", "the built-in images"),
     ("analysis", "app.analysis", "numbers from images and models"),
+    ("experiments", "experiments", "the paper's tables from the runs"),
+    ("training", "training", "datasets to checkpoints"),
     ("models", "models", "the library"),
 )
+# The packages whose size and depth the summary states: modules, imports among them, the longest chain.
+MEASURED = ("app", "training", "experiments")
 
 
 def box_of(module: str) -> str | None:
@@ -84,11 +89,13 @@ def diagram(root: str | Path) -> str:
         a, b = box_of(source), box_of(target)
         if a and b and a != b:
             arrows[(a, b)] += 1
-    pairs = _pairs(imports, "app")
-    lines = [BEGIN, "",
-             f"{len(modules)} modules in `app/`, {len(pairs)} imports among them (importing module, imported "
-             f"module), the longest chain {longest_chain(pairs)} modules long.", "",
-             "```mermaid", "flowchart TD"]
+    summary = []
+    for package in MEASURED:
+        inside = [m for m in modules if m == package or m.startswith(package + ".")]
+        pairs = _pairs(imports, package)
+        summary.append(f"{len(inside)} modules in `{package}/`, {len(pairs)} imports among them (importing module, "
+                       f"imported module), the longest chain {longest_chain(pairs)} modules long.")
+    lines = [BEGIN, "", "\n".join(summary), "", "```mermaid", "flowchart TD"]
     for ident, prefix, what in BOXES:
         names = ", ".join(sorted(members[ident]))
         label = f"{prefix}<br/>{what}" + (f"<br/>{names}" if names else "")

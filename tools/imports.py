@@ -20,7 +20,7 @@ from pathlib import Path
 __all__ = ["Import", "PACKAGES", "module_name", "project_modules", "read_imports", "project_imports"]
 
 # The top-level folders whose Python files make up the project.
-PACKAGES = ("models", "training", "app", "benchmarks", "tools", "tests")
+PACKAGES = ("models", "training", "experiments", "app", "benchmarks", "tools", "tests")
 
 
 @dataclass(frozen=True)

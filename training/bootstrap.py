@@ -5,7 +5,7 @@ an AUC is defined on every resample, and the resampled statistics vary only as a
 would. The draws are one ``(resamples, N)`` array of indices from ``numpy.random.default_rng(seed)``, drawn
 class by class in label order; every statistic of one call (a card's AUC, NLL and ECE; two models' paired AUCs;
 several seeds' paired accuracies) is computed on the same rows, so that their resampled values are paired.
-:func:`training.metrics.confidence_intervals` and :mod:`training.paired_tests` draw through here.
+:func:`training.metrics.confidence_intervals` and :mod:`experiments.paired_tests` draw through here.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
-"""``python -m training``: list presets, train (resumable, one or many processes), evaluate a checkpoint.
+"""``python -m training``: list presets, train (resumable, one or many processes), run sweeps, evaluate a checkpoint.
 
     python -m training presets
     python -m training train rot_mnist --model a_p4cnn --fetch
     python -m training train rot_mnist --model a_p4cnn --resume          # after an interruption
     torchrun --nproc_per_node=4 -m training train pcam --data-dir data/pcam
     python -m training evaluate runs/rot_mnist-a_p4cnn-seed0/best.safetensors --data-dir data/rot_mnist
-    python -m training report checkpoints                                  # results table of the cards
-    python -m training report results/pcam_public --intervals             # with 95 % intervals
     python -m training sweep table1 --runs-dir ../runs                     # Table 1's runs: the missing ones
-    python -m training report results/rot_mnist --seeds                    # mean +- std over seeds
-    python -m training report results/rot_mnist --claims                   # the paper's claims on our seeds
-    python -m training report results/rot_mnist --readme README.md         # both, rewritten into the README
-    python -m training report results/rot_mnist --seeds --write-cards checkpoints  # Table 1 into the cards
-    python -m training table3 results/pcam_table3 --runs-dir ../runs       # Table 3 and its paired claims
     python -m training provenance checkpoints                              # each card's commit: the code that ran?
-    python -m training intervals checkpoints/fa_p4m_densenet_pcam.json     # a card's intervals from its record
 
-Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``.
+Every field of the preset can be overridden: ``--epochs 5 --lr 0.01 --milestones 2,4``. What the runs say about
+the paper (its tables, their claims, the records kept beside the cards) is ``python -m experiments``.
 """
 
 from __future__ import annotations
@@ -27,25 +20,19 @@ import json
 import sys
 import types
 import typing
-from pathlib import Path
 
 import torch
 
 from models import CheckpointError, load_checkpoint
 from models.cpu.allocator import retain_freed_memory
 
-from . import provenance, provenance_check, table3
-from .card_records import interval_changes, rerecord_intervals
-from .claims import claims_table
+from . import provenance, provenance_check
 from .config import TrainConfig
 from .data import DataError
 from .evaluation import evaluate_checkpoint
 from .loop import RunExistsError, fit
 from .presets import PRESET_NOTES, PRESETS, recipe
-from .readme_tables import refresh_readme
-from .report import interval_table, results_table, seed_table
 from .sweep import SWEEPS, run_sweep
-from .table1_cards import write_table1_cards
 
 __all__ = ["main"]
 
@@ -74,6 +61,9 @@ def _comma_list(text: str) -> tuple[str, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0],
+                                     epilog="The paper's tables from the runs (report, table3, intervals) are "
+                                            "python -m experiments; the form python -m training report|table3|"
+                                            "intervals still runs them.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("presets", help="list the presets and their values")
@@ -94,20 +84,6 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             train.add_argument(flag, type=_parser_for(field), metavar=field.name.upper(), help="override the preset")
 
-    report = commands.add_parser("report", help="markdown table of the checkpoints' cards beside the paper")
-    report.add_argument("folder", nargs="?", default="checkpoints")
-    report.add_argument("--intervals", action="store_true",
-                        help="binary tasks: every card in the folder with its metrics' 95 %% intervals")
-
-    report.add_argument("--seeds", action="store_true",
-                        help="one row per model: test error mean +- std over the seeds' cards, beside the paper")
-    report.add_argument("--claims", action="store_true",
-                        help="the paper's Table 1 claims, each tested on the seeds' cards (permutation test)")
-    report.add_argument("--write-cards", metavar="CHECKPOINTS",
-                        help="with --seeds: put each architecture's row into the cards of its checkpoints there")
-    report.add_argument("--readme", metavar="README",
-                        help="rewrite this markdown file's seeds and claims tables from the cards, in place")
-
     sweep = commands.add_parser("sweep", help="run a sweep's missing runs, resume cut-short ones, skip done ones")
     sweep.add_argument("name", choices=sorted(SWEEPS))
     sweep.add_argument("--runs-dir", default="../runs", help="run folders, outside the work tree (default ../runs)")
@@ -120,15 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
                        help="start no run after SECONDS and stop each at the last epoch that fits (all resumable)")
     sweep.add_argument("--status", action="store_true", help="say what is done, cut short or missing; run nothing")
-
-    table3.add_arguments(commands.add_parser(
-        "table3", help="Table 3 (PCam): the sweep's models and the paper's release on the same test patches, "
-                       "with the paper's claims as paired tests"))
-
-    intervals = commands.add_parser("intervals", help="record a card's 95 %% test intervals again from its "
-                                    "per-patch test record, or from the weights beside it (training.card_records)")
-    intervals.add_argument("cards", nargs="+", metavar="CARD")
-    intervals.add_argument("--dry-run", action="store_true", help="print how the intervals change; write nothing")
 
     provenance_check.add_arguments(commands.add_parser(
         "provenance", help="whether each card's commit is the code that ran (its recorded code hash)"))
@@ -159,36 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                                if v != getattr(TrainConfig, k, object()))
             print(f"{name}: {PRESET_NOTES[name]}\n    {values}")
         return 0
-    if args.command == "report":
-        if args.readme:
-            try:
-                changed = refresh_readme(args.readme, args.folder)
-            except (OSError, ValueError) as error:
-                print(f"error: {error}", file=sys.stderr)
-                return 2
-            print(f"{args.readme}: tables {'rewritten from' if changed else 'already match'} {args.folder}")
-            return 0
-        if args.write_cards:
-            if not args.seeds:
-                print("error: --write-cards goes with --seeds", file=sys.stderr)
-                return 2
-            try:
-                written = write_table1_cards(args.folder, args.write_cards)
-            except (OSError, CheckpointError, ValueError) as error:
-                print(f"error: {error}", file=sys.stderr)
-                return 2
-            print(f"{args.write_cards}: Table 1 rows written into {', '.join(written) if written else 'no card'}")
-            return 0
-        table = (claims_table if args.claims else seed_table if args.seeds else interval_table if args.intervals
-                 else results_table)
-        print(table(args.folder))
-        return 0
-    if args.command == "table3":
-        return table3.run(args)
     if args.command == "provenance":
         return provenance_check.run(args)
-    if args.command == "intervals":
-        return _intervals(args)
     if args.command == "sweep":
         unknown = set(args.models or ()) - set(SWEEPS[args.name].models)
         if unknown:
@@ -220,20 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         torch.set_num_threads(threads)  # --threads is this run's: a caller in the same process keeps its own
     return 0
-
-
-def _intervals(args: argparse.Namespace) -> int:
-    """Each card's intervals again, and how far their bounds moved."""
-    failed = 0
-    for card in args.cards:
-        try:
-            old, new = rerecord_intervals(Path(card), write=not args.dry_run)
-        except (OSError, ValueError, CheckpointError, DataError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            failed += 1
-            continue
-        print(f"{card}: {interval_changes(old, new)}")
-    return 1 if failed else 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:

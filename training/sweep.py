@@ -9,7 +9,7 @@ Each run is an ordinary ``python -m training train`` in its own folder under ``-
 tree: run state is never committed), started with ``--resume`` when the folder holds a state. Runs resume
 exactly, so the sweep can be killed at any moment (a session ending) and started again by any later session;
 a folder lost with its machine just runs again from scratch. Every finished run's card (JSON, no weights)
-is copied to the sweep's results folder, from which ``python -m training report FOLDER --seeds`` builds the
+is copied to the sweep's results folder, from which ``python -m experiments report FOLDER --seeds`` builds the
 table.
 """
 
@@ -127,7 +127,7 @@ SWEEPS: dict[str, Sweep] = {
     "table3": TABLE3,
     # Seeds 1 and 2 of the same runs, to tell Table 3's differences from the spread between seeds (one seed's
     # differences are of the size of late-epoch validation noise); their cards apart from seed 0's, whose records
-    # and claims `python -m training table3` reads.
+    # and claims `python -m experiments table3` reads.
     "table3_seeds": dataclasses.replace(TABLE3, seeds=(1, 2), results="results/pcam_table3_seeds"),
 }
 

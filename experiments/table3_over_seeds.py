@@ -1,9 +1,9 @@
 """Table 3 over seeds: every model's test metrics per seed, their mean and spread, and each of the paper's claims
 tested over the seeds at hand.
 
-    python -m training table3 --seeds          # seed 0 from results/pcam_table3, seeds 1 and 2 from *_seeds
+    python -m experiments table3 --seeds          # seed 0 from results/pcam_table3, seeds 1 and 2 from *_seeds
 
-The per-patch records are those of ``python -m training table3 ... --record`` (seed 0) and ``... --record --sweep
+The per-patch records are those of ``python -m experiments table3 ... --record`` (seed 0) and ``... --record --sweep
 table3_seeds`` (seeds 1 and 2): each model's tumour probability on the same 1,944 test patches.
 
 A claim "A beats B" over seeds is tested on the mean over seeds of A's accuracy minus B's, by a paired stratified
@@ -22,18 +22,20 @@ from pathlib import Path
 
 import numpy as np
 
-from .bootstrap import RESAMPLES, percentile_interval, stratified_draws
-from .bootstrap import SEED as BOOTSTRAP_SEED
-from .nuclei_seeds import nuclei_entries, nuclei_markdown
+from training.bootstrap import RESAMPLES, percentile_interval, stratified_draws
+from training.bootstrap import SEED as BOOTSTRAP_SEED
+
+from .fig5_over_seeds import nuclei_entries, nuclei_markdown
+from .generated_blocks import rewrite_block
 from .paired_tests import mcnemar, verdict
-from .pcam_predictions import card_metrics, read_record
-from .readme_tables import rewrite_block
+from .patch_records import card_metrics, read_record
 
 __all__ = ["SeedClaim", "seed_records", "model_rows", "seed_claim", "seeds_markdown", "seed_blocks", "write_blocks",
            "FOLDERS", "RESAMPLES", "MARKERS"]
 
 REPO = Path(__file__).resolve().parents[1]
-# Each block's markers and the documents that hold it (the nuclei tables are reference material: docs only).
+# Each block's markers and the documents that hold it (the nuclei tables are reference material: docs only). The
+# markers name the command in the form the documents have always named (python -m training hands it to experiments.cli).
 MARKERS = {
     "seeds": ("<!-- table3 seeds: begin (python -m training table3 --seeds --write rewrites what follows) -->",
               "<!-- table3 seeds: end -->", ("README.md", "docs/pathology.md")),
@@ -48,7 +50,7 @@ def seed_records(models: tuple[str, ...], listing: str, folders: dict[int, Path]
     """``{model: {seed: tumour probabilities}}`` of every record found; records of other patches are refused.
 
     Args:
-        listing: the test split's ``files_labels_sha256`` (:func:`training.pcam_predictions.listing_sha256`).
+        listing: the test split's ``files_labels_sha256`` (:func:`experiments.patch_records.listing_sha256`).
     """
     found: dict[str, dict[int, np.ndarray]] = {}
     for model in models:

@@ -1,7 +1,7 @@
 """The paper's Table 1 claims, tested on our seeds: each attentive model against the P4CNN of its size, and
 full attention against the other attentions.
 
-    python -m training report results/rot_mnist --claims
+    python -m experiments report results/rot_mnist --claims
 
 Each claim says that model A makes fewer test errors than model B. The test is an exact one-sided permutation
 test on the difference of their mean test errors over seeds: of every way to split the pooled seeds' errors
@@ -17,7 +17,7 @@ import math
 import statistics
 from pathlib import Path
 
-from .report import cards_by_seed, mean_std
+from .results_tables import cards_by_seed, mean_std
 
 __all__ = ["CLAIMS", "LEVEL", "permutation_p", "claim_verdict", "claims_table"]
 

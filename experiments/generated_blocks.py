@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from .atomic import write_atomic
-from .claims import claims_table
-from .report import seed_table
+from training.atomic import write_atomic
+
+from .results_tables import seed_table
+from .table1_claims import claims_table
 
 __all__ = ["refresh_readme", "replace_table", "replace_between_markers", "rewrite_block"]
 

@@ -1,11 +1,11 @@
 """Table 1 in the model cards: each shipped rot-MNIST checkpoint carries its architecture's mean and sd over seeds.
 
-    python -m training report results/rot_mnist --seeds --write-cards checkpoints
+    python -m experiments report results/rot_mnist --seeds --write-cards checkpoints
 
 A shipped checkpoint is one run (often a longer recipe than the paper's); the question Table 1 answers is
 about the architecture, over seeds of the paper's recipe. So every card gets a ``table1`` entry computed
-from the seeds' cards by :func:`training.report.table1_summary`, the numbers
-:func:`training.report.seed_table` prints, and the app shows it beside the checkpoint's own test error.
+from the seeds' cards by :func:`experiments.results_tables.table1_summary`, the numbers
+:func:`experiments.results_tables.seed_table` prints, and the app shows it beside the checkpoint's own test error.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from models import load_checkpoint, save_checkpoint
 
-from .report import cards_by_seed, table1_summary
+from .results_tables import cards_by_seed, table1_summary
 
 __all__ = ["write_table1_cards"]
 
@@ -30,6 +30,7 @@ def write_table1_cards(results: str | Path, checkpoints: str | Path) -> list[str
         if not seeds or next(iter(seeds.values()))["dataset"]["name"] != card["dataset"]["name"]:
             continue
         summary = table1_summary(results, card["arch"])
+        # In the form the shipped cards have always named (python -m training hands it to experiments.cli).
         summary["command"] = f"python -m training report {Path(results).as_posix()} --seeds --write-cards " \
                              f"{Path(checkpoints).as_posix()}"
         if card.get("table1") != summary:

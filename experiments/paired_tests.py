@@ -14,8 +14,8 @@ patch-to-patch noise of a set this size, not how a retrained A would fare agains
   exactly zero counting one half (two identical models: p = 1/2 exactly). A p of 0 means no resample went the
   other way: p < 1 / resamples. The 95 % interval is the percentile interval of the differences.
 
-A claim holds when its one-sided p is below :data:`training.claims.LEVEL` (0.05), is reversed when the p of the
-other direction is, and is otherwise not resolved; the wording is the Table 1 claims'.
+A claim holds when its one-sided p is below :data:`experiments.table1_claims.LEVEL` (0.05), is reversed when the p
+of the other direction is, and is otherwise not resolved; the wording is the Table 1 claims'.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .bootstrap import RESAMPLES, SEED, percentile_interval, resampled_aucs, stratified_draws
-from .claims import LEVEL
+from training.bootstrap import RESAMPLES, SEED, percentile_interval, resampled_aucs, stratified_draws
+
+from .table1_claims import LEVEL
 
 __all__ = ["McNemar", "AucDifference", "mcnemar", "binomial_tail", "paired_auc_bootstrap", "verdict"]
 

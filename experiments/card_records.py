@@ -1,6 +1,6 @@
 """A card and its per-patch test record, kept bound through edits; the card's 95 % intervals recorded again from it.
 
-    python -m training intervals checkpoints/fa_p4m_densenet_pcam.json results/pcam_table3/*-seed0.json [--dry-run]
+    python -m experiments intervals checkpoints/fa_p4m_densenet_pcam.json results/pcam_table3/*-seed0.json [--dry-run]
 
 The intervals (``metrics.test_intervals``, :func:`training.metrics.confidence_intervals`) are computed from the
 tumour probabilities of the card's record: ``results/pcam_test_predictions/NAME.json`` for a shipped checkpoint
@@ -22,11 +22,11 @@ import numpy as np
 
 from models import load_checkpoint, save_checkpoint
 from models.checkpoint import card_text
+from training.atomic import write_atomic
+from training.data import load_dataset
+from training.provenance import sha256_file
 
-from .atomic import write_atomic
-from .data import load_dataset
-from .pcam_predictions import read_record, read_test_labels, tumour_intervals, tumour_probability, write_record
-from .provenance import sha256_file
+from .patch_records import read_record, read_test_labels, tumour_intervals, tumour_probability, write_record
 
 __all__ = ["record_of", "edit_card", "as_trained", "rerecord_intervals", "interval_changes"]
 

@@ -4,7 +4,7 @@ A record is a JSON file: the checkpoint's sha256 (and, for a sweep's run, the sh
 folder), the data's identity (test files and labels, decoded images), each patch's tumour probability (the
 softmax's float32, as the shortest decimal that reads back to the same float32) and the card's metrics recomputed
 from those probabilities. ``benchmarks.pcam_test_record`` records the shipped checkpoints with it
-(``results/pcam_test_predictions/``), ``python -m training table3 --record`` the Table 3 runs
+(``results/pcam_test_predictions/``), ``python -m experiments table3 --record`` the Table 3 runs
 (``results/pcam_table3/test_predictions/``); their tests recompute a seeded sample of patches.
 """
 
@@ -21,14 +21,13 @@ import numpy as np
 import torch
 
 from models import load_checkpoint
-
-from .atomic import write_atomic
-from .data import SubsetSplit
-from .data.pcam_public import read_labels
-from .distributed import Context
-from .evaluation import Normaliser, predict
-from .metrics import classification_metrics, confidence_intervals
-from .provenance import _cpu_name, code_record, on_cpu, sha256_file
+from training.atomic import write_atomic
+from training.data import SubsetSplit
+from training.data.pcam_public import read_labels
+from training.distributed import Context
+from training.evaluation import Normaliser, predict
+from training.metrics import classification_metrics, confidence_intervals
+from training.provenance import _cpu_name, code_record, on_cpu, sha256_file
 
 __all__ = ["BATCH_SIZE", "CARD_METRICS", "data_identity", "listing_sha256", "tumour_probability", "encode", "decode",
            "card_metrics", "tumour_intervals", "card_tolerances", "prediction_record", "read_test_labels",

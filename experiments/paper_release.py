@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from models import import_reference_checkpoint
+from training.data import SubsetSplit
+from training.metrics import confidence_intervals
+from training.provenance import code_record, sha256_file
 
-from .data import SubsetSplit
-from .metrics import confidence_intervals
-from .pcam_predictions import tumour_probability
-from .provenance import code_record, sha256_file
+from .patch_records import tumour_probability
 
 __all__ = ["REFERENCE", "RELEASE_ARCH", "RELEASE_CHECKPOINT", "PARTS", "PART_SIZE", "PARTITION_SEED", "parts",
            "release_path", "load_release", "measure_parts", "classes_sha256", "release_summary"]
@@ -80,7 +80,7 @@ def release_summary(by_part: dict[int, np.ndarray], labels: np.ndarray, identity
     Args:
         by_part: every part's tumour probabilities (:func:`measure_parts`).
         labels: the test labels in split order.
-        identity: the test patches' :func:`training.pcam_predictions.data_identity` (or at least its count and
+        identity: the test patches' :func:`experiments.patch_records.data_identity` (or at least its count and
             ``files_labels_sha256``).
     """
     tumour = in_test_order(by_part).astype(np.float64)
@@ -89,6 +89,7 @@ def release_summary(by_part: dict[int, np.ndarray], labels: np.ndarray, identity
     return {
         "what": "the paper's released PCam model (a plain P4M-DenseNet) on the 1,944 test patches of pcam_public: "
                 "only measured figures and digests, never its per-patch predictions",
+        # The command in the form the kept summary has always named (python -m training hands it over).
         "how_made": "python -m training table3 results/pcam_table3 --release --write",
         "made": time.strftime("%Y-%m-%d"),
         **code_record(),  # commit, code_sha256 and whether they agree (training.provenance)

@@ -1,21 +1,21 @@
 """The paper's Table 3 (PCam) as a controlled experiment: the sweep ``table3``'s five DenseNets and the paper's
 release on the same 1,944 test patches, each of the paper's claims a paired test on those patches.
 
-    python -m training table3 results/pcam_table3                     # the table and the claims, from what exists
-    python -m training table3 results/pcam_table3 --runs-dir ../runs  # unfinished runs say how far they got
-    python -m training table3 results/pcam_table3 --record --runs-dir ../runs   # record finished runs' predictions
-    python -m training table3 results/pcam_table3_seeds --record --runs-dir ../runs --sweep table3_seeds
-    python -m training table3 --seeds                                 # every seed recorded: training/table3_seeds
-    python -m training table3 results/pcam_table3 --write             # and rewrite README.md, docs/pathology.md
-    python -m training table3 results/pcam_table3 --release --write   # measure the release again, keep its summary
-    python -m training table3 --stand-in p4m_densenet=results/pcam_test_predictions/p4m_densenet_pcam.json
+    python -m experiments table3 results/pcam_table3                     # the table and the claims, from what exists
+    python -m experiments table3 results/pcam_table3 --runs-dir ../runs  # unfinished runs say how far they got
+    python -m experiments table3 results/pcam_table3 --record --runs-dir ../runs   # record finished runs' predictions
+    python -m experiments table3 results/pcam_table3_seeds --record --runs-dir ../runs --sweep table3_seeds
+    python -m experiments table3 --seeds                                 # every seed recorded: table3_over_seeds.py
+    python -m experiments table3 results/pcam_table3 --write             # and rewrite README.md, docs/pathology.md
+    python -m experiments table3 results/pcam_table3 --release --write   # measure the release again, keep its summary
+    python -m experiments table3 --stand-in p4m_densenet=results/pcam_test_predictions/p4m_densenet_pcam.json
 
 A row is a model's test accuracy (Wilson interval), AUC, NLL and ECE (stratified bootstrap intervals,
 :func:`training.metrics.confidence_intervals`), from its per-patch record in ``FOLDER/test_predictions/`` (ours:
-:mod:`training.pcam_predictions`, bound to the run's card and checkpoint by sha256) or, for the release, measured
-here (:mod:`training.table3_release`), beside the paper's figure where this project quotes it. A claim "A beats B"
+:mod:`experiments.patch_records`, bound to the run's card and checkpoint by sha256) or, for the release, measured
+here (:mod:`experiments.paper_release`), beside the paper's figure where this project quotes it. A claim "A beats B"
 is the exact one-sided McNemar test on the patches each gets right and the paired bootstrap of the AUC difference
-(:mod:`training.paired_tests`), one verdict each. A claim whose model is missing waits for it. ``--stand-in``
+(:mod:`experiments.paired_tests`), one verdict each. A claim whose model is missing waits for it. ``--stand-in``
 puts another record in a model's place to exercise the machinery; stand-ins are never written anywhere.
 """
 
@@ -34,13 +34,19 @@ import numpy as np
 import torch
 
 from models import load_checkpoint
+from training.atomic import write_atomic
+from training.data import DataError, load_dataset
+from training.presets import recipe
+from training.provenance import sha256_file
+from training.run_files import BEST
+from training.sweep import SWEEPS, run_folder, run_status
 
-from . import table3_seeds
-from .atomic import write_atomic
+from . import table3_over_seeds
 from .card_records import as_trained
-from .data import DataError, load_dataset
+from .generated_blocks import rewrite_block
 from .paired_tests import mcnemar, paired_auc_bootstrap, verdict
-from .pcam_predictions import (
+from .paper_release import in_test_order, load_release, measure_parts, release_path, release_summary
+from .patch_records import (
     data_identity,
     listing_sha256,
     prediction_record,
@@ -49,13 +55,7 @@ from .pcam_predictions import (
     tumour_intervals,
     write_record,
 )
-from .presets import recipe
-from .provenance import sha256_file
-from .readme_tables import rewrite_block
-from .report import PAPER_TEST_ERROR
-from .run_files import BEST
-from .sweep import SWEEPS, run_folder, run_status
-from .table3_release import in_test_order, load_release, measure_parts, release_path, release_summary
+from .results_tables import PAPER_TEST_ERROR
 
 __all__ = ["MODELS", "RELEASE", "CLAIMS", "BEGIN", "END", "Model", "ours", "release", "claims", "table_markdown",
            "claims_markdown", "block", "record_runs", "add_arguments", "run"]
@@ -66,7 +66,7 @@ RELEASE = "release"
 SEED = 0
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = SWEEPS["table3"]
-# The paper's test error (%) on PCam's whole test set, where this project quotes it (training.report): its
+# The paper's test error (%) on PCam's whole test set, where this project quotes it (experiments.results_tables): its
 # figures for P4-DenseNet and alpha_F-P4-DenseNet are not quoted here, and are left out rather than guessed.
 PAPER_ERROR = {name: PAPER_TEST_ERROR.get(("pcam", name)) for name in MODELS}
 # (A, B, the paper's claim that A beats B); the release (trained on all of PCam) against ours last.
@@ -81,6 +81,7 @@ CLAIMS: tuple[tuple[str, str, str], ...] = (
 RESAMPLES, BOOTSTRAP_SEED = 2000, 0
 PREDICTIONS = "test_predictions"
 RELEASE_FILE = "release/p4m_densenet.json"
+# The markers name the command in the form the documents have always named (python -m training hands it over).
 BEGIN = "<!-- table3: begin (python -m training table3 results/pcam_table3 --write rewrites what follows) -->"
 END = "<!-- table3: end -->"
 DOCUMENTS = ("docs/pathology.md",)  # seed 0 with the release; the README holds the table over seeds
@@ -323,7 +324,7 @@ def record_runs(folder: Path, runs_dir: Path, load_test, log=print, sweep: str =
         if not best.is_file():
             log(f"{name}: no checkpoint {best} to record")
             continue
-        # The results card may since hold measurements the run's own card lacks (training.card_records.edit_card).
+        # The results card may since hold measurements the run's own card lacks (experiments.card_records.edit_card).
         if as_trained(load_checkpoint(best)[1]) != as_trained(json.loads(card.read_text())):
             raise ValueError(f"{best}'s card is not {card}: the results folder holds another run's card")
         test = load_test()
@@ -332,6 +333,7 @@ def record_runs(folder: Path, runs_dir: Path, load_test, log=print, sweep: str =
             card_file=card, card_shown_as=_relative(card),
             what=f"{name} seed {seed} of the sweep {sweep}: its tumour probability on each of the {len(test)} test "
                  "patches of pcam_public (tests/test_table3.py holds its card to it)",
+            # The records name the command in the form they always have (python -m training hands it over).
             how_made=f"python -m training table3 {_relative(folder)} --record --runs-dir {_relative(runs_dir)}"
                      + ("" if sweep == "table3" else f" --sweep {sweep}"))
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -359,8 +361,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"rewrite {' and '.join(DOCUMENTS)} between their table3 markers and keep the "
                              "release's summary")
     parser.add_argument("--seeds", action="store_true",
-                        help="the table and the claims over every seed recorded (training/table3_seeds.py) and "
-                             "attention on nuclei over seeds (training/nuclei_seeds.py); with --write, into "
+                        help="the table and the claims over every seed recorded (experiments/table3_over_seeds.py) and "
+                             "attention on nuclei over seeds (experiments/fig5_over_seeds.py); with --write, into "
                              "README.md and docs/pathology.md")
     parser.add_argument("--sweep", choices=("table3", "table3_seeds"), default="table3",
                         help="whose runs --record records (table3_seeds: seeds 1 and 2; the table and the claims are "
@@ -370,7 +372,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, log=print) -> int:
-    """``python -m training table3``: print (and with --write keep) the table and the claims."""
+    """``python -m experiments table3``: print (and with --write keep) the table and the claims."""
     folder = Path(args.folder)
     try:
         stand_ins = {name: Path(path) for name, path in (item.split("=", 1) for item in args.stand_in)}
@@ -396,11 +398,11 @@ def run(args: argparse.Namespace, log=print) -> int:
         listing = listing_sha256(names, labels)
         if args.seeds and not args.record:
             ours_claims = [claim for claim in CLAIMS if RELEASE not in claim[:2]]
-            blocks = table3_seeds.seed_blocks(MODELS, ours_claims, labels, listing)
+            blocks = table3_over_seeds.seed_blocks(MODELS, ours_claims, labels, listing)
             for text in blocks.values():
                 log(text)
             if args.write:
-                table3_seeds.write_blocks(blocks, log)
+                table3_over_seeds.write_blocks(blocks, log)
             return 0
         test = functools.cache(lambda: load_dataset("pcam_public", args.data_dir).test)
         if args.record:

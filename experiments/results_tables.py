@@ -1,8 +1,8 @@
 """The results tables of the README, from model cards: ours beside the paper's figures.
 
-    python -m training report checkpoints                      # every checkpoint's card, one row each
-    python -m training report results/pcam_public --intervals  # binary tasks: metrics with 95 % intervals
-    python -m training report results/rot_mnist --seeds        # one row per model: mean +- std over seeds
+    python -m experiments report checkpoints                      # every checkpoint's card, one row each
+    python -m experiments report results/pcam_public --intervals  # binary tasks: metrics with 95 % intervals
+    python -m experiments report results/rot_mnist --seeds        # one row per model: mean +- std over seeds
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import json
 import statistics
 from pathlib import Path
 
-from .config import DATA_SOURCE_FIELDS, config_differences, config_from_dict
-from .presets import PRESETS, recipe
+from training.config import DATA_SOURCE_FIELDS, config_differences, config_from_dict
+from training.presets import PRESETS, recipe
 
 __all__ = ["PAPER_TEST_ERROR", "PAPER_TABLE1", "results_table", "interval_table", "seed_table", "recipe_changes",
            "cards_by_seed", "mean_std", "table1_summary", "spread_text"]

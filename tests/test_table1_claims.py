@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from training.claims import CLAIMS, claim_verdict, claims_table, permutation_p
-from training.cli import main as cli_main
-from training.report import seed_table
+from experiments.cli import main as cli_main
+from experiments.results_tables import seed_table
+from experiments.table1_claims import CLAIMS, claim_verdict, claims_table, permutation_p
 
 
 def test_permutation_p_is_the_exact_fraction_of_splits():

@@ -1,6 +1,6 @@
 """Fig. 5 over seeds: does attention fall on nuclei the same way in every seed of Table 3's attentive models?
 
-    python -m training table3 --seeds          # after the table and the claims over seeds
+    python -m experiments table3 --seeds          # after the table and the claims over seeds
 
 Each run's ``attention_on_nuclei`` (``python -m benchmarks.attention_on_nuclei ... --results-card CARD``, all 1,944
 test patches) from its card in ``results/pcam_table3`` (seed 0) or ``results/pcam_table3_seeds``. Per layer and
@@ -28,7 +28,7 @@ def nuclei_entries(folders: dict[int, Path]) -> dict[str, dict[int, dict]]:
     """``{model: {seed: attention_on_nuclei}}`` of every attentive run whose card holds the measurement.
 
     Args:
-        folders: each seed's results folder (:data:`training.table3_seeds.FOLDERS`).
+        folders: each seed's results folder (:data:`experiments.table3_over_seeds.FOLDERS`).
     """
     found: dict[str, dict[int, dict]] = {}
     for model in ATTENTIVE:
