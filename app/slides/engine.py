@@ -12,7 +12,7 @@ whole slide's resampling would: so a chunk's cells, their tissue and their proba
 slide was cut, and equal region mode's on the same pixels. Cells with too little tissue are not evaluated
 (:func:`app.region.evaluation.cell_tissue`, the same share); the network runs over the rest through
 :func:`app.region.evaluation.evaluate_cells`, one place for regions and slides. The attention kept per chunk is
-each evaluated cell's own centre, which no other chunk's contexts change.
+each evaluated cell's own centre (pooled, :data:`ATTENTION_POOL`), which no other chunk's contexts change.
 """
 
 from __future__ import annotations
@@ -35,9 +35,13 @@ from ..region.evaluation import (
 from .reader import Slide
 from .resample import input_span, model_side, resample_block
 
-__all__ = ["SlideGrid", "ChunkResult", "CHUNK_CELLS", "slide_grid", "read_chunk", "evaluate_chunk"]
+__all__ = ["SlideGrid", "ChunkResult", "CHUNK_CELLS", "ATTENTION_POOL", "slide_grid", "read_chunk", "evaluate_chunk"]
 
 CHUNK_CELLS = 16  # 16 x 16 cells: a 576-pixel square of contexts at the model's scale, 256 forward passes at most
+# The attention kept per chunk: means over 4 x 4 pixels at the model's scale (3.9 um at PCam's), in float16: a
+# slide's overlay at a 64th of the pixels' bytes (128 KB a chunk, not 2 MB); a cell opened in the patch page shows
+# its maps at full resolution, computed again.
+ATTENTION_POOL = 4
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,8 @@ class ChunkResult:
         evaluated: ``(r, c)`` bool, the cells with enough tissue.
         probabilities: ``(r, c, classes)`` float64, NaN where not evaluated.
         attention: per reading of the first attentive layer (``"removed"``, and ``"spatial"`` where it has spatial
-            attention), ``(r * 32, c * 32)`` float32: each evaluated cell's centre, NaN elsewhere.
+            attention), ``(r * 32 / pool, c * 32 / pool)`` float16: each evaluated cell's centre averaged over
+            :data:`ATTENTION_POOL` squares, NaN elsewhere.
     """
 
     index: tuple[int, int]
@@ -151,9 +156,11 @@ def evaluate_chunk(model: Network, card: dict, slide: Slide, grid: SlideGrid, ci
     if not evaluated.any():
         return ChunkResult((ci, cj), tissue, evaluated, np.full((*evaluated.shape, classes), np.nan), {})
     probabilities, attentions = evaluate_cells(model, card, image, local, evaluated, method="crops", batch=batch)
-    margin, (rows, cols) = local.margin, evaluated.shape
+    margin, (rows, cols), pool = local.margin, evaluated.shape, ATTENTION_POOL
     centres = np.kron(evaluated, np.ones((cell, cell), dtype=bool))
-    attention = {reading: np.where(centres, maps[margin:margin + rows * cell, margin:margin + cols * cell],
-                                   np.nan).astype(np.float32)
-                 for reading, maps in attentions.items()}
+    attention = {}
+    for reading, maps in attentions.items():
+        inside = np.where(centres, maps[margin:margin + rows * cell, margin:margin + cols * cell], np.nan)
+        pooled = inside.reshape(rows * cell // pool, pool, cols * cell // pool, pool).mean(axis=(1, 3))
+        attention[reading] = pooled.astype(np.float16)  # (r * 32 / pool, c * 32 / pool)
     return ChunkResult((ci, cj), tissue, evaluated, probabilities, attention)

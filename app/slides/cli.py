@@ -1,0 +1,176 @@
+"""``python -m app.slides SLIDE... --out DIR``: whole slides through the H&E model, cell by cell, on Dask.
+
+For each slide: ``DIR/<stem>.npz`` with the per-cell arrays of ``python -m app.region --npz`` (``probability``,
+``probabilities``, ``evaluated``, ``tissue``, ``cell_top_left_px`` and ``cell_size_px`` in the slide's level-0
+pixels, ``microns_per_pixel``, ``model_microns_per_pixel``, ``method``, ``class_names``, ``checkpoint``), the
+tumour heatmap over the slide's thumbnail as ``DIR/<stem>.png``, and the tumour regions at 0.5 as
+``DIR/<stem>.geojson`` that QuPath imports (each 4-connected region of cells one annotation classified "Tumor",
+a MultiPolygon of its cells in level-0 pixels, its mean tumour probability a measurement). Finished chunks are
+kept in ``DIR/.chunks/`` as they finish: the same command again resumes. Progress on stderr, one summary line
+per slide on stdout; a slide, scale or checkpoint that cannot be used ends with ``error: <message>`` and exit
+status 2, no traceback.
+
+Dask: a ``LocalCluster`` on this machine by default (``--workers``, ``--threads``), or the scheduler at
+``--scheduler ADDRESS`` (or ``$AAGC_DASK_SCHEDULER``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from models import CheckpointError
+
+from .reader import SlideError
+from .run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, run_slide
+
+__all__ = ["main", "tumour_regions", "DEFAULT_CHECKPOINT"]
+
+DEFAULT_CHECKPOINT = "checkpoints/fa_p4m_densenet_pcam.safetensors"
+TUMOUR_COLOUR = (200, 0, 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m app.slides", description=__doc__.splitlines()[0])
+    parser.add_argument("slides", nargs="+", type=Path, help="slide files (.svs, .ndpi, .mrxs, .tif, ...) or images")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the .npz, .png and .geojson of each")
+    parser.add_argument("--checkpoint", type=Path, default=Path(DEFAULT_CHECKPOINT),
+                        help=f"the H&E model (default: {DEFAULT_CHECKPOINT})")
+    parser.add_argument("--mpp", type=float, default=None,
+                        help="micrometres per pixel of level 0, for slides that record none (overrides theirs)")
+    parser.add_argument("--scheduler", default=os.environ.get(SCHEDULER_ENV),
+                        help=f"a Dask scheduler's address (default ${SCHEDULER_ENV}; else a local cluster)")
+    parser.add_argument("--workers", type=int, default=1, help="local cluster: worker processes (default 1)")
+    parser.add_argument("--threads", type=int, default=2, help="local cluster: threads per worker (default 2)")
+    parser.add_argument("--chunk", type=int, default=None, help="cells per chunk side (default 16)")
+    return parser
+
+
+def tumour_regions(probability: np.ndarray, evaluated: np.ndarray, corners: np.ndarray, size: tuple[float, float],
+                   threshold: float = 0.5) -> dict:
+    """A GeoJSON FeatureCollection of the 4-connected regions of evaluated cells at or above ``threshold``.
+
+    Args:
+        probability: ``(rows, cols)`` tumour probability per cell.
+        corners: ``(rows, cols, 2)`` each cell's top-left (row, col) in level-0 pixels; ``size``: a cell's
+            (rows, cols) there.
+    """
+    tumour = evaluated & (np.nan_to_num(probability) >= threshold)
+    label = np.zeros(tumour.shape, dtype=np.int64)
+    features = []
+    for start in map(tuple, np.argwhere(tumour)):
+        if label[start]:
+            continue
+        label[start] = len(features) + 1
+        region, queue = [], deque([start])
+        while queue:
+            i, j = queue.popleft()
+            region.append((i, j))
+            for a, b in ((i - 1, j), (i + 1, j), (i, j - 1), (i, j + 1)):
+                if 0 <= a < tumour.shape[0] and 0 <= b < tumour.shape[1] and tumour[a, b] and not label[a, b]:
+                    label[a, b] = label[start]
+                    queue.append((a, b))
+        squares = []
+        for i, j in region:
+            top, left = (float(v) for v in corners[i, j])
+            bottom, right = top + size[0], left + size[1]
+            squares.append([[[left, top], [right, top], [right, bottom], [left, bottom], [left, top]]])
+        mean = float(np.mean([probability[i, j] for i, j in region]))
+        features.append(dict(type="Feature", geometry=dict(type="MultiPolygon", coordinates=squares),
+                             properties=dict(objectType="annotation",
+                                             classification=dict(name="Tumor", color=list(TUMOUR_COLOUR)),
+                                             measurements={"Mean tumour probability": mean, "Cells": len(region)})))
+    return dict(type="FeatureCollection", features=features)
+
+
+def heatmap_png(plan: SlidePlan, probability: np.ndarray, evaluated: np.ndarray) -> Image.Image:
+    """The tumour probability per cell over the slide's thumbnail (viridis, 60 % opaque on evaluated cells)."""
+    from matplotlib import colormaps
+
+    thumbnail = plan.thumbnail.astype(np.float64)
+    rows, cols = thumbnail.shape[:2]
+    grid = plan.grid
+    # Each thumbnail pixel's cell, by its centre at the model's scale.
+    model_rows = (np.arange(rows) + 0.5) * grid.model_size[0] / rows
+    model_cols = (np.arange(cols) + 0.5) * grid.model_size[1] / cols
+    top, left = grid.cells.cell_origin(0, 0)
+    i = np.floor((model_rows - top) / grid.cells.cell).astype(int)
+    j = np.floor((model_cols - left) / grid.cells.cell).astype(int)
+    inside_i, inside_j = (i >= 0) & (i < grid.cells.rows), (j >= 0) & (j < grid.cells.cols)
+    ii, jj = np.clip(i, 0, grid.cells.rows - 1), np.clip(j, 0, grid.cells.cols - 1)
+    shown = inside_i[:, None] & inside_j[None, :] & evaluated[ii][:, jj]
+    colours = colormaps["viridis"](np.nan_to_num(probability[ii][:, jj]))[..., :3] * 255
+    blended = np.where(shown[..., None], 0.4 * thumbnail + 0.6 * colours, thumbnail)
+    return Image.fromarray(np.round(blended).astype(np.uint8))
+
+
+def write_outputs(plan: SlidePlan, arrays: dict, out: Path) -> dict:
+    """The .npz, .png and .geojson of one slide; the summary's numbers."""
+    stem = plan.slide.stem
+    probabilities, evaluated = arrays["probabilities"], arrays["evaluated"]
+    probability = probabilities[..., -1]
+    corners, size = plan.grid.cell_top_left_px(), plan.grid.cell_size_px()
+    np.savez_compressed(out / f"{stem}.npz", probability=probability, probabilities=probabilities,
+                        evaluated=evaluated, tissue=arrays["tissue"], cell_top_left_px=corners,
+                        cell_size_px=np.array(size), microns_per_pixel=plan.scale.microns_per_pixel,
+                        model_microns_per_pixel=plan.grid.model_microns_per_pixel, method="crops",
+                        class_names=np.array(plan.card.get("class_names") or []), checkpoint=str(plan.checkpoint))
+    heatmap_png(plan, probability, evaluated).save(out / f"{stem}.png")
+    regions = tumour_regions(probability, evaluated, corners, size)
+    (out / f"{stem}.geojson").write_text(json.dumps(regions) + "\n")
+    return dict(cells=int(evaluated.sum()), tumour=int((np.nan_to_num(probability) >= 0.5).sum()),
+                regions=len(regions["features"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    client = None
+    try:
+        plans = [plan_slide(path, args.checkpoint, args.out / ".chunks", args.mpp, args.chunk) for path in args.slides]
+        client = _client(args)
+        for plan in plans:
+            start = time.perf_counter()
+
+            def report(done: int, total: int, name: str = plan.slide.name) -> None:
+                print(f"\r{name}: {done}/{total} chunks", end="", file=sys.stderr, flush=True)
+
+            results = run_slide(plan, client, report)
+            print(file=sys.stderr)
+            summary = write_outputs(plan, assemble(plan, results), args.out)
+            print(f"{plan.slide.name}: {summary['cells']} cells evaluated, {summary['tumour']} at tumour p >= 0.5 "
+                  f"in {summary['regions']} regions, {plan.scale.sentence}; {time.perf_counter() - start:.1f} s")
+    except (SlideError, CheckpointError, FileNotFoundError, OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        if client is not None:
+            _close(client)
+    return 0
+
+
+def _client(args):
+    """A Dask client: on the named scheduler, or on a local cluster this command starts."""
+    from dask.distributed import Client
+
+    if args.scheduler:
+        try:
+            return Client(args.scheduler, timeout="10s")
+        except OSError as err:
+            raise OSError(f"no Dask scheduler answers at {args.scheduler} ({err})") from err
+    return local_client(args.workers, args.threads)
+
+
+def _close(client) -> None:
+    cluster = client.cluster
+    client.close()
+    if cluster is not None:
+        cluster.close()

@@ -1,0 +1,160 @@
+"""A slide through a model, a chunk of cells per task on Dask distributed, each finished chunk into the slide's
+store as it arrives: what ``python -m app.slides`` runs.
+
+Scheduling is Dask's (``dask.distributed``), not a home-made pool: by default a ``LocalCluster`` of worker
+processes that the command starts and stops itself, or an existing scheduler named by ``--scheduler ADDRESS`` or
+``$AAGC_DASK_SCHEDULER``. A task is one chunk (:func:`app.slides.engine.evaluate_chunk`); it names the slide and
+the checkpoint by path and each worker process loads them once, so a task sends a few hundred bytes and returns
+its chunk's arrays. Only chunks that hold tissue on the slide's tissue mask (:mod:`app.slides.tissue`) are
+submitted, and only those the store does not hold already (:mod:`app.slides.store`): a stopped run resumes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from models import load_checkpoint
+
+from ..analysis.pathology import model_microns_per_pixel
+from .engine import ChunkResult, SlideGrid, evaluate_chunk, slide_grid
+from .reader import SlideError, open_slide
+from .scale import Scale, slide_scale
+from .store import ChunkStore, file_sha256, store_key
+from .tissue import tissue_mask
+
+__all__ = ["SlidePlan", "plan_slide", "run_slide", "assemble", "local_client", "chunk_task", "SCHEDULER_ENV",
+           "THUMBNAIL_SIDE"]
+
+SCHEDULER_ENV = "AAGC_DASK_SCHEDULER"
+THUMBNAIL_SIDE = 2048  # the tissue mask's thumbnail: 8 um/px for a 1.6 cm slide
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class SlidePlan:
+    """What a slide's run needs: where it is, its scale and grid, its tissue, the chunks to evaluate."""
+
+    slide: Path
+    checkpoint: Path
+    scale: Scale
+    card: dict
+    grid: SlideGrid
+    thumbnail: np.ndarray
+    tissue: np.ndarray
+    chunks: tuple[tuple[int, int], ...]
+    store: ChunkStore
+
+
+def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: float | None = None,
+               chunk: int | None = None) -> SlidePlan:
+    """Open ``slide_path``, find its scale, grid and tissue, and the chunks with tissue.
+
+    Raises:
+        SlideError: the slide cannot be read, has no scale (give ``user_mpp``), or has no tissue.
+    """
+    model, card = load_checkpoint(checkpoint)
+    del model  # the workers load their own
+    with open_slide(slide_path) as slide:
+        scale = slide_scale(slide.properties, user_mpp)
+        if scale.microns_per_pixel is None:
+            raise SlideError(f"{Path(slide_path).name}: {scale.sentence}")
+        grid = slide_grid(slide, scale.microns_per_pixel, card, model_microns_per_pixel(card),
+                          **({"chunk": chunk} if chunk else {}))
+        thumbnail = slide.thumbnail(THUMBNAIL_SIDE)
+    thumbnail_mpp = scale.microns_per_pixel * grid.size[1] / thumbnail.shape[1]
+    tissue, _ = tissue_mask(thumbnail, thumbnail_mpp)
+    chunks = tuple(index for index in np.ndindex(*grid.chunks) if _has_tissue(grid, tissue, *index))
+    if not chunks:
+        raise SlideError(f"{Path(slide_path).name}: no tissue found (its tissue mask is empty): nothing to analyse")
+    weights = weights_digest(checkpoint)
+    store = ChunkStore(store_root, store_key(file_sha256(slide_path), weights, grid))
+    return SlidePlan(Path(slide_path), Path(checkpoint), scale, card, grid, thumbnail, tissue, chunks, store)
+
+
+def weights_digest(checkpoint: Path) -> str:
+    """The checkpoint's ``weights_sha256`` from its card (the tensors' digest, whatever the file's metadata)."""
+    _, card = load_checkpoint(checkpoint)
+    return str(card.get("weights_sha256") or file_sha256(checkpoint))
+
+
+def _has_tissue(grid: SlideGrid, tissue: np.ndarray, ci: int, cj: int) -> bool:
+    """Whether chunk (ci, cj)'s contexts touch the tissue mask (a thumbnail of the slide)."""
+    top, bottom, left, right = grid.context_block(ci, cj)
+    rows_per_model = tissue.shape[0] / grid.model_size[0]
+    cols_per_model = tissue.shape[1] / grid.model_size[1]
+    r0, r1 = math.floor(top * rows_per_model), math.ceil(bottom * rows_per_model)
+    c0, c1 = math.floor(left * cols_per_model), math.ceil(right * cols_per_model)
+    return bool(tissue[r0:r1, c0:c1].any())
+
+
+@functools.lru_cache(maxsize=2)
+def _worker_model(checkpoint: str, mtime_ns: int):
+    """The model and card, loaded once per worker process (and again only when the file changes)."""
+    del mtime_ns
+    return load_checkpoint(checkpoint)
+
+
+def chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
+               cj: int) -> ChunkResult:
+    """One chunk, on a worker: the slide opened, the model from the worker's cache, the grid made again (it is a
+    function of the slide, the scale and the card)."""
+    model, card = _worker_model(checkpoint, os.stat(checkpoint).st_mtime_ns)
+    with open_slide(slide_path) as slide:
+        grid = slide_grid(slide, microns_per_pixel, card, model_microns_per_pixel(card), chunk=chunk)
+        return evaluate_chunk(model, card, slide, grid, ci, cj)
+
+
+def run_slide(plan: SlidePlan, client, progress: Progress | None = None) -> dict[tuple[int, int], ChunkResult]:
+    """Every chunk of ``plan`` with tissue: those in its store read back, the rest computed on ``client`` (a
+    ``dask.distributed.Client``) and stored as each finishes. Returns them by index."""
+    from dask.distributed import as_completed
+
+    done = {index: plan.store.get(*index) for index in plan.chunks}
+    results = {index: result for index, result in done.items() if result is not None}
+    missing = [index for index in plan.chunks if index not in results]
+    total = len(plan.chunks)
+    if progress:
+        progress(len(results), total)
+    futures = [client.submit(chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
+                             plan.grid.chunk, ci, cj, key=f"chunk-{plan.store.folder.name}-{ci}-{cj}")
+               for ci, cj in missing]
+    for future in as_completed(futures):
+        result = future.result()
+        plan.store.put(result)
+        results[result.index] = result
+        if progress:
+            progress(len(results), total)
+    return results
+
+
+def local_client(workers: int = 1, threads: int = 2):
+    """A ``dask.distributed`` client on a ``LocalCluster`` of ``workers`` processes of ``threads`` threads each,
+    on this machine only (127.0.0.1), without a dashboard."""
+    from dask.distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
+                           dashboard_address=None)
+    return Client(cluster)
+
+
+def assemble(plan: SlidePlan, results: dict[tuple[int, int], ChunkResult]) -> dict[str, np.ndarray]:
+    """The slide's per-cell arrays from its chunks: ``probabilities`` (rows, cols, classes; NaN where not
+    evaluated), ``evaluated``, ``tissue`` (cells in chunks without tissue: 0)."""
+    rows, cols = plan.grid.cells.rows, plan.grid.cells.cols
+    classes = len(plan.card.get("class_names") or []) or 2
+    probabilities = np.full((rows, cols, classes), np.nan)
+    evaluated = np.zeros((rows, cols), dtype=bool)
+    tissue = np.zeros((rows, cols))
+    for (ci, cj), result in results.items():
+        i0, i1, j0, j1 = plan.grid.cell_block(ci, cj)
+        probabilities[i0:i1, j0:j1] = result.probabilities
+        evaluated[i0:i1, j0:j1] = result.evaluated
+        tissue[i0:i1, j0:j1] = result.tissue
+    return dict(probabilities=probabilities, evaluated=evaluated, tissue=tissue)

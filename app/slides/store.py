@@ -1,0 +1,92 @@
+"""Finished chunks of a slide's cells, kept on disk as they finish: a run stopped at any point resumes without
+redoing them, and two runs of the same slide and model share them.
+
+A store is a folder per (slide, model, grid): its name is a digest of the slide file's bytes, the checkpoint's
+weights, the scale and the grid's geometry, so that nothing of another slide, model or scale is ever read back.
+Each chunk is one ``.npz`` (its arrays, :class:`app.slides.engine.ChunkResult`) written to a temporary name and
+renamed into place (a chunk is there whole or not at all), beside its sha256 in a ``.sha256`` file written after
+it. A chunk whose bytes no longer match its checksum (a damaged disk, a copy cut short) is not trusted: it is
+reported as missing and computed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .engine import ChunkResult, SlideGrid
+
+__all__ = ["ChunkStore", "store_key", "file_sha256"]
+
+ARRAYS = ("tissue", "evaluated", "probabilities")
+
+
+def file_sha256(path: Path, block: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as file:
+        while chunk := file.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def store_key(slide_sha256: str, weights_sha256: str, grid: SlideGrid) -> str:
+    """The store's name: a digest of what its chunks are a function of."""
+    what = dict(slide=slide_sha256, weights=weights_sha256, microns_per_pixel=grid.microns_per_pixel,
+                model_microns_per_pixel=grid.model_microns_per_pixel, model_size=grid.model_size,
+                cells=[grid.cells.rows, grid.cells.cols, grid.cells.top, grid.cells.left, grid.cells.cell,
+                       grid.cells.context], chunk=grid.chunk)
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
+
+
+class ChunkStore:
+    """The finished chunks of one slide through one model, under ``root / key``."""
+
+    def __init__(self, root: Path, key: str):
+        self.folder = Path(root) / key
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, ci: int, cj: int) -> Path:
+        return self.folder / f"chunk-{ci}-{cj}.npz"
+
+    def put(self, result: ChunkResult) -> None:
+        """Store ``result`` whole: its bytes under a temporary name, renamed into place, then its checksum."""
+        buffer = io.BytesIO()
+        arrays = {name: getattr(result, name) for name in ARRAYS}
+        arrays.update({f"attention_{reading}": maps for reading, maps in result.attention.items()})
+        np.savez(buffer, index=np.array(result.index), **arrays)
+        data = buffer.getvalue()
+        path = self._path(*result.index)
+        handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".part")
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+        path.with_suffix(".sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
+
+    def get(self, ci: int, cj: int) -> ChunkResult | None:
+        """Chunk (ci, cj) if it is stored whole and its bytes match their checksum; else None (to be computed)."""
+        path, checksum = self._path(ci, cj), self._path(ci, cj).with_suffix(".sha256")
+        if not (path.is_file() and checksum.is_file()):
+            return None
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != checksum.read_text().strip():
+            return None
+        with np.load(io.BytesIO(data)) as arrays:
+            attention = {name.removeprefix("attention_"): arrays[name] for name in arrays.files
+                         if name.startswith("attention_")}
+            return ChunkResult(tuple(int(v) for v in arrays["index"]), arrays["tissue"], arrays["evaluated"],
+                               arrays["probabilities"], attention)
+
+    def done(self) -> set[tuple[int, int]]:
+        """The chunks stored whole with matching checksums."""
+        found = set()
+        for path in self.folder.glob("chunk-*-*.npz"):
+            ci, cj = (int(v) for v in path.stem.split("-")[1:])
+            if self.get(ci, cj) is not None:
+                found.add((ci, cj))
+        return found

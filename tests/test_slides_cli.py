@@ -1,0 +1,111 @@
+"""``python -m app.slides`` (:mod:`app.slides.cli`) on a real pyramidal TIFF of PCam test patches with a real Dask
+``LocalCluster``: the per-cell arrays, the heatmap and QuPath's GeoJSON; finished chunks kept and not redone, a
+damaged chunk found by its checksum and redone; a slide without a scale refused with a sentence."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
+
+from app.region.demo import PCAM_MPP, pcam_test_mosaic
+from app.slides.cli import main, tumour_regions
+from app.slides.engine import ChunkResult
+from app.slides.store import ChunkStore
+from models import load_checkpoint
+from tests.conftest import REPO, require_shared
+
+pytest.importorskip("dask.distributed")
+TCGA = REPO.parent / "shared" / "data" / "slides" / "tcga-cr-7395-01a-01-ts1.svs"
+
+
+@pytest.fixture(scope="module")
+def mosaic_slide(tmp_path_factory):
+    require_shared(PCAM / "labels.csv", f"{PCAM} not found (pcam_public lives in ../shared/data)")
+    _, card = load_checkpoint(CHECKPOINT)
+    mosaic = pcam_test_mosaic(card, PCAM, count=9)
+    path = tmp_path_factory.mktemp("slides") / "mosaic.tif"
+    write_pyramid(path, np.round(mosaic.image.transpose(1, 2, 0) * 255).astype(np.uint8), PCAM_MPP)
+    return path
+
+
+def progress_lines(text: str) -> list[str]:
+    return [part.strip() for part in text.replace("\r", "\n").splitlines() if "chunks" in part]
+
+
+def test_a_slide_gives_its_cells_heatmap_and_regions_and_resumes_from_its_chunks(mosaic_slide, tmp_path, capsys):
+    argv = [str(mosaic_slide), "--out", str(tmp_path), "--checkpoint", str(CHECKPOINT), "--chunk", "3"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    total = int(progress_lines(err)[0].split("/")[1].split()[0])
+    assert 4 <= total <= 9, "the chunks with tissue of 3 x 3 (of 3 x 3 cells each; the mosaic's rim is glass)"
+    assert progress_lines(err)[0] == f"mosaic.tif: 0/{total} chunks"
+    assert progress_lines(err)[-1] == f"mosaic.tif: {total}/{total} chunks"
+    assert out.startswith("mosaic.tif: ") and "recorded in the slide" in out
+    cells = np.load(tmp_path / "mosaic.npz")
+    assert cells["probability"].shape == cells["evaluated"].shape == (7, 7)
+    assert np.allclose(cells["cell_size_px"], 32) and cells["cell_top_left_px"][3, 3].tolist() == [128.0, 128.0]
+    assert str(cells["method"]) == "crops" and float(cells["model_microns_per_pixel"]) == PCAM_MPP
+    assert Image.open(tmp_path / "mosaic.png").size == (288, 288)
+    regions = json.loads((tmp_path / "mosaic.geojson").read_text())
+    tumour = cells["evaluated"] & (np.nan_to_num(cells["probability"]) >= 0.5)
+    assert sum(f["properties"]["measurements"]["Cells"] for f in regions["features"]) == tumour.sum()
+    assert all(f["properties"]["classification"]["name"] == "Tumor" for f in regions["features"])
+
+    # Again: every chunk is read back, none computed.
+    assert main(argv) == 0
+    assert progress_lines(capsys.readouterr().err) == [f"mosaic.tif: {total}/{total} chunks"]
+    # One chunk lost and one damaged: exactly those two are computed again, and the result is the same.
+    lost, damaged = sorted(next((tmp_path / ".chunks").iterdir()).glob("chunk-*.npz"))[:2]
+    lost.unlink()
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    assert main(argv) == 0
+    assert progress_lines(capsys.readouterr().err)[0] == f"mosaic.tif: {total - 2}/{total} chunks"
+    again = np.load(tmp_path / "mosaic.npz")
+    np.testing.assert_array_equal(again["probability"], cells["probability"])
+
+
+def test_a_slide_without_a_scale_is_refused_with_a_sentence(tmp_path, capsys):
+    slide = require_shared(TCGA, f"{TCGA} not found (the real slides live in ../shared/data/slides)")
+    assert main([str(slide), "--out", str(tmp_path), "--checkpoint", str(CHECKPOINT)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: tcga-cr-7395-01a-01-ts1.svs: the slide records neither its scale nor its "
+                          "objective power") and "Traceback" not in err
+
+
+def test_an_unreachable_scheduler_is_named(mosaic_slide, tmp_path, capsys):
+    argv = [str(mosaic_slide), "--out", str(tmp_path), "--checkpoint", str(CHECKPOINT), "--scheduler",
+            "tcp://127.0.0.1:9"]
+    assert main(argv) == 2
+    assert "error: no Dask scheduler answers at tcp://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_the_store_refuses_bytes_that_do_not_match_their_checksum(tmp_path):
+    store = ChunkStore(tmp_path, "key")
+    result = ChunkResult((2, 3), np.ones((2, 2)), np.ones((2, 2), dtype=bool), np.full((2, 2, 2), 0.25),
+                         {"spatial": np.zeros((16, 16), dtype=np.float16)})
+    store.put(result)
+    back = store.get(2, 3)
+    assert back.index == (2, 3) and np.array_equal(back.probabilities, result.probabilities)
+    assert set(back.attention) == {"spatial"} and store.done() == {(2, 3)}
+    path = tmp_path / "key" / "chunk-2-3.npz"
+    path.write_bytes(path.read_bytes()[:-10])
+    assert store.get(2, 3) is None and store.done() == set()
+
+
+def test_tumour_regions_are_4_connected_cells_with_their_mean():
+    probability = np.array([[0.9, 0.8, 0.1], [0.1, 0.1, 0.7], [0.6, 0.2, 0.95]])
+    evaluated = np.ones((3, 3), dtype=bool)
+    corners = np.stack(np.meshgrid(np.arange(3) * 10.0, np.arange(3) * 10.0, indexing="ij"), -1)
+    regions = tumour_regions(probability, evaluated, corners, (10.0, 10.0))["features"]
+    found = sorted((f["properties"]["measurements"]["Cells"], round(f["properties"]["measurements"][
+        "Mean tumour probability"], 3)) for f in regions)
+    assert found == [(1, 0.6), (2, 0.825), (2, 0.85)]
+    first = next(f for f in regions if f["properties"]["measurements"]["Cells"] == 2
+                 and f["geometry"]["coordinates"][0][0][0] == [0.0, 0.0])
+    assert first["geometry"]["coordinates"][1][0][:2] == [[10.0, 0.0], [20.0, 0.0]], "x is the column, y the row"
