@@ -325,15 +325,18 @@ def left_ms(deadline: float) -> float:
 
 
 async def wait_for_panels(page) -> None:
-    """Until the script run has ended, the turn viewer and every chart in view (the open tab's) are drawn; no
-    exception.
+    """Until the script run has ended, the turn viewer, the open tab's arrow field (an SVG picture) and every
+    chart in view are drawn; no exception.
 
     Call it once something of the new run is on the page: before, the previous run's end would do.
     """
     await page.locator(IDLE).wait_for(state="attached")
     await page.locator(".turn-viewer[data-ready='1']").wait_for()  # the maps, drawn by the browser
+    arrows = page.locator('[data-testid="stMain"] img[src^="data:image/svg+xml"]')
+    await arrows.first.wait_for(state="visible")
+    await page.wait_for_function("(image) => image.complete && image.naturalWidth > 0",
+                                 arg=await arrows.first.element_handle())
     charts = page.locator('[data-testid="stPlotlyChart"]:visible')
-    await charts.first.wait_for()
     for i in range(await charts.count()):
         await charts.nth(i).locator(".main-svg").first.wait_for(state="visible")
     if await page.locator('[data-testid="stException"]').count():
