@@ -4,7 +4,9 @@ The page of ``app/main.py``, served by Streamlit's ``st.App`` (Starlette) with a
 answers its first request (its health check included), :func:`app.ui.first_visit.prepare_first_visit` imports the
 page's modules and computes the default page's numbers into the caches the page reads. The first visitor then
 waits as the second does (1.8 s less of server time with AVX2 code; docs/app.md has the browser's figures).
-``streamlit run app/main.py`` still serves the same page, without the preparation.
+Beside the page, on the same port, the slides' deep-zoom tiles (:mod:`app.slides.tiles`), which the Slide page's
+viewer fetches without rerunning anything. ``streamlit run app/main.py`` still serves the same page, without the
+preparation and without tiles.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import streamlit as st  # noqa: E402
+
+from app.slides.tiles import slide_routes  # noqa: E402
 
 # Caches used outside a script run warn once per call that there is no script run; here that is the point.
 QUIET_WHILE_PREPARING = "streamlit.runtime.scriptrunner_utils.script_run_context"
@@ -43,4 +47,4 @@ async def ready_before_the_first_visitor(_app):
     yield
 
 
-app = st.App("main.py", lifespan=ready_before_the_first_visitor)
+app = st.App("main.py", lifespan=ready_before_the_first_visitor, routes=slide_routes())

@@ -47,7 +47,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "app.ui": ("app.ui",) + _APP_BELOW_UI,
     "app.main": ("app.ui",) + _APP_BELOW_UI,
     # The server around the page: prepares the first visit (app.ui.first_visit) before it answers.
-    "app.server": ("app.ui",),
+    "app.server": ("app.ui", "app.slides.tiles"),
     # The start-up warm-up: computes what the page reads, draws nothing.
     "app.warm": ("app.analysis", "models"),
     "benchmarks": ("benchmarks", "app", "experiments", "training", "models"),

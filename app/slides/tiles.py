@@ -1,0 +1,101 @@
+"""Deep-zoom tiles of the server's slides over HTTP, beside the app on the same port (``app/server.py``'s
+``st.App`` routes): panning and zooming fetch tiles and never rerun the page or use its websocket.
+
+Routes (Starlette):
+- ``/slides/{id}.dzi``: the Deep Zoom descriptor OpenSeadragon opens (OpenSlide's ``DeepZoomGenerator``: 254-pixel
+  tiles with a 1-pixel overlap, JPEG);
+- ``/slides/{id}_files/{level}/{col}_{row}.jpeg``: one tile;
+- ``/vendor/openseadragon/...``: OpenSeadragon itself, installed by ``make`` (``npm pack openseadragon``) into
+  :data:`VENDOR`, never committed.
+
+A slide is named by its id in the listing (:mod:`app.slides.library`): an unknown id, a level, column or row that
+does not exist, or a file that cannot be read answers 404 with a sentence, never a traceback or a file outside
+the listing.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from pathlib import Path
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .library import REPO, find_slide
+
+__all__ = ["slide_routes", "deep_zoom", "VENDOR", "TILE_SIZE", "OVERLAP", "JPEG_QUALITY"]
+
+VENDOR = REPO / "app" / "ui" / "vendor"  # `make vendor` unpacks openseadragon here (git ignores it)
+TILE_SIZE, OVERLAP, JPEG_QUALITY = 254, 1, 85
+CACHE = "public, max-age=3600"  # tiles of a listed slide never change: its id changes with the file
+
+
+@functools.lru_cache(maxsize=16)
+def deep_zoom(path: str, mtime_ns: int):
+    """OpenSlide's Deep Zoom generator of the slide at ``path``, kept while the file is unchanged."""
+    import openslide
+    from openslide.deepzoom import DeepZoomGenerator
+
+    del mtime_ns  # part of the key only
+    return DeepZoomGenerator(openslide.open_slide(path), tile_size=TILE_SIZE, overlap=OVERLAP, limit_bounds=True)
+
+
+def _generator(slide_id: str):
+    entry = find_slide(slide_id)
+    if entry is None:
+        return None
+    return deep_zoom(str(entry.path), entry.path.stat().st_mtime_ns)
+
+
+def _not_found(what: str) -> PlainTextResponse:
+    return PlainTextResponse(f"{what}\n", status_code=404)
+
+
+async def descriptor(request: Request) -> Response:
+    slide_id = request.path_params["slide_id"]
+    try:
+        generator = await run_in_threadpool(_generator, slide_id)
+    except Exception:  # OpenSlide's errors for a file it cannot read: a sentence, not a traceback
+        return _not_found(f"slide {slide_id} cannot be read")
+    if generator is None:
+        return _not_found(f"no slide {slide_id} is listed")
+    return Response(generator.get_dzi("jpeg"), media_type="application/xml", headers={"Cache-Control": CACHE})
+
+
+def _tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
+    generator = _generator(slide_id)
+    if generator is None:
+        return f"no slide {slide_id} is listed"
+    if not 0 <= level < generator.level_count:
+        return f"slide {slide_id} has deep-zoom levels 0 to {generator.level_count - 1}, not {level}"
+    cols, rows = generator.level_tiles[level]
+    if not (0 <= col < cols and 0 <= row < rows):
+        return f"level {level} of slide {slide_id} has {cols} x {rows} tiles, not ({col}, {row})"
+    buffer = io.BytesIO()
+    generator.get_tile(level, (col, row)).convert("RGB").save(buffer, format="JPEG", quality=JPEG_QUALITY)
+    return buffer.getvalue()
+
+
+async def tile(request: Request) -> Response:
+    params = request.path_params
+    try:
+        found = await run_in_threadpool(_tile_bytes, params["slide_id"], params["level"], params["col"],
+                                        params["row"])
+    except Exception:  # a tile the file cannot decode: a damaged slide
+        return _not_found(f"a tile of slide {params['slide_id']} cannot be read")
+    if isinstance(found, str):
+        return _not_found(found)
+    return Response(found, media_type="image/jpeg", headers={"Cache-Control": CACHE})
+
+
+def slide_routes(vendor: Path = VENDOR) -> list:
+    """The routes above, for ``st.App(routes=...)``; OpenSeadragon's files only where ``make`` installed them."""
+    routes = [Route("/slides/{slide_id:str}.dzi", descriptor),
+              Route("/slides/{slide_id:str}_files/{level:int}/{col:int}_{row:int}.jpeg", tile)]
+    if (vendor / "openseadragon").is_dir():
+        routes.append(Mount("/vendor", app=StaticFiles(directory=vendor), name="vendor"))
+    return routes

@@ -1,0 +1,189 @@
+"""The Slide page: a whole slide in a deep-zoom viewer, its tissue outline, and the tumour probability per cell
+over it once analysed; a click on a cell opens it in the patch page.
+
+The slides are the server's (:mod:`app.slides.library`): its folder and the two real demo slides, listed by name.
+The viewer (``slide_viewer.js``, a components-v2 element) fetches the slide's tiles over HTTP from the same server
+(:mod:`app.slides.tiles`): panning and zooming never rerun this page. An analysis runs on Dask
+(:func:`app.slides.run.run_slide`, a local cluster per server process, or ``$AAGC_DASK_SCHEDULER``'s) into the
+slide's chunk store, which every session shares: a slide analysed once shows its heatmap to everyone, and an
+analysis cut short (the page left, the server stopped) resumes from its finished chunks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+from matplotlib import colormaps
+
+from ..pictures.encode import png_data_url
+from ..slides.engine import cell_context
+from ..slides.library import SlideEntry, list_slides
+from ..slides.reader import SlideError, open_slide
+from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, run_slide
+from ..slides.scale import slide_scale
+from ..slides.tiles import VENDOR
+from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel
+from .region_page import RegionCell
+
+__all__ = ["slide_page"]
+
+_HERE = Path(__file__).resolve().parent
+VIEWER_HEIGHT_PX = 620
+OVERLAY_OPACITY = 0.55
+STORE = Path(os.environ.get("APP_SLIDE_STORE") or Path.home() / ".cache" / "aagc" / "slides")
+
+_VIEWER = st.components.v2.component(
+    "aagc_slide_viewer",
+    html='<div class="slide-viewer-host"></div>',
+    css=(_HERE / "slide_viewer.css").read_text(),
+    js=(_HERE / "slide_viewer.js").read_text(),
+)
+
+
+@dataclass(frozen=True)
+class SharedClient:
+    """A Dask client in a box: Streamlit refuses to cache a value that can be awaited, as a client can."""
+
+    client: object
+
+
+@st.cache_resource
+def dask_client() -> SharedClient:
+    """One Dask client per server process: on ``$AAGC_DASK_SCHEDULER``'s cluster, or a local one it starts."""
+    address = os.environ.get(SCHEDULER_ENV)
+    if address:
+        from dask.distributed import Client
+
+        return SharedClient(Client(address, timeout="10s"))
+    return SharedClient(local_client(workers=1, threads=2))
+
+
+@st.cache_resource(max_entries=8, show_spinner="Reading the slide and finding its tissue ...")
+def _plan(slide_id: str, path: str, checkpoint: str, mpp: float | None) -> SlidePlan:
+    return plan_slide(Path(path), Path(checkpoint), STORE, mpp)
+
+
+def _slide_ui(entries: list[SlideEntry]) -> SlideEntry:
+    by_id = {entry.slide_id: entry for entry in entries}
+    chosen = st.sidebar.selectbox("Slide", list(by_id), key="slide",
+                                  format_func=lambda i: by_id[i].name + (" (demo)" if by_id[i].demo else ""),
+                                  help="The slides in the server's slides folder ($APP_SLIDES), then the demo slides.")
+    return by_id[chosen]
+
+
+def _info_ui(entry: SlideEntry) -> float | None:
+    """Sidebar: the slide's levels, scale and label; the scale to analyse it at (None: none known yet)."""
+    try:
+        with open_slide(entry.path) as slide:
+            scale = slide_scale(slide.properties)
+            levels = ", ".join(f"{w:,} x {h:,}" for w, h in slide.level_dimensions)
+            st.sidebar.caption(f"{slide.vendor}, {slide.level_count} level(s): {levels} px. Scale: {scale.sentence}.")
+            for name in ("label", "macro"):
+                if name in slide.associated:
+                    st.sidebar.image(slide.associated_image(name), caption=name, width=160)
+    except SlideError as err:
+        st.error(str(err))
+        return None
+    if scale.source == "none":
+        given = st.sidebar.number_input("Scale of level 0 (µm per pixel)", min_value=0.05, max_value=20.0,
+                                        value=None, step=0.01, key=f"mpp-{entry.slide_id}")
+        return None if given is None else float(given)
+    return scale.microns_per_pixel
+
+
+def _pictures(plan: SlidePlan, arrays: dict | None) -> tuple[list[dict], dict | None]:
+    """The tissue outline over the whole slide and, once analysed, the tumour probability per cell (8-bit
+    colours, one square of pixels per cell, transparent where no cell was evaluated), in level-0 pixels; the
+    cells' probabilities for hover and click."""
+    height, width = plan.grid.size
+    mask = plan.tissue
+    inner = mask.copy()
+    inner[1:-1, 1:-1] = mask[1:-1, 1:-1] & mask[:-2, 1:-1] & mask[2:, 1:-1] & mask[1:-1, :-2] & mask[1:-1, 2:]
+    edge = mask & ~inner
+    edge[1:] |= edge[:-1]  # two pixels wide: visible when the whole slide is in view
+    edge[:, 1:] |= edge[:, :-1]
+    outline = np.zeros((*mask.shape, 4), dtype=np.uint8)
+    outline[edge] = (0, 229, 255, 255)
+    pictures = [dict(kind="outline", url=png_data_url(outline), left=0.0, top=0.0, width=float(width))]
+    if arrays is None:
+        return pictures, None
+    probability = arrays["probabilities"][..., -1]
+    evaluated = arrays["evaluated"]
+    rows, cols = probability.shape
+    per_cell = max(1, min(8, 4096 // max(rows, cols)))
+    colours = np.round(colormaps["viridis"](np.nan_to_num(probability)) * 255).astype(np.uint8)
+    colours[~evaluated] = 0  # transparent black: a WebGL drawer blends premultiplied, where any colour would tint
+    colours = np.kron(colours, np.ones((per_cell, per_cell, 1), dtype=np.uint8))
+    corners, (cell_rows, cell_cols) = plan.grid.cell_top_left_px(), plan.grid.cell_size_px()
+    top, left = (float(v) for v in corners[0, 0])
+    pictures.append(dict(kind="overlay", url=png_data_url(colours), left=left, top=top, width=cols * cell_cols))
+    shown = np.where(evaluated, np.round(probability, 4), np.nan)
+    cells = dict(top=top, left=left, rows=rows, cols=cols, height=cell_rows, width=cell_cols,
+                 probability=[None if np.isnan(p) else float(p) for p in shown.ravel()])
+    return pictures, cells
+
+
+def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
+    """The viewer's click: the cell's context, read as the engine read it, handed to the patch page."""
+    i, j = st.session_state[state_key]["cell"]
+    with open_slide(entry.path) as slide:
+        pixels = cell_context(slide, plan.grid, int(i), int(j))
+    st.session_state[REGION_CELL_KEY] = RegionCell(pixels, f"{entry.name}, cell ({i}, {j})",
+                                                   plan.grid.model_microns_per_pixel, None)
+    st.session_state["view"] = "Patch"
+    st.session_state["image_source"] = REGION_CELL_SOURCE
+
+
+def slide_page(loaded: LoadedModel) -> None:
+    """The page: the slide picked in the sidebar, in the viewer, with its analysis by ``loaded``."""
+    entries = list_slides()
+    if not entries:
+        st.info("No slides here: put .svs, .ndpi, .mrxs, .tif ... files in `slides/` (or the folder `$APP_SLIDES` "
+                "names; in Docker, mount one: `docker run -v /path/to/slides:/slides -e APP_SLIDES=/slides ...`).")
+        return
+    if not (VENDOR / "openseadragon").is_dir():
+        st.warning("The deep-zoom viewer is not installed on this server: `make vendor` fetches OpenSeadragon.")
+        return
+    entry = _slide_ui(entries)
+    mpp = _info_ui(entry)
+    checkpoint = loaded.model_id.split("@", 1)[0]
+    if mpp is None:
+        st.info(f"{entry.name} records neither its scale nor its objective power: it is not analysed until its "
+                "scale is given in the sidebar.")
+    try:
+        plan = _plan(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0)
+    except SlideError as err:
+        st.error(str(err))
+        return
+    stored = {index: plan.store.get(*index) for index in plan.chunks}
+    finished = sum(result is not None for result in stored.values())
+    arrays = assemble(plan, stored) if finished == len(plan.chunks) and mpp is not None else None
+    caption = (f"{plan.grid.cells.rows * plan.grid.cells.cols:,} cells of 32 px at "
+               f"{plan.grid.model_microns_per_pixel} µm/px; {len(plan.chunks)} chunks with tissue")
+    if mpp is not None and arrays is None:
+        left, right = st.columns([1, 3])
+        if left.button("Analyse the slide", type="primary", key=f"analyse-{entry.slide_id}"):
+            bar = right.progress(finished / len(plan.chunks), text="Analysing ...")
+            run_slide(plan, dask_client().client, lambda done, total: bar.progress(
+                done / total, text=f"{done} of {total} chunks analysed"))
+            st.rerun()
+        right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far (kept: an analysis cut short "
+                      "resumes from them).")
+    pictures, cells = _pictures(plan, arrays)
+    if arrays is not None:
+        caption += (f"; P(tumour) per cell shown, {int(arrays['evaluated'].sum()):,} cells evaluated. Hover a cell "
+                    "for its probability, click it to open it in the patch page.")
+    state_key = f"slide-viewer-{entry.slide_id}"
+    _VIEWER(key=state_key, height="content",
+            data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, caption=caption,
+                      pictures=pictures, cells=cells,
+                      overlay=dict(opacity=OVERLAY_OPACITY) if arrays is not None else None),
+            on_cell_change=lambda: _open_cell(plan, entry, state_key))
+    if arrays is not None:
+        st.caption("Colours: viridis, P(tumour) from 0 (dark blue) to 1 (yellow); cyan: the tissue outline. A "
+                   "research model trained on lymph-node patches (PCam), not a diagnostic device: on other tissue "
+                   "it is outside what it learned.")

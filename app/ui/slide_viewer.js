@@ -1,0 +1,119 @@
+// The slide viewer: a whole slide at every zoom (OpenSeadragon over the server's deep-zoom tiles, app/slides/tiles.py),
+// the tissue outline and the tumour probability per cell over it, an opacity slider, hover, and a click that asks
+// the page to open a cell. Panning and zooming fetch tiles over HTTP and never rerun the page.
+//
+// OpenSeadragon is loaded once per page from the server (/vendor/openseadragon/, installed by `make`), as a script
+// that defines window.OpenSeadragon.
+
+let loading = null;
+
+function loadOpenSeadragon(base) {
+  if (window.OpenSeadragon) return Promise.resolve(window.OpenSeadragon);
+  if (!loading) {
+    loading = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = new URL("vendor/openseadragon/openseadragon.min.js", base).href;
+      script.onload = () => resolve(window.OpenSeadragon);
+      script.onerror = () => reject(new Error("OpenSeadragon could not be loaded (run make vendor)"));
+      document.head.append(script);
+    });
+  }
+  return loading;
+}
+
+export default function ({ data, parentElement, setTriggerValue }) {
+  const root = document.createElement("div");
+  root.className = "slide-viewer";
+  const bar = document.createElement("div");
+  bar.className = "bar";
+  const view = document.createElement("div");
+  view.className = "view";
+  view.style.height = `${data.height}px`;
+  const status = document.createElement("span");
+  status.className = "status";
+  bar.append(status);
+  let opacity = null;
+  if (data.overlay) {
+    const label = document.createElement("label");
+    label.textContent = "Overlay opacity ";
+    opacity = document.createElement("input");
+    opacity.type = "range";
+    opacity.min = "0";
+    opacity.max = "1";
+    opacity.step = "0.05";
+    opacity.value = String(data.overlay.opacity);
+    opacity.dataset.opacity = "";
+    label.append(opacity);
+    bar.prepend(label);
+  }
+  root.append(bar, view);
+  parentElement.replaceChildren(root);
+  status.textContent = data.caption;
+
+  let viewer = null;
+  let alive = true;
+  loadOpenSeadragon(document.baseURI).then((OpenSeadragon) => {
+    if (!alive) return;
+    viewer = OpenSeadragon({
+      element: view,
+      tileSources: new URL(data.dzi, document.baseURI).href,
+      prefixUrl: new URL("vendor/openseadragon/images/", document.baseURI).href,
+      showNavigator: true,
+      navigatorPosition: "TOP_RIGHT",
+      gestureSettingsMouse: { clickToZoom: false },
+      crossOriginPolicy: false,
+    });
+    root.viewer = viewer; // for the browser test
+    viewer.addHandler("open", () => {
+      root.dataset.open = "1";
+      const width = viewer.world.getItemAt(0).getContentSize().x;
+      for (const picture of data.pictures) {
+        viewer.addSimpleImage({
+          url: picture.url, x: picture.left / width, y: picture.top / width, width: picture.width / width,
+          opacity: picture.kind === "overlay" ? Number(opacity ? opacity.value : 1) : 1,
+          success: (event) => { event.item.kind = picture.kind; },
+        });
+      }
+    });
+    viewer.addHandler("tile-loaded", () => { root.dataset.tiles = String(Number(root.dataset.tiles || 0) + 1); });
+    if (opacity) {
+      opacity.addEventListener("input", () => {
+        for (let i = 0; i < viewer.world.getItemCount(); i++) {
+          const item = viewer.world.getItemAt(i);
+          if (item.kind === "overlay") item.setOpacity(Number(opacity.value));
+        }
+      });
+    }
+    const cellAt = (position) => {
+      if (!data.cells) return null;
+      const point = viewer.viewport.viewerElementToImageCoordinates(position);
+      const { top, left, rows, cols, height, width } = data.cells;
+      const i = Math.floor((point.y - top) / height);
+      const j = Math.floor((point.x - left) / width);
+      return i >= 0 && j >= 0 && i < rows && j < cols ? [i, j] : null;
+    };
+    new OpenSeadragon.MouseTracker({
+      element: view,
+      moveHandler: (event) => {
+        const cell = cellAt(event.position);
+        const p = cell ? data.cells.probability[cell[0] * data.cells.cols + cell[1]] : null;
+        status.textContent = cell === null ? data.caption
+          : p === null ? `cell (${cell[0]}, ${cell[1]}): not evaluated (glass or too little tissue)`
+          : `cell (${cell[0]}, ${cell[1]}): P(tumour) = ${p.toFixed(3)}; click to open it in the patch page`;
+      },
+    });
+    viewer.addHandler("canvas-click", (event) => {
+      if (!event.quick) return; // a drag pans
+      const cell = cellAt(event.position);
+      if (cell && data.cells.probability[cell[0] * data.cells.cols + cell[1]] !== null) {
+        setTriggerValue("cell", cell);
+      }
+    });
+  }).catch((error) => {
+    status.textContent = error.message;
+  });
+  return () => {
+    alive = false;
+    if (viewer) viewer.destroy();
+  };
+}

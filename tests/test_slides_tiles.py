@@ -1,0 +1,75 @@
+"""The slides' deep-zoom tiles beside the app on the same port (``app/server.py``, :mod:`app.slides.tiles`), on a
+real server with the real demo slides: the descriptor, tiles as JPEG, and a 404 with a sentence, never a file
+outside the listing, for anything else."""
+
+from __future__ import annotations
+
+import io
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from PIL import Image
+
+from app.slides.library import DEMO_FOLDER, find_slide, list_slides
+from app.slides.tiles import VENDOR
+from benchmarks.concurrent_sessions import free_port, streamlit_server
+from tests.conftest import REPO, require_shared
+
+
+def fetch(url: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, response.headers.get("content-type", ""), response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers.get("content-type", ""), err.read()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with streamlit_server(REPO / "checkpoints", log, free_port(), time.monotonic() + 120) as (_, url):
+        yield url
+
+
+def test_the_listing_names_slides_by_id_and_finds_only_those(tmp_path):
+    (tmp_path / "mine.svs").write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("not a slide")
+    entries = list_slides(tmp_path, DEMO_FOLDER)
+    assert [e.name for e in entries if not e.demo] == ["mine.svs"]
+    assert len({e.slide_id for e in entries}) == len(entries)
+    assert find_slide(entries[0].slide_id, entries) == entries[0] and find_slide("../mine.svs", entries) is None
+
+
+def test_a_slide_is_served_as_deep_zoom_tiles(served):
+    cmu = next(e for e in list_slides() if e.name == "CMU-1-Small-Region.svs")
+    status, kind, body = fetch(f"{served}slides/{cmu.slide_id}.dzi")
+    assert (status, kind) == (200, "application/xml") and b'Width="2220" Height="2967"' in body
+    status, kind, body = fetch(f"{served}slides/{cmu.slide_id}_files/12/4_5.jpeg")
+    assert (status, kind) == (200, "image/jpeg") and Image.open(io.BytesIO(body)).size == (256, 256)
+
+
+@pytest.mark.parametrize(("path", "sentence"), [
+    ("slides/0123456789abcdef.dzi", b"no slide 0123456789abcdef is listed"),
+    ("slides/{cmu}_files/40/0_0.jpeg", b"has deep-zoom levels 0 to 12, not 40"),
+    ("slides/{cmu}_files/12/99_0.jpeg", b"has 9 x 12 tiles, not (99, 0)"),
+])
+def test_what_does_not_exist_is_a_404_with_a_sentence(served, path, sentence):
+    cmu = next(e for e in list_slides() if e.name == "CMU-1-Small-Region.svs")
+    status, _, body = fetch(served + path.format(cmu=cmu.slide_id))
+    assert status == 404 and sentence in body and b"Traceback" not in body
+
+
+def test_no_path_reaches_a_file_outside_the_listing(served):
+    for path in ("slides/..%2F..%2Fetc%2Fpasswd.dzi", "slides/../../etc/passwd", "vendor/../requirements.txt"):
+        status, _, body = fetch(served + path)
+        assert status != 200 or b"torch==" not in body and b"root:" not in body, path
+
+
+def test_openseadragon_is_served_where_make_installed_it(served):
+    if not (VENDOR / "openseadragon").is_dir():
+        pytest.skip("make vendor has not installed OpenSeadragon here")
+    status, _, body = fetch(f"{served}vendor/openseadragon/openseadragon.min.js")
+    assert status == 200 and b"OpenSeadragon" in body[:2000]
