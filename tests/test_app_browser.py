@@ -64,7 +64,7 @@ def scroll_to(locator, attempts: int = 5) -> None:
 
 @contextlib.contextmanager
 def app_page(folder: Path, tmp_path: Path, viewport: dict = VIEWPORT):
-    """A Chromium page on ``streamlit run app/main.py`` serving the checkpoints in ``folder``; both stop after."""
+    """A Chromium page on ``streamlit run app/server.py`` serving the checkpoints in ``folder``; both stop after."""
     require(CHROMIUM.exists(), f"{CHROMIUM} not found (apt-get install chromium)")
     require(sync_playwright is not None, "the playwright package is missing (pip install -r requirements-dev.txt)")
     deadline = time.monotonic() + TIMEOUT_S

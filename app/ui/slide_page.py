@@ -19,6 +19,8 @@ import numpy as np
 import streamlit as st
 from matplotlib import colormaps
 
+from models.cpu.user_cache import cache_root
+
 from ..pictures.encode import png_data_url
 from ..slides.engine import cell_context
 from ..slides.library import SlideEntry, list_slides
@@ -34,7 +36,8 @@ __all__ = ["slide_page"]
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
 OVERLAY_OPACITY = 0.55
-STORE = Path(os.environ.get("APP_SLIDE_STORE") or Path.home() / ".cache" / "aagc" / "slides")
+# Where analyses are kept, shared by every session: $APP_SLIDE_STORE, else the project's user cache.
+STORE = Path(os.environ.get("APP_SLIDE_STORE") or cache_root() / "slides")
 
 _VIEWER = st.components.v2.component(
     "aagc_slide_viewer",

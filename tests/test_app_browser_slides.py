@@ -1,0 +1,42 @@
+"""The Slide page in Chromium: a pyramidal TIFF of PCam test patches in the server's slides folder opens in the
+deep-zoom viewer (tiles over HTTP), is analysed on Dask, shows its heatmap, and a click on a patch's centre cell
+opens that cell in the patch page."""
+
+from __future__ import annotations
+
+import numpy as np
+from test_app_browser import app_page
+from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
+
+from app.region.demo import PCAM_MPP, pcam_test_mosaic
+from models import load_checkpoint
+from tests.conftest import REPO, require_shared
+
+
+def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatch):
+    require_shared(PCAM / "labels.csv", f"{PCAM} not found (pcam_public lives in ../shared/data)")
+    _, card = load_checkpoint(CHECKPOINT)
+    mosaic = pcam_test_mosaic(card, PCAM, count=9)
+    slides = tmp_path / "slides"
+    slides.mkdir()
+    write_pyramid(slides / "mosaic.tif", np.round(mosaic.image.transpose(1, 2, 0) * 255).astype(np.uint8), PCAM_MPP)
+    monkeypatch.setenv("APP_SLIDES", str(slides))
+    monkeypatch.setenv("APP_SLIDE_STORE", str(tmp_path / "store"))
+    with app_page(REPO / "checkpoints", tmp_path) as page:
+        page.get_by_text("What the model sees").wait_for()
+        page.locator('[data-testid="stSidebar"]').get_by_text("Slide", exact=True).click()
+        viewer = page.locator(".slide-viewer[data-open='1']")
+        viewer.wait_for()
+        page.wait_for_function("() => Number(document.querySelector('.slide-viewer')?.dataset.tiles"
+                               " ?? [...document.querySelectorAll('*')].map((e) => e.shadowRoot).filter(Boolean)"
+                               ".map((r) => r.querySelector('.slide-viewer')).find(Boolean)?.dataset.tiles) > 0")
+        page.get_by_role("button", name="Analyse the slide").click()
+        page.locator("[data-opacity]").wait_for()  # the heatmap's opacity slider: the analysis is shown
+        assert "cells evaluated" in viewer.locator(".status").inner_text()
+        # Cell (3, 3) is the centre of the mosaic's middle patch: its centre is pixel (144, 144) of level 0.
+        point = viewer.evaluate("(v) => { const p = v.viewer.viewport.imageToViewerElementCoordinates("
+                                "new OpenSeadragon.Point(144, 144)); const box = v.querySelector('.view')"
+                                ".getBoundingClientRect(); return [box.left + p.x, box.top + p.y]; }")
+        page.mouse.click(*point)
+        page.get_by_text("What the model sees").wait_for()
+        assert "mosaic.tif, cell (3, 3)" in page.inner_text("body")
