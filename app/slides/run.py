@@ -23,7 +23,7 @@ import numpy as np
 from models import load_checkpoint
 
 from ..analysis.pathology import model_microns_per_pixel
-from .engine import ChunkResult, SlideGrid, evaluate_chunk, slide_grid
+from .engine import ATTENTION_POOL, ChunkResult, SlideGrid, evaluate_chunk, slide_grid
 from .reader import SlideError, open_slide
 from .scale import Scale, slide_scale
 from .store import ChunkStore, file_sha256, store_key
@@ -144,17 +144,25 @@ def local_client(workers: int = 1, threads: int = 2):
     return Client(cluster)
 
 
-def assemble(plan: SlidePlan, results: dict[tuple[int, int], ChunkResult]) -> dict[str, np.ndarray]:
+def assemble(plan: SlidePlan, results: dict[tuple[int, int], ChunkResult]) -> dict:
     """The slide's per-cell arrays from its chunks: ``probabilities`` (rows, cols, classes; NaN where not
-    evaluated), ``evaluated``, ``tissue`` (cells in chunks without tissue: 0)."""
+    evaluated), ``evaluated``, ``tissue`` (cells in chunks without tissue: 0), and ``attention``: per reading of
+    the first attentive layer, its map over the cells (``(rows * 32 / pool, cols * 32 / pool)`` float32, NaN
+    where no cell was evaluated; :data:`app.slides.engine.ATTENTION_POOL`)."""
     rows, cols = plan.grid.cells.rows, plan.grid.cells.cols
     classes = len(plan.card.get("class_names") or []) or 2
+    side = plan.grid.cells.cell // ATTENTION_POOL  # map pixels per cell side
     probabilities = np.full((rows, cols, classes), np.nan)
     evaluated = np.zeros((rows, cols), dtype=bool)
     tissue = np.zeros((rows, cols))
+    attention: dict[str, np.ndarray] = {}
     for (ci, cj), result in results.items():
         i0, i1, j0, j1 = plan.grid.cell_block(ci, cj)
         probabilities[i0:i1, j0:j1] = result.probabilities
         evaluated[i0:i1, j0:j1] = result.evaluated
         tissue[i0:i1, j0:j1] = result.tissue
-    return dict(probabilities=probabilities, evaluated=evaluated, tissue=tissue)
+        for reading, maps in result.attention.items():
+            if reading not in attention:
+                attention[reading] = np.full((rows * side, cols * side), np.nan, dtype=np.float32)
+            attention[reading][i0 * side:i1 * side, j0 * side:j1 * side] = maps
+    return dict(probabilities=probabilities, evaluated=evaluated, tissue=tissue, attention=attention)

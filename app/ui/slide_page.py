@@ -21,6 +21,7 @@ from matplotlib import colormaps
 
 from models.cpu.user_cache import cache_root
 
+from ..analysis.readings import BRIGHT, LABELS
 from ..pictures.encode import png_data_url
 from ..slides.engine import cell_context
 from ..slides.library import SlideEntry, list_slides
@@ -35,6 +36,7 @@ __all__ = ["slide_page"]
 
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
+TUMOUR = "tumour"
 OVERLAY_OPACITY = 0.55
 # Where analyses are kept, shared by every session: $APP_SLIDE_STORE, else the project's user cache.
 STORE = Path(os.environ.get("APP_SLIDE_STORE") or cache_root() / "slides")
@@ -98,11 +100,37 @@ def _info_ui(entry: SlideEntry) -> float | None:
     return scale.microns_per_pixel
 
 
-def _pictures(plan: SlidePlan, arrays: dict | None) -> tuple[list[dict], dict | None]:
-    """The tissue outline over the whole slide and, once analysed, the tumour probability per cell (8-bit
-    colours, one square of pixels per cell, transparent where no cell was evaluated), in level-0 pixels; the
-    cells' probabilities for hover and click."""
-    height, width = plan.grid.size
+def _coloured(values: np.ndarray, shown: np.ndarray, low: float, high: float, side: int) -> np.ndarray:
+    """RGBA uint8 of ``values`` in viridis over ``[low, high]``, each value a ``side``-pixel square, transparent
+    black where not ``shown`` (a WebGL drawer blends premultiplied, where any other colour would tint)."""
+    scaled = np.clip((np.nan_to_num(values) - low) / max(high - low, 1e-12), 0, 1)
+    colours = np.round(colormaps["viridis"](scaled) * 255).astype(np.uint8)
+    colours[~shown] = 0
+    return np.kron(colours, np.ones((side, side, 1), dtype=np.uint8))
+
+
+def _overlay(plan: SlidePlan, arrays: dict, shown: str) -> tuple[dict, tuple[float, float], str]:
+    """The picture of the overlay ``shown`` (``"tumour"`` or a reading of attention), its colour range and units."""
+    corners, (_, cell_cols) = plan.grid.cell_top_left_px(), plan.grid.cell_size_px()
+    top, left = (float(v) for v in corners[0, 0])
+    cols = arrays["evaluated"].shape[1]
+    if shown == TUMOUR:
+        values, present, low, high, units = (arrays["probabilities"][..., -1], arrays["evaluated"], 0.0, 1.0,
+                                             "P(tumour)")
+    else:
+        maps = arrays["attention"]["removed"] if shown == "kept" else arrays["attention"][shown]
+        values = 1 - maps if shown == "kept" else maps
+        present = ~np.isnan(values)
+        low, high = (float(v) for v in np.percentile(values[present], [2, 98])) if present.any() else (0.0, 1.0)
+        units = f"{LABELS[shown].split(':')[0]} (first attentive layer, 2nd-98th percentile)"
+    side = max(1, min(8, 4096 // max(values.shape)))
+    picture = dict(kind="overlay", url=png_data_url(_coloured(values, present, low, high, side)), left=left, top=top,
+                   width=cols * cell_cols)
+    return picture, (low, high), units
+
+
+def _outline(plan: SlidePlan) -> dict:
+    """The tissue mask's edge, two pixels wide, over the whole slide."""
     mask = plan.tissue
     inner = mask.copy()
     inner[1:-1, 1:-1] = mask[1:-1, 1:-1] & mask[:-2, 1:-1] & mask[2:, 1:-1] & mask[1:-1, :-2] & mask[1:-1, 2:]
@@ -111,23 +139,16 @@ def _pictures(plan: SlidePlan, arrays: dict | None) -> tuple[list[dict], dict | 
     edge[:, 1:] |= edge[:, :-1]
     outline = np.zeros((*mask.shape, 4), dtype=np.uint8)
     outline[edge] = (0, 229, 255, 255)
-    pictures = [dict(kind="outline", url=png_data_url(outline), left=0.0, top=0.0, width=float(width))]
-    if arrays is None:
-        return pictures, None
-    probability = arrays["probabilities"][..., -1]
-    evaluated = arrays["evaluated"]
-    rows, cols = probability.shape
-    per_cell = max(1, min(8, 4096 // max(rows, cols)))
-    colours = np.round(colormaps["viridis"](np.nan_to_num(probability)) * 255).astype(np.uint8)
-    colours[~evaluated] = 0  # transparent black: a WebGL drawer blends premultiplied, where any colour would tint
-    colours = np.kron(colours, np.ones((per_cell, per_cell, 1), dtype=np.uint8))
+    return dict(kind="outline", url=png_data_url(outline), left=0.0, top=0.0, width=float(plan.grid.size[1]))
+
+
+def _cells(plan: SlidePlan, arrays: dict) -> dict:
+    """Each cell's place and probability (None where not evaluated), for hover and click."""
     corners, (cell_rows, cell_cols) = plan.grid.cell_top_left_px(), plan.grid.cell_size_px()
-    top, left = (float(v) for v in corners[0, 0])
-    pictures.append(dict(kind="overlay", url=png_data_url(colours), left=left, top=top, width=cols * cell_cols))
-    shown = np.where(evaluated, np.round(probability, 4), np.nan)
-    cells = dict(top=top, left=left, rows=rows, cols=cols, height=cell_rows, width=cell_cols,
-                 probability=[None if np.isnan(p) else float(p) for p in shown.ravel()])
-    return pictures, cells
+    probability = np.where(arrays["evaluated"], np.round(arrays["probabilities"][..., -1], 4), np.nan)
+    rows, cols = probability.shape
+    return dict(top=float(corners[0, 0, 0]), left=float(corners[0, 0, 1]), rows=rows, cols=cols, height=cell_rows,
+                width=cell_cols, probability=[None if np.isnan(p) else float(p) for p in probability.ravel()])
 
 
 def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
@@ -176,17 +197,32 @@ def slide_page(loaded: LoadedModel) -> None:
             st.rerun()
         right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far (kept: an analysis cut short "
                       "resumes from them).")
-    pictures, cells = _pictures(plan, arrays)
+    pictures, cells, overlay = [_outline(plan)], None, None
     if arrays is not None:
-        caption += (f"; P(tumour) per cell shown, {int(arrays['evaluated'].sum()):,} cells evaluated. Hover a cell "
-                    "for its probability, click it to open it in the patch page.")
+        shown = _overlay_ui(arrays)
+        picture, (low, high), units = _overlay(plan, arrays, shown)
+        pictures.append(picture)
+        cells = _cells(plan, arrays)
+        overlay = dict(opacity=OVERLAY_OPACITY, low=low, high=high, units=units)
+        caption += (f"; {int(arrays['evaluated'].sum()):,} cells evaluated. Hover a cell for its P(tumour), click it "
+                    "to open it in the patch page.")
     state_key = f"slide-viewer-{entry.slide_id}"
     _VIEWER(key=state_key, height="content",
             data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, caption=caption,
-                      pictures=pictures, cells=cells,
-                      overlay=dict(opacity=OVERLAY_OPACITY) if arrays is not None else None),
+                      pictures=pictures, cells=cells, overlay=overlay),
             on_cell_change=lambda: _open_cell(plan, entry, state_key))
     if arrays is not None:
-        st.caption("Colours: viridis, P(tumour) from 0 (dark blue) to 1 (yellow); cyan: the tissue outline. A "
-                   "research model trained on lymph-node patches (PCam), not a diagnostic device: on other tissue "
-                   "it is outside what it learned.")
+        what = BRIGHT.get(shown, "Bright: the model gives the cell a high tumour probability.")
+        st.caption(f"{what} Colours: viridis over the colour bar's range; cyan: the tissue outline. A research "
+                   "model trained on lymph-node patches (PCam), not a diagnostic device: on other tissue it is "
+                   "outside what it learned.")
+
+
+def _overlay_ui(arrays: dict) -> str:
+    """The overlay to show: the tumour probability, or the first attentive layer's attention in one of the patch
+    page's readings (the ones the model has)."""
+    readings = [r for r in ("spatial", "removed", "kept") if r in arrays["attention"] or
+                (r == "kept" and "removed" in arrays["attention"])]
+    options = [TUMOUR] + readings
+    return st.radio("Overlay", options, horizontal=True, key="slide_overlay",
+                    format_func=lambda o: "P(tumour) per cell" if o == TUMOUR else LABELS[o])

@@ -45,9 +45,16 @@ export default function ({ data, parentElement, setTriggerValue }) {
     opacity.dataset.opacity = "";
     label.append(opacity);
     bar.prepend(label);
+    // The colour bar, with its units and range: viridis from low (dark blue) to high (yellow).
+    const legend = document.createElement("span");
+    legend.className = "legend";
+    const ramp = document.createElement("span");
+    ramp.className = "ramp";
+    legend.append(`${data.overlay.units}: ${data.overlay.low.toFixed(3)} `, ramp, ` ${data.overlay.high.toFixed(3)}`);
+    label.after(legend);
   }
   root.append(bar, view);
-  parentElement.replaceChildren(root);
+  parentElement.querySelector(".slide-viewer-host").replaceChildren(root);
   status.textContent = data.caption;
 
   let viewer = null;
