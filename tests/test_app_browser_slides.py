@@ -30,6 +30,7 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         page.wait_for_function("() => Number(document.querySelector('.slide-viewer')?.dataset.tiles"
                                " ?? [...document.querySelectorAll('*')].map((e) => e.shadowRoot).filter(Boolean)"
                                ".map((r) => r.querySelector('.slide-viewer')).find(Boolean)?.dataset.tiles) > 0")
+        assert viewer.get_attribute("data-scale-bar").endswith("µm"), "a scale bar from the slide's 0.972 um/px"
         page.get_by_role("button", name="Analyse the slide").click()
         page.locator("[data-opacity]").wait_for()  # the heatmap's opacity slider: the analysis is shown
         assert "cells evaluated" in viewer.locator(".status").inner_text()

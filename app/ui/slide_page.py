@@ -209,7 +209,7 @@ def slide_page(loaded: LoadedModel) -> None:
     state_key = f"slide-viewer-{entry.slide_id}"
     _VIEWER(key=state_key, height="content",
             data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, caption=caption,
-                      pictures=pictures, cells=cells, overlay=overlay),
+                      pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
             on_cell_change=lambda: _open_cell(plan, entry, state_key))
     if arrays is not None:
         what = BRIGHT.get(shown, "Bright: the model gives the cell a high tumour probability.")

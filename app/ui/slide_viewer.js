@@ -83,6 +83,25 @@ export default function ({ data, parentElement, setTriggerValue }) {
       }
     });
     viewer.addHandler("tile-loaded", () => { root.dataset.tiles = String(Number(root.dataset.tiles || 0) + 1); });
+    if (data.micronsPerPixel) {
+      // A scale bar in micrometres: a round length (1, 2 or 5 times a power of ten) about 120 screen pixels long.
+      const scaleBar = document.createElement("div");
+      scaleBar.className = "scale-bar";
+      view.append(scaleBar);
+      const redraw = () => {
+        if (!viewer.world.getItemCount()) return;
+        const screenPerImage = viewer.viewport.viewportToImageZoom(viewer.viewport.getZoom(true));
+        const micronsPerScreen = data.micronsPerPixel / screenPerImage;
+        const wanted = 120 * micronsPerScreen;
+        const power = 10 ** Math.floor(Math.log10(wanted));
+        const length = [5, 2, 1].map((k) => k * power).find((v) => v <= wanted) || power;
+        scaleBar.style.width = `${length / micronsPerScreen}px`;
+        scaleBar.textContent = length >= 1000 ? `${length / 1000} mm` : `${length} µm`;
+        root.dataset.scaleBar = scaleBar.textContent;
+      };
+      viewer.addHandler("open", redraw);
+      viewer.addHandler("animation", redraw);
+    }
     if (opacity) {
       opacity.addEventListener("input", () => {
         for (let i = 0; i < viewer.world.getItemCount(); i++) {
