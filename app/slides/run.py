@@ -29,8 +29,8 @@ from .scale import Scale, slide_scale
 from .store import ChunkStore, file_sha256, store_key
 from .tissue import tissue_mask
 
-__all__ = ["SlidePlan", "plan_slide", "run_slide", "assemble", "local_client", "chunk_task", "SCHEDULER_ENV",
-           "THUMBNAIL_SIDE"]
+__all__ = ["SlidePlan", "plan_slide", "run_slide", "start_slide", "assemble", "local_client", "chunk_task",
+           "SCHEDULER_ENV", "THUMBNAIL_SIDE"]
 
 SCHEDULER_ENV = "AAGC_DASK_SCHEDULER"
 # The tissue mask's thumbnail: 16 um/px for a 1.6 cm slide, a 16-cell chunk still 30 pixels or more across; the
@@ -143,6 +143,26 @@ def run_slide(plan: SlidePlan, client, progress: Progress | None = None) -> dict
         if progress:
             progress(len(results), total)
     return results
+
+
+def start_slide(plan: SlidePlan, client, failed: Callable[[BaseException], None] | None = None) -> list:
+    """Submit ``plan``'s chunks that its store lacks to ``client`` and return their futures at once: each chunk
+    goes into the store as it finishes (in the client's thread), so that a page can show them while the rest run,
+    and leaving the page loses nothing finished. ``failed`` is told of a chunk that raised."""
+    missing = [index for index in plan.chunks if plan.store.get(*index) is None]
+
+    def finished(future) -> None:
+        if future.status == "finished":
+            plan.store.put(future.result())
+        elif failed is not None and future.status == "error":
+            failed(future.exception())
+
+    futures = [client.submit(chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
+                             plan.grid.chunk, ci, cj, key=f"chunk-{plan.store.folder.name}-{ci}-{cj}")
+               for ci, cj in missing]
+    for future in futures:
+        future.add_done_callback(finished)
+    return futures
 
 
 def local_client(workers: int = 1, threads: int = 2):

@@ -35,6 +35,11 @@ def file_sha256(path: Path, block: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def _signature(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
 def store_key(slide_sha256: str, weights_sha256: str, grid: SlideGrid) -> str:
     """The store's name: a digest of what its chunks are a function of."""
     what = dict(slide=slide_sha256, weights=weights_sha256, microns_per_pixel=grid.microns_per_pixel,
@@ -50,6 +55,11 @@ class ChunkStore:
     def __init__(self, root: Path, key: str):
         self.folder = Path(root) / key
         self.folder.mkdir(parents=True, exist_ok=True)
+        # The chunks this process has put or checked, kept: a page that shows a running analysis reads every chunk
+        # every few seconds, and should not read and hash their files again each time.
+        # Each is kept with its file's size and modification time: a file changed since (damaged, replaced) is read
+        # and checked again.
+        self._held: dict[tuple[int, int], tuple[tuple[int, int], ChunkResult]] = {}
 
     def _path(self, ci: int, cj: int) -> Path:
         return self.folder / f"chunk-{ci}-{cj}.npz"
@@ -67,10 +77,14 @@ class ChunkStore:
             file.write(data)
         os.replace(temporary, path)
         path.with_suffix(".sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
+        self._held[tuple(result.index)] = (_signature(path), result)
 
     def get(self, ci: int, cj: int) -> ChunkResult | None:
         """Chunk (ci, cj) if it is stored whole and its bytes match their checksum; else None (to be computed)."""
         path, checksum = self._path(ci, cj), self._path(ci, cj).with_suffix(".sha256")
+        held = self._held.get((ci, cj))
+        if held is not None and path.is_file() and held[0] == _signature(path):
+            return held[1]
         if not (path.is_file() and checksum.is_file()):
             return None
         data = path.read_bytes()
@@ -79,8 +93,10 @@ class ChunkStore:
         with np.load(io.BytesIO(data)) as arrays:
             attention = {name.removeprefix("attention_"): arrays[name] for name in arrays.files
                          if name.startswith("attention_")}
-            return ChunkResult(tuple(int(v) for v in arrays["index"]), arrays["tissue"], arrays["evaluated"],
-                               arrays["probabilities"], attention)
+            result = ChunkResult(tuple(int(v) for v in arrays["index"]), arrays["tissue"], arrays["evaluated"],
+                                 arrays["probabilities"], attention)
+        self._held[ci, cj] = (_signature(path), result)
+        return result
 
     def done(self) -> set[tuple[int, int]]:
         """The chunks stored whole with matching checksums."""

@@ -26,7 +26,7 @@ from ..pictures.encode import png_data_url
 from ..slides.engine import cell_context
 from ..slides.library import SlideEntry, list_slides
 from ..slides.reader import SlideError, open_slide
-from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, run_slide
+from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, start_slide
 from ..slides.scale import slide_scale
 from ..slides.tiles import VENDOR
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel
@@ -37,6 +37,8 @@ __all__ = ["slide_page"]
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
 TUMOUR = "tumour"
+REFRESH_S = 2.0  # how often a running analysis's finished chunks are drawn
+OPENED = "slide-cell-opened"
 OVERLAY_OPACITY = 0.55
 # Where analyses are kept, shared by every session: $APP_SLIDE_STORE, else the project's user cache.
 STORE = Path(os.environ.get("APP_SLIDE_STORE") or cache_root() / "slides")
@@ -160,6 +162,7 @@ def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
                                                    plan.grid.model_microns_per_pixel, None)
     st.session_state["view"] = "Patch"
     st.session_state["image_source"] = REGION_CELL_SOURCE
+    st.session_state[OPENED] = True  # the viewer's fragment reruns alone: it then reruns the whole page
 
 
 def slide_page(loaded: LoadedModel) -> None:
@@ -183,39 +186,74 @@ def slide_page(loaded: LoadedModel) -> None:
     except SlideError as err:
         st.error(str(err))
         return
-    stored = {index: plan.store.get(*index) for index in plan.chunks}
-    finished = sum(result is not None for result in stored.values())
-    arrays = assemble(plan, stored) if finished == len(plan.chunks) and mpp is not None else None
     caption = (f"{plan.grid.cells.rows * plan.grid.cells.cols:,} cells of 32 px at "
                f"{plan.grid.model_microns_per_pixel} µm/px; {len(plan.chunks)} chunks with tissue")
-    if mpp is not None and arrays is None:
+    run = running_analyses().get(plan.store.folder.name)
+    active = run is not None and not all(future.done() for future in run.futures)
+    finished = sum(plan.store.get(*index) is not None for index in plan.chunks)
+    if mpp is not None and finished < len(plan.chunks) and not active:
         left, right = st.columns([1, 3])
         if left.button("Analyse the slide", type="primary", key=f"analyse-{entry.slide_id}"):
-            bar = right.progress(finished / len(plan.chunks), text="Analysing ...")
-            run_slide(plan, dask_client().client, lambda done, total: bar.progress(
-                done / total, text=f"{done} of {total} chunks analysed"))
+            errors: list[str] = []
+            futures = start_slide(plan, dask_client().client, lambda error: errors.append(str(error)))
+            running_analyses()[plan.store.folder.name] = Analysis(futures, errors)
             st.rerun()
         right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far (kept: an analysis cut short "
                       "resumes from them).")
-    pictures, cells, overlay = [_outline(plan)], None, None
-    if arrays is not None:
-        shown = _overlay_ui(arrays)
-        picture, (low, high), units = _overlay(plan, arrays, shown)
-        pictures.append(picture)
-        cells = _cells(plan, arrays)
-        overlay = dict(opacity=OVERLAY_OPACITY, low=low, high=high, units=units)
-        caption += (f"; {int(arrays['evaluated'].sum()):,} cells evaluated. Hover a cell for its P(tumour), click it "
-                    "to open it in the patch page.")
-    state_key = f"slide-viewer-{entry.slide_id}"
-    _VIEWER(key=state_key, height="content",
-            data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, caption=caption,
-                      pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
-            on_cell_change=lambda: _open_cell(plan, entry, state_key))
-    if arrays is not None:
-        what = BRIGHT.get(shown, "Bright: the model gives the cell a high tumour probability.")
-        st.caption(f"{what} Colours: viridis over the colour bar's range; cyan: the tissue outline. A research "
-                   "model trained on lymph-node patches (PCam), not a diagnostic device: on other tissue it is "
-                   "outside what it learned.")
+    if run is not None and run.errors:
+        st.error(f"{len(run.errors)} chunk(s) failed: {run.errors[0]}")
+    _live_view(plan, entry, mpp, caption, active)
+
+
+@dataclass
+class Analysis:
+    """A slide's analysis running on Dask for whoever opens the slide: its chunks' futures and any failure."""
+
+    futures: list
+    errors: list[str]
+
+
+@st.cache_resource
+def running_analyses() -> dict[str, Analysis]:
+    """The analyses this server runs, by store: two users asking for the same slide and model share one."""
+    return {}
+
+
+def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: str, active: bool) -> None:
+    """The viewer with what is analysed so far; while an analysis runs, drawn again every :data:`REFRESH_S`
+    seconds with the chunks finished since (the viewer keeps its place and zoom), until the last is in."""
+
+    @st.fragment(run_every=REFRESH_S if active else None)
+    def view() -> None:
+        done = {index: result for index in plan.chunks if (result := plan.store.get(*index)) is not None}
+        arrays = assemble(plan, done) if done and mpp is not None else None
+        pictures, cells, overlay, shown, text = [_outline(plan)], None, None, TUMOUR, caption
+        if active:
+            st.progress(len(done) / len(plan.chunks), text=f"Analysing: {len(done)} of {len(plan.chunks)} chunks")
+        if arrays is not None:
+            shown = _overlay_ui(arrays)
+            picture, (low, high), units = _overlay(plan, arrays, shown)
+            pictures.append(picture)
+            cells = _cells(plan, arrays)
+            overlay = dict(opacity=OVERLAY_OPACITY, low=low, high=high, units=units)
+            text += (f"; {int(arrays['evaluated'].sum()):,} cells evaluated. Hover a cell for its P(tumour), click "
+                     "it to open it in the patch page.")
+        state_key = f"slide-viewer-{entry.slide_id}"
+        _VIEWER(key=state_key, height="content",
+                data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, caption=text,
+                          pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
+                on_cell_change=lambda: _open_cell(plan, entry, state_key))
+        if st.session_state.pop(OPENED, False):
+            st.rerun(scope="app")
+        if arrays is not None:
+            what = BRIGHT.get(shown, "Bright: the model gives the cell a high tumour probability.")
+            st.caption(f"{what} Colours: viridis over the colour bar's range; cyan: the tissue outline. A research "
+                       "model trained on lymph-node patches (PCam), not a diagnostic device: on other tissue it is "
+                       "outside what it learned.")
+        if active and len(done) == len(plan.chunks):
+            st.rerun()  # the whole page, once: the analysis is in, the refreshing stops
+
+    view()
 
 
 def _overlay_ui(arrays: dict) -> str:

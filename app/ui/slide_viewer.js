@@ -6,6 +6,9 @@
 // that defines window.OpenSeadragon.
 
 let loading = null;
+// Where each slide was being looked at: a viewer drawn again (a running analysis's new chunks, another overlay)
+// opens where the last one was, not on the whole slide.
+const places = new Map();
 
 function loadOpenSeadragon(base) {
   if (window.OpenSeadragon) return Promise.resolve(window.OpenSeadragon);
@@ -72,6 +75,11 @@ export default function ({ data, parentElement, setTriggerValue }) {
     });
     root.viewer = viewer; // for the browser test
     viewer.addHandler("open", () => {
+      const place = places.get(data.dzi);
+      if (place) {
+        viewer.viewport.zoomTo(place.zoom, null, true);
+        viewer.viewport.panTo(new OpenSeadragon.Point(place.x, place.y), true);
+      }
       root.dataset.open = "1";
       const width = viewer.world.getItemAt(0).getContentSize().x;
       for (const picture of data.pictures) {
@@ -140,6 +148,12 @@ export default function ({ data, parentElement, setTriggerValue }) {
   });
   return () => {
     alive = false;
-    if (viewer) viewer.destroy();
+    if (viewer) {
+      if (viewer.world.getItemCount()) {
+        const centre = viewer.viewport.getCenter(true);
+        places.set(data.dzi, { x: centre.x, y: centre.y, zoom: viewer.viewport.getZoom(true) });
+      }
+      viewer.destroy();
+    }
   };
 }
