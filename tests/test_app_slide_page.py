@@ -1,0 +1,51 @@
+"""The Slide page in AppTest: the demo slides listed by name, the slide-info panel, a slide without a scale shown but
+not analysed until one is given, and an empty listing or a missing viewer said in a sentence."""
+
+from __future__ import annotations
+
+import pytest
+
+import app.ui.slide_page as slide_page
+from app.slides.library import DEMO_FOLDER
+from tests.conftest import REPO, require_shared
+
+AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
+MAIN = str(REPO / "app" / "main.py")
+
+
+@pytest.fixture
+def on_the_slide_page(tmp_path, monkeypatch):
+    require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path / "no_slides_here"))
+    monkeypatch.setenv("APP_SLIDE_STORE", str(tmp_path / "store"))
+    at = AppTest.from_file(MAIN, default_timeout=120).run()
+    at.sidebar.radio(key="view").set_value("Slide").run()
+    return at
+
+
+def test_the_demo_slides_are_listed_with_their_levels_scale_and_label(on_the_slide_page):
+    at = on_the_slide_page
+    assert not at.exception and at.sidebar.selectbox(key="slide").options == [
+        "CMU-1-Small-Region.svs (demo)", "tcga-cr-7395-01a-01-ts1.svs (demo)"]
+    info = " ".join(c.value for c in at.sidebar.caption)
+    assert "aperio, 1 level(s): 2,220 x 2,967 px. Scale: 0.499 um/px, recorded in the slide." in info
+    assert [button.label for button in at.button] == ["Analyse the slide"]
+
+
+def test_a_slide_without_a_scale_waits_for_one(on_the_slide_page):
+    at = on_the_slide_page
+    box = at.sidebar.selectbox(key="slide")
+    at = box.set_value(box.options[1]).run()
+    assert not at.exception and "not analysed until its scale is given" in at.info[0].value
+    assert not at.button, "nothing to analyse without a scale"
+    field = next(n for n in at.sidebar.number_input if n.label == "Scale of level 0 (µm per pixel)")
+    at = field.set_value(0.5).run()
+    assert not at.info and [button.label for button in at.button] == ["Analyse the slide"]
+
+
+def test_no_slides_and_no_viewer_are_said(tmp_path, monkeypatch):
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path))
+    monkeypatch.setattr(slide_page, "list_slides", lambda: [])
+    at = AppTest.from_file(MAIN, default_timeout=120).run()
+    at = at.sidebar.radio(key="view").set_value("Slide").run()
+    assert "No slides here" in at.info[0].value
