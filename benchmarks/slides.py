@@ -34,7 +34,7 @@ import numpy as np
 
 from app.slides.library import DEMO_FOLDER, list_slides
 from app.slides.run import local_client, plan_slide, start_slide
-from app.slides.tiles import deep_zoom
+from app.slides.tiles import deep_zoom, tile_bytes
 from benchmarks.browser_latency import cpu_model
 from benchmarks.concurrent_sessions import free_port, streamlit_server
 from benchmarks.train_step import instruction_sets
@@ -82,15 +82,13 @@ def tile_addresses(slide: Path, count: int, seed: int = 0) -> list[tuple[int, in
 
 def tile_times(slide: Path, addresses: list[tuple[int, int, int]]) -> dict:
     """Median milliseconds of a tile made in this process and fetched over HTTP from the app's server."""
-    from app.slides.tiles import _tile_bytes
-
     entry = next((e for e in list_slides() if e.path.resolve() == slide.resolve()), None)
     if entry is None:
         raise SystemExit(f"{slide} is not in the server's listing: put it in $APP_SLIDES or slides/")
     made = []
     for level, col, row in addresses:
         start = time.perf_counter()
-        _tile_bytes(entry.slide_id, level, col, row)
+        tile_bytes(entry.slide_id, level, col, row)
         made.append(1000 * (time.perf_counter() - start))
     deep_zoom.cache_clear()  # the server has its own; this process's warm cache would not be the browser's case
     fetched = []

@@ -36,7 +36,7 @@ from .reader import Slide
 from .resample import input_span, model_side, resample_block
 
 __all__ = ["SlideGrid", "ChunkResult", "CHUNK_CELLS", "ATTENTION_POOL", "slide_grid", "read_chunk", "read_block",
-           "cell_context", "evaluate_chunk"]
+           "cell_context", "evaluate_chunk", "class_count"]
 
 CHUNK_CELLS = 16  # 16 x 16 cells: a 576-pixel square of contexts at the model's scale, 256 forward passes at most
 # The attention kept per chunk: means over 4 x 4 pixels at the model's scale (3.9 um at PCam's), in float16: a
@@ -118,6 +118,11 @@ class ChunkResult:
     attention: Mapping[str, np.ndarray]
 
 
+def class_count(card: dict) -> int:
+    """The model's number of classes, from its card (two, PCam's, where the card names none)."""
+    return len(card.get("class_names") or []) or 2
+
+
 def slide_grid(slide: Slide, microns_per_pixel: float, card: dict, model_microns_per_pixel: float,
                chunk: int = CHUNK_CELLS) -> SlideGrid:
     """The grid of ``slide`` at ``microns_per_pixel`` for a model of ``card`` at ``model_microns_per_pixel``.
@@ -165,9 +170,8 @@ def evaluate_chunk(model: Network, card: dict, slide: Slide, grid: SlideGrid, ci
     local = RegionGrid(i1 - i0, j1 - j0, 0, 0, cell, context)
     tissue = cell_tissue(image, local)
     evaluated = tissue >= TISSUE_SHARE
-    classes = len(card.get("class_names") or []) or 2
     if not evaluated.any():
-        return ChunkResult((ci, cj), tissue, evaluated, np.full((*evaluated.shape, classes), np.nan), {})
+        return ChunkResult((ci, cj), tissue, evaluated, np.full((*evaluated.shape, class_count(card)), np.nan), {})
     probabilities, attentions = evaluate_cells(model, card, image, local, evaluated, method="crops", batch=batch)
     margin, (rows, cols), pool = local.margin, evaluated.shape, ATTENTION_POOL
     centres = np.kron(evaluated, np.ones((cell, cell), dtype=bool))

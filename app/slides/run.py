@@ -23,7 +23,7 @@ import numpy as np
 from models import load_checkpoint
 
 from ..analysis.pathology import model_microns_per_pixel
-from .engine import ATTENTION_POOL, ChunkResult, SlideGrid, evaluate_chunk, slide_grid
+from .engine import ATTENTION_POOL, ChunkResult, SlideGrid, class_count, evaluate_chunk, slide_grid
 from .reader import SlideError, open_slide
 from .scale import Scale, slide_scale
 from .store import ChunkStore, file_sha256, store_key
@@ -62,7 +62,7 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
         SlideError: the slide cannot be read, has no scale (give ``user_mpp``), or has no tissue.
     """
     model, card = load_checkpoint(checkpoint)
-    del model  # the workers load their own
+    del model  # the workers load their own; the card names the weights and the grid's context
     with open_slide(slide_path) as slide:
         scale = slide_scale(slide.properties, user_mpp)
         if scale.microns_per_pixel is None:
@@ -76,7 +76,7 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
     chunks = tuple(index for index in np.ndindex(*grid.chunks) if _has_tissue(grid, tissue, *index))
     if not chunks:
         raise SlideError(f"{Path(slide_path).name}: no tissue found (its tissue mask is empty): nothing to analyse")
-    weights = weights_digest(checkpoint)
+    weights = str(card.get("weights_sha256") or file_sha256(checkpoint))  # the tensors, whatever the metadata
     store = ChunkStore(store_root, store_key(identity, weights, grid))
     return SlidePlan(Path(slide_path), Path(checkpoint), scale, card, grid, thumbnail, tissue, chunks, store)
 
@@ -87,12 +87,6 @@ def slide_identity(slide, path: Path) -> str:
     gigabytes would cost seconds on every visit."""
     quick = slide.properties.get("openslide.quickhash-1")
     return f"{quick}:{Path(path).stat().st_size}" if quick else file_sha256(path)
-
-
-def weights_digest(checkpoint: Path) -> str:
-    """The checkpoint's ``weights_sha256`` from its card (the tensors' digest, whatever the file's metadata)."""
-    _, card = load_checkpoint(checkpoint)
-    return str(card.get("weights_sha256") or file_sha256(checkpoint))
 
 
 def _has_tissue(grid: SlideGrid, tissue: np.ndarray, ci: int, cj: int) -> bool:
@@ -133,9 +127,7 @@ def run_slide(plan: SlidePlan, client, progress: Progress | None = None) -> dict
     total = len(plan.chunks)
     if progress:
         progress(len(results), total)
-    futures = [client.submit(chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
-                             plan.grid.chunk, ci, cj, key=f"chunk-{plan.store.folder.name}-{ci}-{cj}")
-               for ci, cj in missing]
+    futures = _submit(plan, client, missing)
     for future in as_completed(futures):
         result = future.result()
         plan.store.put(result)
@@ -157,12 +149,18 @@ def start_slide(plan: SlidePlan, client, failed: Callable[[BaseException], None]
         elif failed is not None and future.status == "error":
             failed(future.exception())
 
-    futures = [client.submit(chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
-                             plan.grid.chunk, ci, cj, key=f"chunk-{plan.store.folder.name}-{ci}-{cj}")
-               for ci, cj in missing]
+    futures = _submit(plan, client, missing)
     for future in futures:
         future.add_done_callback(finished)
     return futures
+
+
+def _submit(plan: SlidePlan, client, indices: list[tuple[int, int]]) -> list:
+    """One task per chunk of ``indices``, keyed by the store and the chunk, so that two runs of one store on one
+    cluster share the tasks."""
+    return [client.submit(chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
+                          plan.grid.chunk, ci, cj, key=f"chunk-{plan.store.folder.name}-{ci}-{cj}")
+            for ci, cj in indices]
 
 
 def local_client(workers: int = 1, threads: int = 2):
@@ -181,7 +179,7 @@ def assemble(plan: SlidePlan, results: dict[tuple[int, int], ChunkResult]) -> di
     the first attentive layer, its map over the cells (``(rows * 32 / pool, cols * 32 / pool)`` float32, NaN
     where no cell was evaluated; :data:`app.slides.engine.ATTENTION_POOL`)."""
     rows, cols = plan.grid.cells.rows, plan.grid.cells.cols
-    classes = len(plan.card.get("class_names") or []) or 2
+    classes = class_count(plan.card)
     side = plan.grid.cells.cell // ATTENTION_POOL  # map pixels per cell side
     probabilities = np.full((rows, cols, classes), np.nan)
     evaluated = np.zeros((rows, cols), dtype=bool)

@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from .library import REPO, find_slide
 
-__all__ = ["slide_routes", "deep_zoom", "VENDOR", "TILE_SIZE", "OVERLAP", "JPEG_QUALITY"]
+__all__ = ["slide_routes", "deep_zoom", "tile_bytes", "VENDOR", "TILE_SIZE", "OVERLAP", "JPEG_QUALITY"]
 
 VENDOR = REPO / "app" / "ui" / "vendor"  # `make vendor` unpacks openseadragon here (git ignores it)
 TILE_SIZE, OVERLAP, JPEG_QUALITY = 254, 1, 85
@@ -66,7 +66,9 @@ async def descriptor(request: Request) -> Response:
     return Response(generator.get_dzi("jpeg"), media_type="application/xml", headers={"Cache-Control": CACHE})
 
 
-def _tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
+def tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
+    """Tile (col, row) of deep-zoom level ``level`` of the listed slide ``slide_id`` as JPEG bytes, or the sentence
+    saying why there is none."""
     generator = _generator(slide_id)
     if generator is None:
         return f"no slide {slide_id} is listed"
@@ -83,7 +85,7 @@ def _tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
 async def tile(request: Request) -> Response:
     params = request.path_params
     try:
-        found = await run_in_threadpool(_tile_bytes, params["slide_id"], params["level"], params["col"],
+        found = await run_in_threadpool(tile_bytes, params["slide_id"], params["level"], params["col"],
                                         params["row"])
     except Exception:  # a tile the file cannot decode: a damaged slide
         return _not_found(f"a tile of slide {params['slide_id']} cannot be read")
