@@ -49,3 +49,15 @@ def test_no_slides_and_no_viewer_are_said(tmp_path, monkeypatch):
     at = AppTest.from_file(MAIN, default_timeout=120).run()
     at = at.sidebar.radio(key="view").set_value("Slide").run()
     assert "No slides here" in at.info[0].value
+
+
+def test_an_uploaded_checkpoint_says_why_it_cannot_analyse_slides(tmp_path, monkeypatch):
+    """Workers load the model from the server's disk; an upload is only in the session's memory."""
+    monkeypatch.setenv("APP_SLIDE_STORE", str(tmp_path / "store"))
+    checkpoint = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
+    at = AppTest.from_file(MAIN, default_timeout=120).run()
+    at.sidebar.radio(key="model_source").set_value("Upload a checkpoint").run()
+    at.sidebar.file_uploader(key="checkpoint_upload").set_value(
+        (checkpoint.name, checkpoint.read_bytes(), "application/octet-stream")).run()
+    at = at.sidebar.radio(key="view").set_value("Slide").run()
+    assert not at.exception and "is an upload, held by this session only" in at.info[0].value

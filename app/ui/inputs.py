@@ -54,12 +54,14 @@ NO_CHECKPOINT_HELP = """**No model checkpoint found** in `{folder}/`.
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model ready to analyse: ``model_id`` keys the caches, ``name`` is what the user picked."""
+    """A model ready to analyse: ``model_id`` keys the caches, ``name`` is what the user picked, ``path`` its file
+    on the server (None for an upload, held in memory only)."""
 
     model_id: str
     name: str
     model: Network
     card: dict
+    path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def load_entry(entry: CheckpointEntry) -> LoadedModel:
     """
     mtime_ns = entry.path.stat().st_mtime_ns
     model, card = _load_listed(str(entry.path), mtime_ns)
-    return LoadedModel(f"{entry.path.resolve()}@{mtime_ns}", entry.name, model, card)
+    return LoadedModel(f"{entry.path.resolve()}@{mtime_ns}", entry.name, model, card, entry.path.resolve())
 
 
 def _pick_checkpoint(entries: list[CheckpointEntry]) -> CheckpointEntry:

@@ -175,9 +175,13 @@ def slide_page(loaded: LoadedModel) -> None:
     if not (VENDOR / "openseadragon").is_dir():
         st.warning("The deep-zoom viewer is not installed on this server: `make vendor` fetches OpenSeadragon.")
         return
+    if loaded.path is None:
+        st.info(f"{loaded.name} is an upload, held by this session only: a slide is analysed by worker processes "
+                "that load the model from the server's disk. Pick a shipped checkpoint to analyse slides.")
+        return
     entry = _slide_ui(entries)
     mpp = _info_ui(entry)
-    checkpoint = loaded.model_id.split("@", 1)[0]
+    checkpoint = str(loaded.path)
     if mpp is None:
         st.info(f"{entry.name} records neither its scale nor its objective power: it is not analysed until its "
                 "scale is given in the sidebar.")
