@@ -49,7 +49,7 @@ def turn_viewer(payload: dict, key: str = "turn_viewer",
     """Mount the viewer with ``payload``. With ``animation`` (the picture's key in; the number of frames and their
     chunks out, :func:`app.pictures.turn_frames.animation_payload`) it offers "Watch it turn", and once the user
     has asked for it on this picture, sends the chunks after the viewer, each as soon as it is computed: the viewer
-    plays the first frames while the rest are computed (1 s to the first frame where the whole took 3.2 s)."""
+    plays the first frames while the rest are computed (0.5 s to the first frame where the whole took 3.2 s)."""
     state_key = f"{key}-turning"
     chunks = None
     if animation is not None:
