@@ -24,11 +24,21 @@ watch-turn         the turn viewer's "Watch it turn" (``[data-play]``) on a pict
                    after the first changes the gallery image first, untimed), timed to its first frame drawn
                    (the viewer's ``data-frame``), not to a still page: an animation plays on
 angle-step         rot-MNIST page: the sidebar slider "(Then) rotate by an arbitrary angle", one key step
+slide-view         Slide page: the sidebar radio "View" to "Slide" (from "Patch", untimed, every repeat after the
+                   first), timed to the first frame the viewer draws with the slide's tiles (its ``data-drawn``)
+slide-change       Slide page: the sidebar selectbox "Slide" to its next option, timed to the new slide's first
+                   frame drawn with tiles
+slide-pan          Slide page: a 240-pixel mouse drag across the viewer, timed from the mouse's release to the
+                   last frame the viewer drew (its ``drawnAt``), once the page is still
+slide-zoom         Slide page: one mouse-wheel step in at the viewer's centre (and out, alternately), timed as
+                   slide-pan
 =================  =====================================================================================
 
 The H&E page (``--page he``) is the page the app opens on; the rot-MNIST page
 (``--page rot_mnist``) is the sidebar's dataset "rot-MNIST" with the checkpoint
-``a_p4cnn_rot_mnist``, where quarter-turn and angle-step are measured. An
+``a_p4cnn_rot_mnist``, where quarter-turn and angle-step are measured; the
+Slide page (``--page slide``) is the sidebar's view "Slide" on the server's
+first slide (``$APP_SLIDES``' first, else the CMU demo slide). An
 action whose control is not on the page is reported as not available.
 
 Settled, per action: an init script puts a ``MutationObserver`` on the
@@ -118,16 +128,29 @@ MIRROR_LABEL = "Mirror (flip the rows after rotating)"
 # "Then rotate by ..." beside the sidebar's turns, "Rotate by ..." where the page turns in its own viewer.
 ANGLE_LABEL = re.compile(r"rotate by an arbitrary angle", re.IGNORECASE)
 TABS = ("Equivariance proof", "Arrow field")
-PAGES = {"he": "H&E", "rot_mnist": "rot-MNIST"}
+PAGES = {"he": "H&E", "rot_mnist": "rot-MNIST", "slide": "Slide"}
 # Every action's entry in the JSON's "results" has these keys.
 RESULT_KEYS = ("page", "action", "label", "available", "control", "settled_s", "received_bytes", "sent_bytes",
-               "mutations", "errors", "median_s", "min_s", "max_s", "received_kb_median", "sent_kb_median")
+               "mutations", "errors", "median_s", "min_s", "max_s", "received_kb_median", "sent_kb_median",
+               "tiles", "tile_ms_median")
+# The slide viewer's element (in a component's shadow root) and its first frame drawn with tiles.
+SLIDE_VIEWER = ".slide-viewer"
+PAN_PX = 240
+# Deep-zoom tiles fetched since the action's mark, as the browser timed them (fetch start to last byte).
+TILES_SCRIPT = """
+() => performance.getEntriesByType('resource')
+  .filter((e) => e.startTime >= window.__settle.mark && /_files\\/\\d+\\/\\d+_\\d+\\.jpeg$/.test(e.name))
+  .map((e) => e.responseEnd - e.startTime)
+"""
 
 # Runs in every new document before the page's own scripts.
 INIT_SCRIPT = """
 (() => {
   if (window.__settle) return;
-  const state = window.__settle = {last: performance.now(), mutations: 0, mark: 0, input: null, roots: []};
+  const state = window.__settle = {last: performance.now(), mutations: 0, mark: 0, input: null, release: null,
+                                   roots: []};
+  // Every deep-zoom tile a slide viewer fetches is timed, not only the first 250 (the browser's default buffer).
+  performance.setResourceTimingBufferSize(1e6);
   const options = {subtree: true, childList: true, attributes: true, characterData: true};
   // react-aria's live announcer (what a screen reader says on a pick) is cleared seconds later: not a redraw.
   const spoken = (node) => (node.nodeType === 1 ? node : node.parentElement)?.closest('[data-live-announcer]');
@@ -147,10 +170,12 @@ INIT_SCRIPT = """
   for (const type of ["pointerdown", "keydown", "change", "input"]) {
     window.addEventListener(type, () => { if (state.input === null) state.input = performance.now(); }, true);
   }
+  window.addEventListener("pointerup", () => { state.release = performance.now(); }, true);
   observe(document);
 })();
 """
-MARK_SCRIPT = "() => { const s = window.__settle; s.mark = performance.now(); s.input = null; s.mutations = 0; }"
+MARK_SCRIPT = ("() => { const s = window.__settle; s.mark = performance.now(); s.input = null; s.release = null; "
+               "s.mutations = 0; }")
 POLL_SCRIPT = """
 () => {
   const s = window.__settle;
@@ -161,7 +186,7 @@ POLL_SCRIPT = """
   const inRoots = (selector) => s.roots.flatMap((root) => [...root.querySelectorAll(selector)]);
   const images = [...document.querySelectorAll('[data-testid="stMain"] img'), ...inRoots('img')].filter(visible);
   return {
-    now: performance.now(), last: s.last, mutations: s.mutations, mark: s.mark, input: s.input,
+    now: performance.now(), last: s.last, mutations: s.mutations, mark: s.mark, input: s.input, release: s.release,
     script: app ? app.getAttribute('data-test-script-state') : null,
     running: document.querySelector('[data-testid="stStatusWidgetRunningIcon"]') !== null,
     charts: charts.length, drawn: charts.filter((e) => e.querySelector('.main-svg')).length,
@@ -202,17 +227,23 @@ ACTIONS = (
     Action("watch-turn", "Watch it turn, first frame", ("he",)),
     Action("new-upload", "new upload", ("he",)),  # last on its page: it leaves the image source on "upload"
     Action("angle-step", "arbitrary-angle step", ("rot_mnist",)),
+    Action("slide-view", "slide view, first tiles drawn", ("slide",)),
+    Action("slide-change", "another slide, first tiles drawn", ("slide",)),
+    Action("slide-pan", "pan, settled", ("slide",)),
+    Action("slide-zoom", "zoom, settled", ("slide",)),
 )
 
 
 @dataclass
 class Sample:
-    """One repeat: seconds from the input to the last mutation, websocket payload bytes, mutations counted."""
+    """One repeat: seconds from the input to the last mutation, websocket payload bytes, mutations counted, and
+    the milliseconds of each deep-zoom tile fetched meanwhile."""
 
     seconds: float
     received: int
     sent: int
     mutations: int
+    tiles_ms: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -236,7 +267,10 @@ class ActionResult:
                     median_s=statistics.median(times) if times else None, min_s=min(times, default=None),
                     max_s=max(times, default=None),
                     received_kb_median=statistics.median(received) / 1024 if received else None,
-                    sent_kb_median=statistics.median(sent) / 1024 if sent else None)
+                    sent_kb_median=statistics.median(sent) / 1024 if sent else None,
+                    tiles=[len(s.tiles_ms) for s in self.samples],
+                    tile_ms_median=statistics.median(tiles) if (tiles := [t for s in self.samples for t in s.tiles_ms])
+                    else None)
 
 
 class WebsocketBytes:
@@ -267,8 +301,11 @@ class Session:
         self.sidebar = page.locator('[data-testid="stSidebar"]')
         self.websocket = WebsocketBytes(page)
 
-    def measure(self, act: Callable[[], object], navigation: bool = False) -> Sample:
-        """Run ``act`` (one click, key, upload or navigation) and wait until the page is still.
+    def measure(self, act: Callable[[], object], navigation: bool = False, end: str | None = None,
+                from_release: bool = False) -> Sample:
+        """Run ``act`` (one click, key, upload or navigation) and wait until the page is still; timed to the last
+        mutation, or to the time the JS function ``end`` returns then; from the input event, or with
+        ``from_release`` from the last pointer's release (a drag lasts as long as the hand moves).
 
         Raises:
             SettleTimeout: not still within the timeout.
@@ -281,10 +318,13 @@ class Session:
         poll = self._settle(first_panel=navigation)
         # A new document's clock starts at its navigation; otherwise from the input event the action caused.
         start = 0.0 if navigation else (poll["input"] if poll["input"] is not None else poll["mark"])
+        if from_release and poll["release"] is not None:
+            start = poll["release"]
         if poll["exception"]:
             raise RuntimeError("the page shows an exception")
-        return Sample(max(0.0, poll["last"] - start) / 1000, self.websocket.received - received,
-                      self.websocket.sent - sent, poll["mutations"])
+        last = poll["last"] if end is None else self.page.evaluate(end)
+        return Sample(max(0.0, last - start) / 1000, self.websocket.received - received,
+                      self.websocket.sent - sent, poll["mutations"], self.page.evaluate(TILES_SCRIPT))
 
     def measure_until(self, act: Callable[[], object], condition: str) -> Sample:
         """Run ``act`` and time it from its input event to the first animation frame on which the JS expression
@@ -306,6 +346,7 @@ class Session:
         sample = Sample(max(0.0, seen - start) / 1000, self.websocket.received - received,
                         self.websocket.sent - sent, poll["mutations"])
         self._settle(first_panel=False)
+        sample.tiles_ms = self.page.evaluate(TILES_SCRIPT)  # the tiles of the view it settled on
         return sample
 
     def _settle(self, first_panel: bool) -> dict:
@@ -454,6 +495,73 @@ def angle_step(session: Session, repeat: int) -> tuple[str, Callable]:
     return f"sidebar slider 'rotate by an arbitrary angle', {key}", lambda: session.page.keyboard.press(key)
 
 
+def slide_drawn(other_than: str = "") -> str:
+    """The JS condition: a slide viewer on the page (another slide's than ``other_than``) has drawn a frame with
+    tiles. (The roots of components since removed are still in the list: only those on the page count.)"""
+    return (f"window.__settle.roots.some((root) => [...root.querySelectorAll('{SLIDE_VIEWER}[data-drawn]')]"
+            f".some((viewer) => viewer.isConnected && viewer.dataset.dzi !== {json.dumps(other_than)}))")
+
+
+# When the slide viewer on the page last drew a frame (its ``drawnAt``): a pan or zoom is settled at its last frame,
+# whatever else moves after it (OpenSeadragon fades its zoom buttons out over seconds).
+LAST_FRAME = (f"() => Math.max(...window.__settle.roots.flatMap((root) => [...root.querySelectorAll('{SLIDE_VIEWER}')])"
+              ".filter((viewer) => viewer.isConnected).map((viewer) => viewer.drawnAt ?? 0))")
+
+
+def slide_viewer(session: Session):
+    viewer = session.page.locator(f"{SLIDE_VIEWER}[data-drawn]")
+    if not viewer.count():
+        raise NotAvailable("no slide viewer with tiles drawn")
+    return viewer.first
+
+
+def slide_view(session: Session, repeat: int) -> tuple[str, Callable]:
+    views = session.radio("View")
+    if not views.get_by_text("Slide", exact=True).count():
+        raise NotAvailable("no view 'Slide' in the sidebar")
+    if repeat:
+        session.measure(views.get_by_text("Patch", exact=True).click)
+    return "sidebar radio 'View'", views.get_by_text("Slide", exact=True).click
+
+
+def slide_change(session: Session, repeat: int) -> tuple[str, Callable]:
+    shown = slide_viewer(session).get_attribute("data-dzi")
+    control, act = selectbox_action("Slide", "sidebar")(session, repeat)
+    return control, (act, slide_drawn(other_than=shown))
+
+
+def viewer_centre(session: Session) -> tuple[float, float]:
+    box = slide_viewer(session).locator(".view").bounding_box()
+    return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+
+def slide_pan(session: Session, repeat: int) -> tuple[str, Callable]:
+    x, y = viewer_centre(session)
+    step = PAN_PX if repeat % 2 == 0 else -PAN_PX
+    mouse = session.page.mouse
+
+    def drag() -> None:
+        mouse.move(x, y)
+        mouse.down()
+        mouse.move(x + step, y + step / 2, steps=6)
+        mouse.up()
+
+    return f"mouse drag of {PAN_PX} px", drag
+
+
+def slide_zoom(session: Session, repeat: int) -> tuple[str, Callable]:
+    x, y = viewer_centre(session)
+    session.page.mouse.move(x, y)
+    delta = -100 if repeat % 2 == 0 else 100  # in, then out: the view stays on the slide
+    return "mouse wheel at the viewer's centre", lambda: session.page.mouse.wheel(0, delta)
+
+
+def open_slide_page(session: Session) -> None:
+    """Switch to the view "Slide" and wait for its first tiles (not timed)."""
+    _, act = slide_view(session, 0)
+    session.measure_until(act, slide_drawn())
+
+
 def open_rot_mnist(session: Session) -> None:
     """Switch the page to the rot-MNIST dataset and its checkpoint ``a_p4cnn_rot_mnist`` (not timed)."""
     dataset = session.radio("Dataset").get_by_text(ROT_MNIST_TITLE, exact=True)
@@ -478,6 +586,7 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
         "layer-change": selectbox_action("Layer", "main"),
         "reading-change": selectbox_action("Attention shown", "main"),
         "tab-switch": tab_switch, "angle-step": angle_step, "watch-turn": watch_turn,
+        "slide-view": slide_view, "slide-change": slide_change, "slide-pan": slide_pan, "slide-zoom": slide_zoom,
     }
     for repeat in range(1 if action.key == "first-cold" else repeats):
         try:
@@ -490,6 +599,15 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
             elif action.key == "watch-turn":
                 result.control, act = preparers[action.key](session, repeat)
                 result.samples.append(session.measure_until(act, FIRST_FRAME))
+            elif action.key == "slide-view":
+                result.control, act = preparers[action.key](session, repeat)
+                result.samples.append(session.measure_until(act, slide_drawn()))
+            elif action.key == "slide-change":
+                result.control, (act, drawn) = preparers[action.key](session, repeat)
+                result.samples.append(session.measure_until(act, drawn))
+            elif action.key in ("slide-pan", "slide-zoom"):
+                result.control, act = preparers[action.key](session, repeat)
+                result.samples.append(session.measure(act, end=LAST_FRAME, from_release=action.key == "slide-pan"))
             else:
                 result.control, act = preparers[action.key](session, repeat)
                 result.samples.append(session.measure(act))
@@ -537,9 +655,10 @@ def run(folder: Path, pages: list[str], keys: list[str], repeats: int, quiet_ms:
         cold = run_action(session, "he", ACTIONS[0], 1, url, workdir)
         for page_name in pages:
             wanted = [a for a in ACTIONS[1:] if page_name in a.pages and a.key in keys]
-            if page_name == "rot_mnist" and wanted:
+            opening = {"rot_mnist": open_rot_mnist, "slide": open_slide_page}.get(page_name)
+            if opening and wanted and not (page_name == "slide" and wanted[0].key == "slide-view"):
                 try:
-                    open_rot_mnist(session)
+                    opening(session)
                 except NotAvailable as why:
                     results += [ActionResult(page_name, a, False, str(why)) for a in wanted]
                     continue
@@ -570,8 +689,10 @@ def markdown(report: dict) -> str:
         if not r["available"]:
             lines.append(f"| {name} | not available ({r['control']}) | | | | |")
             continue
+        tiles = "" if r.get("tile_ms_median") is None else (
+            f"; tiles {statistics.median(r['tiles']):.0f}, {r['tile_ms_median']:.0f} ms median")
         lines.append(f"| {name} | {number(r['median_s'], 2)} | {number(r['min_s'], 2)} | {number(r['max_s'], 2)} "
-                     f"| {number(r['received_kb_median'], 1)} | {number(r['sent_kb_median'], 1)} |")
+                     f"| {number(r['received_kb_median'], 1)}{tiles} | {number(r['sent_kb_median'], 1)} |")
     notes = [f"- {r['label']}: {error}" for r in report["results"] for error in r["errors"]]
     return "\n".join(lines + ([""] + notes if notes else []))
 
@@ -579,8 +700,9 @@ def markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoints", type=Path, default=REPO / "checkpoints", help="the folder the app lists")
-    parser.add_argument("--page", "--model", choices=["he", "rot_mnist", "both"], default="both",
-                        help="the H&E page the app opens on, the rot-MNIST page, or both (default)")
+    parser.add_argument("--page", "--model", choices=["he", "rot_mnist", "slide", "both", "all"], default="both",
+                        help="the H&E page the app opens on, the rot-MNIST page, both (default), the Slide page, or "
+                             "all three")
     parser.add_argument("--actions", default=",".join(a.key for a in ACTIONS),
                         help="comma-separated, of: " + ", ".join(a.key for a in ACTIONS))
     parser.add_argument("--repeats", type=int, default=3, help="measurements per action (first-cold: one)")
@@ -603,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the playwright package is missing (pip install -r requirements-dev.txt)")
     if not args.chromium.exists():
         parser.error(f"{args.chromium} not found (apt-get install chromium)")
-    pages = ["he", "rot_mnist"] if args.page == "both" else [args.page]
+    pages = {"both": ["he", "rot_mnist"], "all": ["he", "rot_mnist", "slide"]}.get(args.page, [args.page])
     with tempfile.TemporaryDirectory(prefix="browser_latency-") as workdir:
         report = run(args.checkpoints, pages, keys, args.repeats, args.quiet_ms, args.timeout, args.chromium,
                      args.port, Path(workdir), warm=not args.no_warm)

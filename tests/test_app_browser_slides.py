@@ -5,6 +5,7 @@ opens that cell in the patch page."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from test_app_browser import app_page
 from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
@@ -31,6 +32,19 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
                                " ?? [...document.querySelectorAll('*')].map((e) => e.shadowRoot).filter(Boolean)"
                                ".map((r) => r.querySelector('.slide-viewer')).find(Boolean)?.dataset.tiles) > 0")
         assert viewer.get_attribute("data-scale-bar").endswith("µm"), "a scale bar from the slide's 0.972 um/px"
+        # A pan moves the view by the drag (benchmarks.browser_latency: with no websocket byte).
+        centre = "(v) => { const c = v.viewer.viewport.getCenter(true); return [c.x, c.y]; }"
+        before = viewer.evaluate(centre)
+        box = viewer.locator(".view").bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x - 100, y, steps=4)
+        page.mouse.up()
+        page.wait_for_function("(v) => !v.viewer.isAnimating()", arg=viewer.element_handle())
+        after = viewer.evaluate(centre)
+        zoom = viewer.evaluate("(v) => v.viewer.viewport.viewportToImageZoom(v.viewer.viewport.getZoom(true))")
+        assert after[0] - before[0] == pytest.approx(100 / zoom / 288, rel=0.05) and after[1] == before[1]
         page.get_by_role("button", name="Analyse the slide").click()
         page.locator("[data-opacity]").wait_for()  # the heatmap's opacity slider: the analysis is shown
         assert "cells evaluated" in viewer.locator(".status").inner_text()

@@ -59,17 +59,23 @@ def test_three_actions_are_measured_in_chromium(tmp_path, capsys):
 
 
 def test_the_table_says_what_is_not_available():
-    missing = bl.ActionResult("rot_mnist", bl.ACTIONS[-1], available=False, control="no slider").as_dict()
-    measured = bl.ActionResult("he", bl.ACTIONS[2], control="radio",
+    actions = {a.key: a for a in bl.ACTIONS}
+    missing = bl.ActionResult("rot_mnist", actions["angle-step"], available=False, control="no slider").as_dict()
+    measured = bl.ActionResult("he", actions["quarter-turn"], control="radio",
                                samples=[bl.Sample(0.5, 2048, 100, 3), bl.Sample(0.25, 1024, 100, 3),
                                         bl.Sample(1.0, 4096, 100, 3)]).as_dict()
     assert set(missing) == set(measured) == set(bl.RESULT_KEYS)
     assert (measured["median_s"], measured["min_s"], measured["max_s"]) == (0.5, 0.25, 1.0)
     assert measured["received_kb_median"] == 2.0
+    panned = bl.ActionResult("slide", actions["slide-pan"], control="drag",
+                             samples=[bl.Sample(0.1, 0, 0, 9, [10.0, 30.0]), bl.Sample(0.2, 0, 0, 9, [20.0])]).as_dict()
+    assert set(panned) == set(bl.RESULT_KEYS)
+    assert (panned["tiles"], panned["tile_ms_median"]) == ([2, 1], 20.0)
     report = dict(cpu="CPU", cpus=2, instruction_set="instruction set: X", streamlit="1", chromium="2",
-                  checkpoints="c", quiet_ms=1000.0, repeats=3, results=[measured, missing])
+                  checkpoints="c", quiet_ms=1000.0, repeats=3, results=[measured, missing, panned])
     table = bl.markdown(report)
     assert "| quarter turn | 0.50 | 0.25 | 1.00 | 2.0 | 0.1 |" in table
+    assert "| Slide: pan, settled | 0.15 | 0.10 | 0.20 | 0.0; tiles 2, 20 ms median | 0.0 |" in table
     assert "| rot-MNIST: arbitrary-angle step | not available (no slider) |" in table
 
 
