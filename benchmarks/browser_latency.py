@@ -32,6 +32,8 @@ slide-pan          Slide page: a 240-pixel mouse drag across the viewer, timed f
                    last frame the viewer drew (its ``drawnAt``), once the page is still
 slide-zoom         Slide page: one mouse-wheel step in at the viewer's centre (and out, alternately), timed as
                    slide-pan
+slide-analyse      Slide page: the button "Analyse the slide" (once: the server's slide store is a new, empty
+                   folder for this run), timed to the first frame drawn with the first cells' overlay
 =================  =====================================================================================
 
 The H&E page (``--page he``) is the page the app opens on; the rot-MNIST page
@@ -231,6 +233,7 @@ ACTIONS = (
     Action("slide-change", "another slide, first tiles drawn", ("slide",)),
     Action("slide-pan", "pan, settled", ("slide",)),
     Action("slide-zoom", "zoom, settled", ("slide",)),
+    Action("slide-analyse", "Analyse, first cells drawn", ("slide",)),
 )
 
 
@@ -556,6 +559,23 @@ def slide_zoom(session: Session, repeat: int) -> tuple[str, Callable]:
     return "mouse wheel at the viewer's centre", lambda: session.page.mouse.wheel(0, delta)
 
 
+# A slide viewer on the page has drawn its overlay of analysed cells.
+OVERLAY_DRAWN = ("window.__settle.roots.some((root) => [...root.querySelectorAll("
+                 f"'{SLIDE_VIEWER}[data-overlay=\"drawn\"]')].some((viewer) => viewer.isConnected))")
+
+
+def slide_analyse(session: Session, repeat: int) -> tuple[str, Callable]:
+    button = session.page.get_by_role("button", name="Analyse the slide")
+    for _ in range(4):  # the next slides, until one with a scale
+        if button.count():
+            break
+        _, (act, drawn) = slide_change(session, repeat)
+        session.measure_until(act, drawn)
+    if not button.count():
+        raise NotAvailable("no button 'Analyse the slide' (the slide is analysed already, or has no scale)")
+    return "button 'Analyse the slide'", button.first.click
+
+
 def open_slide_page(session: Session) -> None:
     """Switch to the view "Slide" and wait for its first tiles (not timed)."""
     _, act = slide_view(session, 0)
@@ -587,8 +607,9 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
         "reading-change": selectbox_action("Attention shown", "main"),
         "tab-switch": tab_switch, "angle-step": angle_step, "watch-turn": watch_turn,
         "slide-view": slide_view, "slide-change": slide_change, "slide-pan": slide_pan, "slide-zoom": slide_zoom,
+        "slide-analyse": slide_analyse,
     }
-    for repeat in range(1 if action.key == "first-cold" else repeats):
+    for repeat in range(1 if action.key in ("first-cold", "slide-analyse") else repeats):
         try:
             if action.key == "first-cold":
                 result.control = "navigation"
@@ -605,6 +626,9 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
             elif action.key == "slide-change":
                 result.control, (act, drawn) = preparers[action.key](session, repeat)
                 result.samples.append(session.measure_until(act, drawn))
+            elif action.key == "slide-analyse":
+                result.control, act = preparers[action.key](session, repeat)
+                result.samples.append(session.measure_until(act, OVERLAY_DRAWN))
             elif action.key in ("slide-pan", "slide-zoom"):
                 result.control, act = preparers[action.key](session, repeat)
                 result.samples.append(session.measure(act, end=LAST_FRAME, from_release=action.key == "slide-pan"))
@@ -617,6 +641,21 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
         except (PlaywrightError, SettleTimeout, RuntimeError) as error:
             result.errors.append(f"repeat {repeat + 1}: {str(error).splitlines()[0]}")
     return result
+
+
+@contextlib.contextmanager
+def _environment(**values: str):
+    """Environment variables set for what starts inside (the server), restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def cpu_model() -> str:
@@ -650,6 +689,8 @@ def run(folder: Path, pages: list[str], keys: list[str], repeats: int, quiet_ms:
         session = Session(browser.new_page(viewport=VIEWPORT), quiet_ms, timeout_s)
         # The browser is up before the server: the cold navigation follows the health answer at once.
         deadline = time.monotonic() + timeout_s
+        if "slide" in pages:  # a store of its own, empty: the analysis is timed from nothing done
+            stack.enter_context(_environment(APP_SLIDE_STORE=str(workdir / "slide-store")))
         _, url = stack.enter_context(streamlit_server(folder, workdir / "streamlit.log", port or free_port(),
                                                       deadline))
         cold = run_action(session, "he", ACTIONS[0], 1, url, workdir)

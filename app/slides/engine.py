@@ -38,7 +38,11 @@ from .resample import input_span, model_side, resample_block
 __all__ = ["SlideGrid", "ChunkResult", "CHUNK_CELLS", "ATTENTION_POOL", "slide_grid", "read_chunk", "read_block",
            "cell_context", "evaluate_chunk", "class_count"]
 
-CHUNK_CELLS = 16  # 16 x 16 cells: a 576-pixel square of contexts at the model's scale, 256 forward passes at most
+# 8 x 8 cells: a 320-pixel square of contexts at the model's scale, 64 forward passes at most (2.6 s on one thread of
+# a Xeon): the first cells of a slide are drawn within a second of asking (the least tissue first, app.slides.run),
+# the two threads of a worker stay busy to the end (16 x 16 chunks measured no faster on the CMU slide: 18.2 s against
+# 18.3), and a task is still a thousand times the scheduler's cost per task.
+CHUNK_CELLS = 8
 # The attention kept per chunk: means over 4 x 4 pixels at the model's scale (3.9 um at PCam's), in float16: a
 # slide's overlay at a 64th of the pixels' bytes (128 KB a chunk, not 2 MB); a cell opened in the patch page shows
 # its maps at full resolution, computed again.

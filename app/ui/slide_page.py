@@ -11,7 +11,10 @@ analysis cut short (the page left, the server stopped) resumes from its finished
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +40,7 @@ __all__ = ["slide_page"]
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
 TUMOUR = "tumour"
-REFRESH_S = 2.0  # how often a running analysis's finished chunks are drawn
+REFRESH_S = 0.5  # how often a running analysis's finished chunks are drawn
 OPENED = "slide-cell-opened"
 OVERLAY_OPACITY = 0.55
 # Where analyses are kept, shared by every session: $APP_SLIDE_STORE, else the project's user cache.
@@ -51,22 +54,56 @@ _VIEWER = st.components.v2.component(
 )
 
 
-@dataclass(frozen=True)
-class SharedClient:
-    """A Dask client in a box: Streamlit refuses to cache a value that can be awaited, as a client can."""
-
-    client: object
-
-
-@st.cache_resource
-def dask_client() -> SharedClient:
-    """One Dask client per server process: on ``$AAGC_DASK_SCHEDULER``'s cluster, or a local one it starts."""
+def _connect():
+    """A Dask client on ``$AAGC_DASK_SCHEDULER``'s cluster, or on a local one it starts."""
     address = os.environ.get(SCHEDULER_ENV)
     if address:
         from dask.distributed import Client
 
-        return SharedClient(Client(address, timeout="10s"))
-    return SharedClient(local_client(workers=1, threads=2))
+        client = Client(address, timeout="10s")
+    else:
+        client = local_client(workers=1, threads=2)
+    # Each worker imports the engine (PyTorch with it) now, not when the first chunk comes: 1.1 s sooner.
+    client.run(importlib.import_module, "app.slides.run")
+    return client
+
+
+@st.cache_resource
+def _connecting() -> Future:
+    """One Dask client per server process, connected in a background thread. ``app/server.py`` starts it at
+    start-up (:func:`connect_in_background`): a local cluster takes seconds to start, which nobody should wait for
+    after asking for an analysis."""
+    return ThreadPoolExecutor(1, thread_name_prefix="dask-client").submit(_connect)
+
+
+def connect_in_background() -> Callable[[], None]:
+    """Start connecting the server's Dask client (a local cluster starting, or ``$AAGC_DASK_SCHEDULER``'s); returns
+    what closes it (and the local cluster) when the server stops."""
+    connecting = _connecting()
+
+    def close() -> None:
+        if connecting.done() and connecting.exception() is None:
+            client = connecting.result()
+            cluster = client.cluster
+            client.close()
+            if cluster is not None:  # a local one, which this server started
+                cluster.close()
+
+    return close
+
+
+def dask_client():
+    """The server's Dask client, waiting for its connection if it is still being made.
+
+    Raises:
+        OSError: the scheduler could not be reached (the next call tries again).
+    """
+    connecting = _connecting()
+    try:
+        return connecting.result()
+    except Exception:
+        _connecting.clear()
+        raise
 
 
 @st.cache_resource(max_entries=8, show_spinner="Reading the slide and finding its tissue ...")
@@ -199,7 +236,12 @@ def slide_page(loaded: LoadedModel) -> None:
         left, right = st.columns([1, 3])
         if left.button("Analyse the slide", type="primary", key=f"analyse-{entry.slide_id}"):
             errors: list[str] = []
-            futures = start_slide(plan, dask_client().client, lambda error: errors.append(str(error)))
+            try:
+                client = dask_client()
+            except OSError as err:
+                st.error(f"The Dask scheduler at {os.environ.get(SCHEDULER_ENV)} could not be reached: {err}")
+                return
+            futures = start_slide(plan, client, lambda error: errors.append(str(error)))
             running_analyses()[plan.store.folder.name] = Analysis(futures, errors)
             st.rerun()
         right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far (kept: an analysis cut short "

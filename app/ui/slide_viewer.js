@@ -91,7 +91,10 @@ export default function ({ data, parentElement, setTriggerValue }) {
         viewer.addSimpleImage({
           url: picture.url, x: picture.left / width, y: picture.top / width, width: picture.width / width,
           opacity: picture.kind === "overlay" ? Number(opacity ? opacity.value : 1) : 1,
-          success: (event) => { event.item.kind = picture.kind; },
+          success: (event) => {
+            event.item.kind = picture.kind;
+            if (picture.kind === "overlay") root.dataset.overlay = "added";
+          },
         });
       }
     });
@@ -105,6 +108,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
       if (!root.dataset.tiles) return;
       root.dataset.drawn = String(++frames);
       root.drawnAt = performance.now();
+      if (root.dataset.overlay === "added") root.dataset.overlay = "drawn";
     });
     if (data.micronsPerPixel) {
       // A scale bar in micrometres: a round length (1, 2 or 5 times a power of ten) about 120 screen pixels long.
