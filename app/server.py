@@ -5,9 +5,8 @@ answers its first request (its health check included), :func:`app.ui.first_visit
 page's modules and computes the default page's numbers into the caches the page reads. The first visitor then
 waits as the second does (1.8 s less of server time with AVX2 code; docs/app.md has the browser's figures).
 Beside the page, on the same port, the slides' deep-zoom tiles (:mod:`app.slides.tiles`), which the Slide page's
-viewer fetches without rerunning anything; and, where there are slides, the Dask cluster that analyses them,
-started in the background. ``streamlit run app/main.py`` still serves the same page, without the preparation and
-without tiles.
+viewer fetches without rerunning anything; and the slides' Dask cluster is closed when the server stops.
+``streamlit run app/main.py`` still serves the same page, without the preparation and without tiles.
 """
 
 from __future__ import annotations
@@ -35,23 +34,19 @@ async def ready_before_the_first_visitor(_app):
     # Imported here, once Streamlit's runtime runs (the page's caches then find it), and run in the event loop's
     # own thread on purpose: nothing is served until it is done.
     started = time.perf_counter()
-    from app.slides.library import list_slides
     from app.ui.first_visit import prepare_first_visit
-    from app.ui.slide_page import connect_in_background
+    from app.ui.slide_page import close_dask_client
 
     quiet = logging.getLogger(QUIET_WHILE_PREPARING)
     level, _ = quiet.level, quiet.setLevel(logging.ERROR)
     try:
         prepared = prepare_first_visit()
-        # The slides' Dask cluster starts now, in the background, where there are slides to analyse.
-        close = connect_in_background() if list_slides() else None
     finally:
         quiet.setLevel(level)
     logging.getLogger("app.server").warning("first visit prepared in %.1f s, imports included: %s",
                                             time.perf_counter() - started, prepared)
     yield
-    if close is not None:
-        close()
+    close_dask_client()  # the slides' local Dask cluster, where the Slide page started one
 
 
 app = st.App("main.py", lifespan=ready_before_the_first_visitor, routes=slide_routes())

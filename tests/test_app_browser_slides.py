@@ -1,6 +1,6 @@
-"""The Slide page in Chromium: a pyramidal TIFF of PCam test patches in the server's slides folder opens in the
-deep-zoom viewer (tiles over HTTP), is analysed on Dask, shows its heatmap, and a click on a patch's centre cell
-opens that cell in the patch page."""
+"""The Slide page in Chromium: a pyramidal TIFF of PCam test patches, uploaded, opens in the deep-zoom viewer (tiles
+over HTTP), pans, is analysed on Dask, shows its heatmap, and a click on a patch's centre cell opens that cell in the
+patch page."""
 
 from __future__ import annotations
 
@@ -18,14 +18,17 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
     require_shared(PCAM / "labels.csv", f"{PCAM} not found (pcam_public lives in ../shared/data)")
     _, card = load_checkpoint(CHECKPOINT)
     mosaic = pcam_test_mosaic(card, PCAM, count=9)
-    slides = tmp_path / "slides"
-    slides.mkdir()
-    write_pyramid(slides / "mosaic.tif", np.round(mosaic.image.transpose(1, 2, 0) * 255).astype(np.uint8), PCAM_MPP)
-    monkeypatch.setenv("APP_SLIDES", str(slides))
+    write_pyramid(tmp_path / "mosaic.tif", np.round(mosaic.image.transpose(1, 2, 0) * 255).astype(np.uint8), PCAM_MPP)
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path / "no-slides"))
+    monkeypatch.setenv("APP_SLIDE_UPLOADS", str(tmp_path / "uploads"))
     monkeypatch.setenv("APP_SLIDE_STORE", str(tmp_path / "store"))
     with app_page(REPO / "checkpoints", tmp_path) as page:
         page.get_by_text("What the model sees").wait_for()
-        page.locator('[data-testid="stSidebar"]').get_by_text("Slide", exact=True).click()
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        sidebar.get_by_text("Slide", exact=True).click()
+        # Uploaded, the slide is kept in the uploads folder and chosen.
+        uploader = sidebar.locator('[data-testid="stFileUploader"] input[type="file"]')
+        uploader.set_input_files(str(tmp_path / "mosaic.tif"))
         viewer = page.locator(".slide-viewer[data-open='1']")
         viewer.wait_for()
         page.wait_for_function("() => Number(document.querySelector('.slide-viewer')?.dataset.tiles"

@@ -4,6 +4,7 @@ outside the listing, for anything else."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import time
 import urllib.error
@@ -12,7 +13,8 @@ import urllib.request
 import pytest
 from PIL import Image
 
-from app.slides.library import DEMO_FOLDER, find_slide, list_slides
+from app.slides.library import DEMO_FOLDER, find_slide, list_slides, save_upload
+from app.slides.reader import SlideError
 from app.slides.tiles import VENDOR
 from benchmarks.concurrent_sessions import free_port, streamlit_server
 from tests.conftest import REPO, require_shared
@@ -24,6 +26,30 @@ def fetch(url: str) -> tuple[int, str, bytes]:
             return response.status, response.headers.get("content-type", ""), response.read()
     except urllib.error.HTTPError as err:
         return err.code, err.headers.get("content-type", ""), err.read()
+
+
+def test_an_upload_is_kept_by_its_digest_found_by_id_and_bad_ones_are_refused_keeping_nothing(tmp_path, monkeypatch):
+    require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
+    monkeypatch.setenv("APP_SLIDE_UPLOADS", str(tmp_path / "uploads"))
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path / "none"))
+    data = (DEMO_FOLDER / "CMU-1-Small-Region.svs").read_bytes()
+    entry = save_upload("../../my slide.svs", data, limit_bytes=len(data))
+    assert entry.name == "../../my slide.svs" and entry.path.parent == tmp_path / "uploads"
+    assert entry.path.name == hashlib.sha256(data).hexdigest()[:32] + ".svs" and entry.path.read_bytes() == data
+    assert find_slide(entry.slide_id).path == entry.path, "the tile routes find an upload by its id"
+    assert entry.slide_id not in {e.slide_id for e in list_slides()}, "others are not shown it"
+    assert save_upload("again.svs", data, len(data)).slide_id == entry.slide_id, "the same bytes: the same slide"
+    refused = {
+        "over.svs": (data, len(data) - 1, "over this server's upload limit of"),
+        "photo.svs": (b"\xff\xd8\xff\xe0" + bytes(100), 10**6, "photo.svs is not a slide"),
+        "cut.svs": (data[:len(data) // 3], 10**6 * 10, "cut.svs"),
+        "index.mrxs": (b"x", 10, "MIRAX and VMS slides are folders"),
+        "empty.tif": (b"", 10, "empty.tif is empty"),
+    }
+    for name, (content, limit, sentence) in refused.items():
+        with pytest.raises(SlideError, match=sentence.replace(".", r"\.")):
+            save_upload(name, content, limit)
+    assert sorted(p.name for p in (tmp_path / "uploads").iterdir()) == [entry.path.name], "nothing else kept"
 
 
 @pytest.fixture(scope="module")

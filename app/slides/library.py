@@ -1,10 +1,15 @@
-"""The slides the server offers: those in its slides folder and the two real demo slides, each by a short id.
+"""The slides the server offers: those in its slides folder and the two real demo slides, each by a short id; and
+the slides users upload.
 
 The folder is ``$APP_SLIDES``, else ``slides/`` in the project (in Docker a mounted volume: ``docker run -v
 /path/to/slides:/slides -e APP_SLIDES=/slides ...``); the demo slides are ``../shared/data/slides`` beside the
 project where it is there. The browser sees names and ids, never a path: an id is a digest of the slide's folder,
 name, size and modification time, and the server looks it up in this listing, so a request cannot name a file
 outside it (``../`` or another folder finds nothing).
+
+An upload (:func:`save_upload`) is written to the uploads folder (``$APP_SLIDE_UPLOADS``, else the project's user
+cache), under a name of its content's digest, where the tile routes and the Dask workers read it as they read any
+slide; it is listed to the session that uploaded it only (the page keeps its id), and found by id like the rest.
 """
 
 from __future__ import annotations
@@ -14,12 +19,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SlideEntry", "list_slides", "find_slide", "slides_folder", "DEMO_FOLDER", "SUFFIXES"]
+from models.cpu.user_cache import cache_root
+
+from .reader import SlideError, open_slide
+
+__all__ = ["SlideEntry", "list_slides", "find_slide", "slides_folder", "uploads_folder", "save_upload", "DEMO_FOLDER",
+           "SUFFIXES", "UPLOAD_SUFFIXES"]
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_FOLDER = REPO.parent / "shared" / "data" / "slides"
 # What the listing offers: OpenSlide's formats and pyramidal TIFF (an ordinary image is region mode's).
 SUFFIXES = frozenset({".svs", ".tif", ".tiff", ".ndpi", ".vms", ".vmu", ".scn", ".mrxs", ".bif", ".svslide"})
+# What can be uploaded: the formats that are one file (MIRAX and the Hamamatsu VMS/VMU index files name others).
+UPLOAD_SUFFIXES = tuple(sorted(SUFFIXES - {".mrxs", ".vms", ".vmu"}))
 
 
 @dataclass(frozen=True)
@@ -36,12 +48,16 @@ def slides_folder() -> Path:
     return Path(os.environ.get("APP_SLIDES") or REPO / "slides")
 
 
+def uploads_folder() -> Path:
+    return Path(os.environ.get("APP_SLIDE_UPLOADS") or cache_root() / "slide-uploads")
+
+
 def _entries(folder: Path, demo: bool) -> list[SlideEntry]:
     if not folder.is_dir():
         return []
     found = []
     for path in sorted(folder.iterdir()):
-        if path.suffix.lower() in SUFFIXES and path.is_file():
+        if path.suffix.lower() in SUFFIXES and not path.name.startswith(".") and path.is_file():
             stat = path.stat()
             what = f"{folder.resolve()}|{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
             found.append(SlideEntry(hashlib.sha256(what.encode()).hexdigest()[:16], path.name, path, demo))
@@ -54,6 +70,40 @@ def list_slides(folder: Path | None = None, demo_folder: Path | None = DEMO_FOLD
 
 
 def find_slide(slide_id: str, entries: list[SlideEntry] | None = None) -> SlideEntry | None:
-    """The listed slide with ``slide_id``, or None."""
-    return next((entry for entry in (entries if entries is not None else list_slides())
-                 if entry.slide_id == slide_id), None)
+    """The slide with ``slide_id`` in ``entries`` (default: the listed slides and the uploads), or None."""
+    if entries is None:
+        entries = list_slides() + _entries(uploads_folder(), False)
+    return next((entry for entry in entries if entry.slide_id == slide_id), None)
+
+
+def save_upload(name: str, data: bytes | memoryview, limit_bytes: int) -> SlideEntry:
+    """Keep an uploaded slide named ``name`` in the uploads folder and return its entry (shown as ``name``).
+
+    The file is named by its bytes' digest (an upload of the same slide again is the same file and the same id, its
+    analyses kept), written whole before it is visible, and opened once to prove it is a slide.
+
+    Raises:
+        SlideError: a name of no single-file slide format, more than ``limit_bytes``, or bytes that are not a slide
+            (the sentence of :func:`app.slides.reader.open_slide`); nothing is kept.
+    """
+    suffix = Path(name).suffix.lower()
+    if suffix not in UPLOAD_SUFFIXES:
+        raise SlideError(f"{name}: not a slide format that is one file; upload one of {', '.join(UPLOAD_SUFFIXES)} "
+                         "(MIRAX and VMS slides are folders: put them in the server's slides folder)")
+    if len(data) > limit_bytes:
+        raise SlideError(f"{name} is {len(data) / 2**20:,.0f} MB, over this server's upload limit of "
+                         f"{limit_bytes / 2**20:,.0f} MB: put it in the server's slides folder instead")
+    folder = uploads_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()[:32]}{suffix}"  # the user's name is the session's only
+    if not path.exists():
+        partial = path.with_name(f".{os.getpid()}-{path.name}")  # hidden from the listing; the suffix kept
+        partial.write_bytes(data)
+        try:
+            open_slide(partial).close()
+        except SlideError as err:
+            partial.unlink()
+            raise SlideError(str(err).replace(partial.name, name)) from None
+        os.replace(partial, path)
+    entry = next(e for e in _entries(folder, False) if e.path == path)
+    return SlideEntry(entry.slide_id, name, path, False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +27,7 @@ from models.cpu.user_cache import cache_root
 from ..analysis.readings import BRIGHT, LABELS
 from ..pictures.encode import png_data_url
 from ..slides.engine import cell_context
-from ..slides.library import SlideEntry, list_slides
+from ..slides.library import UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
 from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, start_slide
 from ..slides.scale import slide_scale
@@ -42,6 +42,7 @@ VIEWER_HEIGHT_PX = 620
 TUMOUR = "tumour"
 REFRESH_S = 0.5  # how often a running analysis's finished chunks are drawn
 OPENED = "slide-cell-opened"
+UPLOADS = "slide-uploads"  # this session's uploaded slides: upload file id -> entry
 OVERLAY_OPACITY = 0.55
 # Where analyses are kept, shared by every session: $APP_SLIDE_STORE, else the project's user cache.
 STORE = Path(os.environ.get("APP_SLIDE_STORE") or cache_root() / "slides")
@@ -68,28 +69,32 @@ def _connect():
     return client
 
 
-@st.cache_resource
+_CONNECTING: list[Future] = []  # the server's one connection, once started
+_LOCK = threading.Lock()
+
+
 def _connecting() -> Future:
-    """One Dask client per server process, connected in a background thread. ``app/server.py`` starts it at
-    start-up (:func:`connect_in_background`): a local cluster takes seconds to start, which nobody should wait for
-    after asking for an analysis."""
-    return ThreadPoolExecutor(1, thread_name_prefix="dask-client").submit(_connect)
+    """The server's one Dask client, connected in a background thread from the first time a slide can be analysed:
+    a local cluster takes seconds to start, which the user spends looking at the slide, not after asking for an
+    analysis."""
+    with _LOCK:
+        if not _CONNECTING:
+            _CONNECTING.append(ThreadPoolExecutor(1, thread_name_prefix="dask-client").submit(_connect))
+        return _CONNECTING[0]
 
 
-def connect_in_background() -> Callable[[], None]:
-    """Start connecting the server's Dask client (a local cluster starting, or ``$AAGC_DASK_SCHEDULER``'s); returns
-    what closes it (and the local cluster) when the server stops."""
-    connecting = _connecting()
-
-    def close() -> None:
-        if connecting.done() and connecting.exception() is None:
-            client = connecting.result()
-            cluster = client.cluster
-            client.close()
-            if cluster is not None:  # a local one, which this server started
-                cluster.close()
-
-    return close
+def close_dask_client() -> None:
+    """Close the server's Dask client, and the local cluster it started, where one was started (``app/server.py``,
+    when the server stops)."""
+    with _LOCK:
+        connecting = _CONNECTING.pop() if _CONNECTING else None
+    if connecting is None or connecting.exception() is not None:
+        return
+    client = connecting.result()
+    cluster = client.cluster
+    client.close()
+    if cluster is not None:  # a local one, which this server started
+        cluster.close()
 
 
 def dask_client():
@@ -102,7 +107,9 @@ def dask_client():
     try:
         return connecting.result()
     except Exception:
-        _connecting.clear()
+        with _LOCK:  # the next call tries again
+            if _CONNECTING and _CONNECTING[0] is connecting:
+                _CONNECTING.clear()
         raise
 
 
@@ -111,11 +118,34 @@ def _plan(slide_id: str, path: str, checkpoint: str, mpp: float | None) -> Slide
     return plan_slide(Path(path), Path(checkpoint), STORE, mpp)
 
 
+def _upload_ui() -> None:
+    """Sidebar: a slide to upload; once kept (:func:`app.slides.library.save_upload`), listed to this session and
+    chosen."""
+    limit_mb = int(st.get_option("server.maxUploadSize"))
+    upload = st.sidebar.file_uploader(f"Upload a slide (one file, up to {limit_mb:,} MB)", key="slide_upload",
+                                      type=[suffix.lstrip(".") for suffix in UPLOAD_SUFFIXES],
+                                      help="Larger slides, and MIRAX or VMS folders: the server's slides folder.")
+    kept = st.session_state.setdefault(UPLOADS, {})
+    if upload is None or upload.file_id in kept:
+        return
+    try:
+        entry = save_upload(upload.name, upload.getbuffer(), limit_mb * 2**20)
+    except SlideError as err:
+        st.sidebar.error(str(err))
+        return
+    kept[upload.file_id] = entry
+    st.session_state["slide"] = entry.slide_id
+
+
 def _slide_ui(entries: list[SlideEntry]) -> SlideEntry:
     by_id = {entry.slide_id: entry for entry in entries}
+    uploaded = {entry.slide_id: entry for entry in st.session_state.get(UPLOADS, {}).values()}
+    by_id = {**uploaded, **by_id}
     chosen = st.sidebar.selectbox("Slide", list(by_id), key="slide",
-                                  format_func=lambda i: by_id[i].name + (" (demo)" if by_id[i].demo else ""),
-                                  help="The slides in the server's slides folder ($APP_SLIDES), then the demo slides.")
+                                  format_func=lambda i: by_id[i].name + (" (demo)" if by_id[i].demo else
+                                                                         " (uploaded)" if i in uploaded else ""),
+                                  help="Your uploads, the slides in the server's slides folder ($APP_SLIDES), then "
+                                       "the demo slides.")
     return by_id[chosen]
 
 
@@ -204,8 +234,9 @@ def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
 
 def slide_page(loaded: LoadedModel) -> None:
     """The page: the slide picked in the sidebar, in the viewer, with its analysis by ``loaded``."""
+    _upload_ui()
     entries = list_slides()
-    if not entries:
+    if not entries and not st.session_state.get(UPLOADS):
         st.info("No slides here: put .svs, .ndpi, .mrxs, .tif ... files in `slides/` (or the folder `$APP_SLIDES` "
                 "names; in Docker, mount one: `docker run -v /path/to/slides:/slides -e APP_SLIDES=/slides ...`).")
         return
@@ -233,6 +264,7 @@ def slide_page(loaded: LoadedModel) -> None:
     active = run is not None and not all(future.done() for future in run.futures)
     finished = sum(plan.store.get(*index) is not None for index in plan.chunks)
     if mpp is not None and finished < len(plan.chunks) and not active:
+        _connecting()  # the cluster starts while the user looks at the slide
         left, right = st.columns([1, 3])
         if left.button("Analyse the slide", type="primary", key=f"analyse-{entry.slide_id}"):
             errors: list[str] = []
