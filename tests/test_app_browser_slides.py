@@ -29,7 +29,8 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         # Uploaded, the slide is kept in the uploads folder and chosen.
         uploader = sidebar.locator('[data-testid="stFileUploader"] input[type="file"]')
         uploader.set_input_files(str(tmp_path / "mosaic.tif"))
-        viewer = page.locator(".slide-viewer[data-open='1']")
+        # Its tiles are shown while its tissue is found; then the viewer again, with the outline and the grid.
+        viewer = page.locator(".slide-viewer[data-open='1']").filter(has_text="49 cells of 32 px")
         viewer.wait_for()
         page.wait_for_function("() => Number(document.querySelector('.slide-viewer')?.dataset.tiles"
                                " ?? [...document.querySelectorAll('*')].map((e) => e.shadowRoot).filter(Boolean)"

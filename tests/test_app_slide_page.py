@@ -3,6 +3,8 @@ not analysed until one is given, and an empty listing or a missing viewer said i
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import app.ui.slide_page as slide_page
@@ -13,6 +15,16 @@ AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
 MAIN = str(REPO / "app" / "main.py")
 
 
+def analysable(at):
+    """The page run again until its Analyse button is there: the slide's plan is made in the background while the
+    viewer shows its tiles (in a browser the page looks again by itself)."""
+    deadline = time.monotonic() + 60
+    while not at.button and time.monotonic() < deadline:
+        time.sleep(0.1)
+        at.run()
+    return at
+
+
 @pytest.fixture
 def on_the_slide_page(tmp_path, monkeypatch):
     require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
@@ -20,7 +32,7 @@ def on_the_slide_page(tmp_path, monkeypatch):
     monkeypatch.setenv("APP_SLIDE_STORE", str(tmp_path / "store"))
     at = AppTest.from_file(MAIN, default_timeout=120).run()
     at.sidebar.radio(key="view").set_value("Slide").run()
-    return at
+    return analysable(at)
 
 
 def test_the_demo_slides_are_listed_with_their_levels_scale_and_label(on_the_slide_page):
@@ -39,7 +51,7 @@ def test_a_slide_without_a_scale_waits_for_one(on_the_slide_page):
     assert not at.exception and "not analysed until its scale is given" in at.info[0].value
     assert not at.button, "nothing to analyse without a scale"
     field = next(n for n in at.sidebar.number_input if n.label == "Scale of level 0 (µm per pixel)")
-    at = field.set_value(0.5).run()
+    at = analysable(field.set_value(0.5).run())
     assert not at.info and [button.label for button in at.button] == ["Analyse the slide"]
 
 

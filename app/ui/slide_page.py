@@ -40,7 +40,8 @@ __all__ = ["slide_page"]
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
 TUMOUR = "tumour"
-REFRESH_S = 0.5  # how often a running analysis's finished chunks are drawn
+REFRESH_S = 0.5  # how often a running analysis's finished chunks are looked for
+PLANNING_LOOK_S = 0.2  # how often the page looks whether a slide's plan is made
 OPENED = "slide-cell-opened"
 UPLOADS = "slide-uploads"  # this session's uploaded slides: upload file id -> entry
 OVERLAY_OPACITY = 0.55
@@ -113,9 +114,14 @@ def dask_client():
         raise
 
 
-@st.cache_resource(max_entries=8, show_spinner="Reading the slide and finding its tissue ...")
-def _plan(slide_id: str, path: str, checkpoint: str, mpp: float | None) -> SlidePlan:
-    return plan_slide(Path(path), Path(checkpoint), STORE, mpp)
+_PLANNER = ThreadPoolExecutor(2, thread_name_prefix="slide-plan")
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None) -> Future:
+    """The slide's plan (its scale, grid, thumbnail and tissue: 0.5 s on the CMU slide), made in the background:
+    the viewer shows the slide's tiles meanwhile, which need no plan."""
+    return _PLANNER.submit(plan_slide, Path(path), Path(checkpoint), STORE, mpp)
 
 
 def _upload_ui() -> None:
@@ -253,8 +259,12 @@ def slide_page(loaded: LoadedModel) -> None:
     if mpp is None:
         st.info(f"{entry.name} records neither its scale nor its objective power: it is not analysed until its "
                 "scale is given in the sidebar.")
+    planning = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0)
+    if not planning.done():
+        _view_while_planning(entry, mpp, planning)
+        return
     try:
-        plan = _plan(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0)
+        plan = planning.result()
     except SlideError as err:
         st.error(str(err))
         return
@@ -295,6 +305,20 @@ class Analysis:
 def running_analyses() -> dict[str, Analysis]:
     """The analyses this server runs, by store: two users asking for the same slide and model share one."""
     return {}
+
+
+def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: Future) -> None:
+    """The slide in the viewer, without overlays, while its plan is made; the page again once it is."""
+
+    @st.fragment(run_every=PLANNING_LOOK_S)
+    def view() -> None:
+        if planning.done():
+            st.rerun(scope="app")
+        _VIEWER(key=f"slide-viewer-{entry.slide_id}", height="content",
+                data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, pictures=[], cells=None,
+                          caption="Finding the tissue ...", overlay=None, micronsPerPixel=mpp))
+
+    view()
 
 
 def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: str, active: bool) -> None:
