@@ -1,6 +1,6 @@
-"""The Slide page in Chromium: a pyramidal TIFF of PCam test patches, uploaded, opens in the deep-zoom viewer (tiles
-over HTTP), pans, is analysed on Dask, shows its heatmap, and a click on a patch's centre cell opens that cell in the
-patch page."""
+"""The Slide page in Chromium: the CMU demo slide drawn from its tiles; then a pyramidal TIFF of PCam test patches,
+uploaded, opens in the deep-zoom viewer (tiles over HTTP), pans, is analysed on Dask, shows its heatmap, and a
+click on a patch's centre cell opens that cell in the patch page."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from test_app_browser import app_page
 from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
 from app.region.demo import PCAM_MPP, pcam_test_mosaic
+from app.slides.library import list_slides
 from models import load_checkpoint
 from tests.conftest import REPO, require_shared
 
@@ -26,6 +27,9 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         page.get_by_text("What the model sees").wait_for()
         sidebar = page.locator('[data-testid="stSidebar"]')
         sidebar.get_by_text("Slide", exact=True).click()
+        # The CMU demo slide, listed first, is drawn from its tiles.
+        cmu = next(entry for entry in list_slides() if entry.name == "CMU-1-Small-Region.svs")
+        page.locator(f".slide-viewer[data-dzi='slides/{cmu.slide_id}.dzi'][data-drawn]").wait_for()
         # Uploaded, the slide is kept in the uploads folder and chosen.
         uploader = sidebar.locator('[data-testid="stFileUploader"] input[type="file"]')
         uploader.set_input_files(str(tmp_path / "mosaic.tif"))
