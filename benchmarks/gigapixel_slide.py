@@ -52,7 +52,7 @@ from PIL import Image
 from app.slides.library import DEMO_FOLDER
 from models.cpu.user_cache import cache_root
 
-__all__ = ["GigapixelSpec", "build_slide", "gigapixel_slide", "island_mask", "level_sizes", "SOURCE"]
+__all__ = ["GigapixelSpec", "build_slide", "draw_levels", "gigapixel_slide", "island_mask", "level_sizes", "SOURCE"]
 
 SOURCE = DEMO_FOLDER / "CMU-1-Small-Region.svs"
 SOURCE_MPP = 0.499  # the CMU slide's own scale (its openslide.mpp-x)
@@ -131,13 +131,19 @@ def island_mask(spec: GigapixelSpec) -> np.ndarray:
     return mask
 
 
+def _box_mean(pixels: np.ndarray, factor: int) -> np.ndarray:
+    """``(H / factor, W / factor, 3)`` float64: means over ``factor`` x ``factor`` blocks (a power of two dividing
+    H and W), by halving: sums of integers over powers of two, so exact, whatever the order."""
+    means = pixels.astype(np.float64)
+    while factor > 1:
+        means = (means[0::2, 0::2] + means[1::2, 0::2] + means[0::2, 1::2] + means[1::2, 1::2]) / 4
+        factor //= 2
+    return means
+
+
 def _box_down(pixels: np.ndarray, factor: int) -> np.ndarray:
-    """``(H / factor, W / factor, 3)`` uint8: means over ``factor`` x ``factor`` blocks (H, W multiples of it)."""
-    if factor == 1:
-        return pixels
-    rows, cols = pixels.shape[0] // factor, pixels.shape[1] // factor
-    blocks = pixels.reshape(rows, factor, cols, factor, 3).astype(np.float32)  # (rows, f, cols, f, 3)
-    return np.round(blocks.mean(axis=(1, 3))).astype(np.uint8)
+    """:func:`_box_mean` rounded to uint8."""
+    return pixels if factor == 1 else np.round(_box_mean(pixels, factor)).astype(np.uint8)
 
 
 def _source_pixels(source: Path) -> np.ndarray:
@@ -148,11 +154,17 @@ def _source_pixels(source: Path) -> np.ndarray:
     return np.ascontiguousarray(rgba[..., :3])
 
 
+def _density(rgb: np.ndarray) -> np.ndarray:
+    """Optical density, the largest over R, G and B, by a table of the 256 values (float32)."""
+    table = -np.log(np.maximum(np.arange(256), 1) / 255.0).astype(np.float32)
+    return table[rgb.min(axis=-1)]  # the darkest channel has the largest density
+
+
 def tissue_mosaic(source_rgb: np.ndarray, microns_per_pixel: float, seed: int) -> np.ndarray:
     """``(PERIOD, PERIOD, 3)`` uint8 at ``microns_per_pixel``: 4 x 4 crops of the source's densest H&E, each turned
     or mirrored at random, resampled (Lanczos) from the source's scale."""
     crop = round(PERIOD / 4 * microns_per_pixel / SOURCE_MPP)  # source pixels per crop side
-    density = -np.log(np.maximum(source_rgb, 1) / 255.0).max(axis=-1)  # optical density, largest over R, G, B
+    density = _density(source_rgb)
     stained = density > 0.15
     # Stained share of every crop on a 64-pixel lattice, by a summed-area table: the crops to draw from.
     table = np.pad(stained.cumsum(0).cumsum(1), ((1, 0), (1, 0)))
@@ -179,7 +191,7 @@ def tissue_mosaic(source_rgb: np.ndarray, microns_per_pixel: float, seed: int) -
 def glass_tile(source_rgb: np.ndarray, microns_per_pixel: float, tile: int) -> np.ndarray:
     """``(tile, tile, 3)`` uint8: the source's cleanest patch of glass, resampled to ``microns_per_pixel``."""
     crop = max(8, round(tile * microns_per_pixel / SOURCE_MPP))
-    density = -np.log(np.maximum(source_rgb, 1) / 255.0).max(axis=-1)
+    density = _density(source_rgb)
     best, where = np.inf, (0, 0)
     for top in range(0, source_rgb.shape[0] - crop, crop):
         for left in range(0, source_rgb.shape[1] - crop, crop):
@@ -204,7 +216,7 @@ class _Level:
                  mask: np.ndarray, coarse: np.ndarray | None):
         self.spec, self.k, self.side, self.tiles = spec, k, side, math.ceil(side / spec.tile)
         factor = 2**k
-        self.mosaic = _box_down(mosaic, factor) if factor <= PERIOD else None
+        self.mosaic = mosaic  # already at this level (None past the mosaic's period)
         reps = max(1, factor // spec.tile)  # the glass tile's period is under one pixel past level log2(tile)
         self.glass = _box_down(np.tile(glass, (reps, reps, 1)), factor)  # (tile / factor, ...) at least 1 pixel
         self.coarse = coarse  # levels past the mask cell: the level's whole image (see _coarse_image)
@@ -225,34 +237,53 @@ class _Level:
         cols = (left + np.arange(self.spec.tile)) % pattern.shape[1]
         return pattern[np.ix_(rows, cols)]
 
-    def _encode(self, key: tuple | None, draw: str, top: int, left: int) -> bytes:
-        """The tile at (top, left) as JPEG: drawn by the method ``draw`` and encoded, or the bytes already encoded
-        for ``key`` (None: a tile of its own)."""
-        if key is not None and key in self._cache:
-            self.reused += 1
-            return self._cache[key]
-        data = _jpeg(getattr(self, draw)(top, left), self.spec.quality)
-        self.encoded += 1
-        if key is not None:
-            self._cache[key] = data
-        return data
+    def draw(self, ti: int, tj: int) -> tuple[tuple | None, np.ndarray]:
+        """Tile (ti, tj)'s pixels ``(tile, tile, 3)`` uint8 and the key of the tiles equal to it (None: a tile of
+        its own)."""
+        top, left = ti * self.spec.tile, tj * self.spec.tile
+        if not self.cell_px:  # past the mask cell: a crop of the level's whole image, glass beyond it
+            return None, self._crop(top, left)
+        kind = self.kind[ti, tj]
+        if kind == 0:
+            return ("glass",), self._glass(top, left)
+        if kind == 1:
+            period = self.mosaic.shape[0]
+            return ("tissue", top % period, left % period), self._tissue(top, left)
+        return None, self._edge(top, left)
 
     def tile_bytes(self) -> Iterator[bytes]:
-        tile = self.spec.tile
+        """Every tile as JPEG, row by row; a tile equal to one already encoded is given its bytes again."""
         for ti in range(self.tiles):
             for tj in range(self.tiles):
-                top, left = ti * tile, tj * tile
-                if not self.cell_px:  # past the mask cell: a crop of the level's whole image, glass beyond it
-                    yield self._encode(None, "_crop", top, left)
+                key = self._key(ti, tj)
+                if key is not None and key in self._cache:
+                    self.reused += 1
+                    yield self._cache[key]
                     continue
-                kind = self.kind[ti, tj]
-                if kind == 0:
-                    yield self._encode(("glass",), "_glass", top, left)
-                elif kind == 1:
-                    period = self.mosaic.shape[0]
-                    yield self._encode(("tissue", top % period, left % period), "_tissue", top, left)
-                else:
-                    yield self._encode(None, "_edge", top, left)
+                key, pixels = self.draw(ti, tj)
+                data = _jpeg(pixels, self.spec.quality)
+                self.encoded += 1
+                if key is not None:
+                    self._cache[key] = data
+                yield data
+
+    def _key(self, ti: int, tj: int) -> tuple | None:
+        """:meth:`draw`'s key without drawing the tile."""
+        if not self.cell_px or self.kind[ti, tj] == 2:
+            return None
+        if self.kind[ti, tj] == 0:
+            return ("glass",)
+        period = self.mosaic.shape[0]
+        return ("tissue", ti * self.spec.tile % period, tj * self.spec.tile % period)
+
+    def pixels(self) -> np.ndarray:
+        """The whole level ``(side, side, 3)`` uint8, unencoded (for small slides: tests)."""
+        tile = self.spec.tile
+        out = np.empty((self.tiles * tile, self.tiles * tile, 3), dtype=np.uint8)
+        for ti in range(self.tiles):
+            for tj in range(self.tiles):
+                out[ti * tile:(ti + 1) * tile, tj * tile:(tj + 1) * tile] = self.draw(ti, tj)[1]
+        return out[:self.side, :self.side]
 
     def _glass(self, top: int, left: int) -> np.ndarray:
         return self._periodic(self.glass, top, left)
@@ -277,12 +308,12 @@ class _Level:
 
 
 def _coarse_image(spec: GigapixelSpec, mosaic: np.ndarray, glass: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """The whole level at the mask cell's downsample, one pixel per mask cell: every pixel is exactly one cell's
-    mean (mosaic or glass), so coarser levels are its box downsamples."""
+    """The whole level at the mask cell's downsample, float64, one pixel per mask cell: every pixel is exactly one
+    cell's mean (of mosaic or glass), so coarser levels are its box means, rounded once."""
     cell = spec.mask_cell
-    tissue = _box_down(mosaic, cell)  # (PERIOD / cell, ...): periodic
+    tissue = _box_mean(mosaic, cell)  # (PERIOD / cell, ...): periodic
     reps = max(1, cell // spec.tile)
-    plain = _box_down(np.tile(glass, (reps, reps, 1)), cell)
+    plain = _box_mean(np.tile(glass, (reps, reps, 1)), cell)
     rows = np.arange(mask.shape[0])
     tissue = tissue[np.ix_(rows % tissue.shape[0], rows % tissue.shape[1])]
     plain = plain[np.ix_(rows % plain.shape[0], rows % plain.shape[1])]
@@ -290,28 +321,46 @@ def _coarse_image(spec: GigapixelSpec, mosaic: np.ndarray, glass: np.ndarray, ma
 
 
 def _coarse_level(image: np.ndarray, factor: int) -> np.ndarray:
-    """``image`` box-downsampled by ``factor``, its last cut block padded by repeating its edge (glass)."""
+    """``image`` (float) box-downsampled by ``factor`` and rounded to uint8, its last cut block padded by repeating
+    its edge (glass)."""
     rows = math.ceil(image.shape[0] / factor) * factor
     padded = np.pad(image, ((0, rows - image.shape[0]), (0, rows - image.shape[1]), (0, 0)), mode="edge")
-    return _box_down(padded, factor)
+    return np.round(_box_mean(padded, factor)).astype(np.uint8)
+
+
+def _levels(spec: GigapixelSpec, source: Path) -> tuple[list[_Level], float]:
+    """Every level's drawer, and the island mask's share of the slide."""
+    rgb = _source_pixels(source)
+    mosaic = tissue_mosaic(rgb, spec.microns_per_pixel, spec.seed)
+    glass = glass_tile(rgb, spec.microns_per_pixel, spec.tile)
+    mask = island_mask(spec)
+    sizes = level_sizes(spec.size, spec.smallest)
+    coarse = _coarse_image(spec, mosaic, glass, mask) if 2 ** (len(sizes) - 1) > spec.mask_cell else None
+    levels, means = [], mosaic.astype(np.float64)
+    for k, side in enumerate(sizes):
+        factor = 2**k
+        image = _coarse_level(coarse, factor // spec.mask_cell) if factor > spec.mask_cell else None
+        # The mosaic's 2**k box means by halving the last level's unrounded means: exact (sums of integers over
+        # powers of two) and a third of the work of averaging the whole mosaic again for every level.
+        if k:
+            means = _box_mean(means, 2) if means.shape[0] > 1 else means
+        levels.append(_Level(spec, k, side, np.round(means).astype(np.uint8) if factor <= PERIOD else None, glass,
+                             mask, image))
+    return levels, float(mask.mean())
+
+
+def draw_levels(spec: GigapixelSpec, source: Path = SOURCE) -> list[np.ndarray]:
+    """Every level of the slide ``spec`` describes, as drawn before JPEG: ``(side, side, 3)`` uint8 each (for
+    small slides: tests)."""
+    return [level.pixels() for level in _levels(spec, source)[0]]
 
 
 def build_slide(path: Path, spec: GigapixelSpec, source: Path = SOURCE) -> dict:
     """Write the slide ``spec`` describes to ``path`` (a temporary name renamed into place). Returns what was
     built: level sizes, tiles written, tiles encoded, bytes, seconds, and the island mask's tissue share."""
     start = time.perf_counter()
-    rgb = _source_pixels(source)
-    mosaic = tissue_mosaic(rgb, spec.microns_per_pixel, spec.seed)
-    glass = glass_tile(rgb, spec.microns_per_pixel, spec.tile)
-    mask = island_mask(spec)
-    sizes = level_sizes(spec.size, spec.smallest)
-    coarse = _coarse_image(spec, mosaic, glass, mask) if any(2**k > spec.mask_cell for k in range(len(sizes))) \
-        else None
-    levels = []
-    for k, side in enumerate(sizes):
-        factor = 2**k
-        image = _coarse_level(coarse, factor // spec.mask_cell) if factor > spec.mask_cell else None
-        levels.append(_Level(spec, k, side, mosaic, glass, mask, image))
+    levels, share = _levels(spec, source)
+    sizes = [level.side for level in levels]
     partial = path.with_name(path.name + ".partial")
     description = (f"gigapixel benchmark slide: {spec.islands} islands of CMU-1-Small-Region H&E in glass, "
                    f"{spec.microns_per_pixel} um/px, builder {BUILDER_VERSION}, seed {spec.seed}")
@@ -320,7 +369,7 @@ def build_slide(path: Path, spec: GigapixelSpec, source: Path = SOURCE) -> dict:
     os.replace(partial, path)
     return dict(path=str(path), level_sizes=sizes, tiles=sum(level.tiles**2 for level in levels),
                 encoded=sum(level.encoded for level in levels), bytes=path.stat().st_size,
-                tissue_share=float(mask.mean()), build_s=time.perf_counter() - start)
+                tissue_share=share, build_s=time.perf_counter() - start)
 
 
 def write_pyramidal_tiff(path: Path, levels: list[tuple[int, Iterator[bytes]]], tile: int, microns_per_pixel: float,
