@@ -134,7 +134,7 @@ def island_mask(spec: GigapixelSpec) -> np.ndarray:
 def _box_mean(pixels: np.ndarray, factor: int) -> np.ndarray:
     """``(H / factor, W / factor, 3)`` float64: means over ``factor`` x ``factor`` blocks (a power of two dividing
     H and W), by halving: sums of integers over powers of two, so exact, whatever the order."""
-    means = pixels.astype(np.float64)
+    means = np.asarray(pixels, dtype=np.float64)  # no copy when it is float64 already
     while factor > 1:
         means = (means[0::2, 0::2] + means[1::2, 0::2] + means[0::2, 1::2] + means[1::2, 1::2]) / 4
         factor //= 2
@@ -344,8 +344,8 @@ def _levels(spec: GigapixelSpec, source: Path) -> tuple[list[_Level], float]:
         # powers of two) and a third of the work of averaging the whole mosaic again for every level.
         if k:
             means = _box_mean(means, 2) if means.shape[0] > 1 else means
-        levels.append(_Level(spec, k, side, np.round(means).astype(np.uint8) if factor <= PERIOD else None, glass,
-                             mask, image))
+        drawn = (np.round(means).astype(np.uint8) if k else mosaic) if factor <= PERIOD else None
+        levels.append(_Level(spec, k, side, drawn, glass, mask, image))
     return levels, float(mask.mean())
 
 
