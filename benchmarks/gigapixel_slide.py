@@ -59,7 +59,7 @@ SOURCE_MPP = 0.499  # the CMU slide's own scale (its openslide.mpp-x)
 SMALLEST = 1000  # the pyramid ends with the first level whose longer side is under this many pixels
 MASK_CELL = 64  # level-0 pixels per island-mask cell: a 16 um staircase at 0.25 um/px, a power of two
 PERIOD = 4096  # level-0 pixels of the tissue mosaic's period: 4 x 4 crops of 1,024 pixels
-BUILDER_VERSION = 1  # part of the cache key: a change to how the slide is drawn builds it again
+BUILDER_VERSION = 2  # part of the cache key: a change to how the slide is drawn builds it again
 
 
 @dataclass(frozen=True)
