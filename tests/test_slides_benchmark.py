@@ -39,6 +39,8 @@ def test_the_gigapixel_measurement_runs_on_a_small_built_slide(tmp_path, monkeyp
     require_shared(SOURCE, f"{SOURCE} not found (the real slides live in ../shared/data/slides)")
     # The built slide goes here, not into the user's cache; the server keeps the user's cache (its built kernels).
     monkeypatch.setattr("benchmarks.gigapixel_slide.cache_root", lambda: tmp_path / "cache")
+    # Without the Chromium phase (tests/test_app_browser_slides.py opens the Slide page): the suite stays quick.
+    monkeypatch.setattr("benchmarks.slides_gigapixel.CHROMIUM", tmp_path / "no-chromium")
     out = tmp_path / "gigapixel.json"
     assert main(["--gigapixel", "2048", "--tiles", "10", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
@@ -52,3 +54,4 @@ def test_the_gigapixel_measurement_runs_on_a_small_built_slide(tmp_path, monkeyp
     printed = capsys.readouterr().out
     assert printed.startswith("CPU: ") and "open to tissue outline" in printed and "server while viewed" in printed
     assert (tmp_path / "cache" / "gigapixel").is_dir(), "built once into the project's cache"
+    assert "page_outline_s" not in report
