@@ -2,6 +2,7 @@
 
     python -m benchmarks.slides                      # the CMU demo slide
     python -m benchmarks.slides --slide my.svs --mpp 0.25 --tiles 100 --json out/slides.json
+    python -m benchmarks.slides --gigapixel          # a built 100,000-pixel slide: benchmarks/slides_gigapixel.py
 
 Measured in one run, with the shipped default model (``--checkpoint``), the exact method, on a local Dask cluster
 of ``--workers`` processes of ``--threads`` threads (started before the clock, as a server keeps one):
