@@ -59,7 +59,7 @@ def open_to_outline(slide: Path, checkpoint: Path) -> dict:
     """Seconds of each step the Slide page takes before it draws the outline, and the memory the plan added (MiB,
     this process's peak over its resident size before). Run in a fresh process (:func:`_open_in_child`)."""
     from app.slides.reader import open_slide
-    from app.slides.run import plan_slide
+    from app.slides.run import THUMBNAIL_SIDE, plan_slide
     from app.slides.scale import slide_scale
     from app.ui.slide_page import _outline  # the page's own picture of the outline
 
@@ -68,7 +68,7 @@ def open_to_outline(slide: Path, checkpoint: Path) -> dict:
         start = time.perf_counter()
         with open_slide(slide) as opened:  # the sidebar: levels and scale
             scale = slide_scale(opened.properties)
-            thumbnail_level = opened.best_level(max(opened.dimensions) / 1024)
+            thumbnail_level = opened.best_level(max(opened.dimensions) / THUMBNAIL_SIDE)
         sidebar = time.perf_counter()
         plan = plan_slide(slide, checkpoint, Path(store), scale.microns_per_pixel)
         planned = time.perf_counter()
@@ -139,7 +139,7 @@ class ServerMemory:
     ``peak_mib`` is the largest sum seen."""
 
     def __init__(self, pid: int):
-        import psutil
+        import psutil  # installed with dask's distributed, which the slides need
 
         self.process, self.peak_mib, self.samples = psutil.Process(pid), 0.0, 0
         self._stop = threading.Event()
