@@ -108,7 +108,9 @@ def viewer_tiles(generator, tissue: np.ndarray, count: int, seed: int = 0) -> li
         cols, rows = generator.level_tiles[level]
         order.update(((level, c, r), None) for r in range(rows) for c in range(cols))
     on_tissue = np.argwhere(tissue)
-    while len(order) < count:
+    idle = 0
+    while len(order) < count and idle < 100:  # a slide nearly all fetched already: stop rather than search on
+        before = len(order)
         if len(on_tissue) and rng.random() < 0.8:
             row, col = on_tissue[rng.integers(len(on_tissue))] + rng.random(2)
             y, x = row / tissue.shape[0], col / tissue.shape[1]  # where, as a share of the slide's height, width
@@ -120,6 +122,7 @@ def viewer_tiles(generator, tissue: np.ndarray, count: int, seed: int = 0) -> li
         width = generator.level_dimensions[last][0]
         for step in (1, 2):
             order.update(dict.fromkeys(_viewport(generator, last, x + step * VIEWPORT[0] / width, y)))
+        idle = idle + 1 if len(order) == before else 0
     return list(order)[:count]
 
 
