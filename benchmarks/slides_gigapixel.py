@@ -21,7 +21,9 @@ Measured, on the slide :mod:`benchmarks.gigapixel_slide` builds (cached after th
   open with its outline, and to its first tile drawn. The server's RSS with its children's (``psutil``), sampled
   every 50 ms, and its own peak (``VmHWM``) at the end. The goal is under 1.5 GB.
 
-The load average is printed with the figures: on a shared machine they are only as good as its quiet.
+Before each of the two parts the slide's pages are dropped from the kernel's cache (``posix_fadvise``), so that
+both read it from disk, as a slide not viewed lately is. The load average is printed with the figures: on a shared
+machine they are only as good as its quiet.
 """
 
 from __future__ import annotations
@@ -250,6 +252,17 @@ def _page_in_chromium(stack: contextlib.ExitStack, url: str) -> dict:
     return dict(page_outline_s=outlined - began, page_first_tile_s=time.perf_counter() - began)
 
 
+def _evict(path: Path) -> bool:
+    """Ask the kernel to drop ``path``'s pages from its cache, so that what is measured next reads the slide from
+    disk, as a slide not viewed lately is (this file only: the machine's other work keeps its cache). Whether it
+    could be asked."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    with open(path, "rb") as file:
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    return True
+
+
 @contextlib.contextmanager
 def _environment(**values: str):
     saved = {key: os.environ.get(key) for key in values}
@@ -272,8 +285,10 @@ def gigapixel_report(side: int, checkpoint: Path, tiles: int) -> dict:
     report = dict(slide=path.name, side=side, microns_per_pixel=spec.microns_per_pixel,
                   slide_bytes=path.stat().st_size, built_s=built["build_s"] if built else None,
                   ready_s=time.perf_counter() - started, load_before=os.getloadavg())
+    report["cold"] = _evict(path)
     report.update(_open_in_child(path, checkpoint))
     if tiles:
+        _evict(path)
         report.update(server_while_viewed(path, tiles))
     report["load_after"] = os.getloadavg()
     return report
@@ -282,7 +297,8 @@ def gigapixel_report(side: int, checkpoint: Path, tiles: int) -> dict:
 def print_report(report: dict) -> None:
     side, built = report["side"], report["built_s"]
     print(f"gigapixel slide: {side:,} x {side:,} px at {report['microns_per_pixel']} um/px, "
-          f"{report['slide_bytes'] / 1e6:,.0f} MB ({f'built in {built:.1f} s' if built else 'cached'})")
+          f"{report['slide_bytes'] / 1e6:,.0f} MB ({f'built in {built:.1f} s' if built else 'cached'}); "
+          f"{'read from disk: its pages dropped from the cache before each part' if report['cold'] else 'cached'}")
     verdict = "met" if report["open_to_outline_s"] <= OPEN_GOAL_S else "NOT met"
     print(f"open to tissue outline: {report['open_to_outline_s']:.2f} s (sidebar {report['sidebar_s']:.2f}, plan "
           f"{report['plan_s']:.2f}, store {report['store_s']:.2f}, outline {report['outline_s']:.2f}); thumbnail "
