@@ -2,6 +2,7 @@
 
     python -m benchmarks.slides                      # the CMU demo slide
     python -m benchmarks.slides --slide my.svs --mpp 0.25 --tiles 100 --json out/slides.json
+    python -m benchmarks.slides --gigapixel          # a built 100,000-pixel slide: benchmarks/slides_gigapixel.py
 
 Measured in one run, with the shipped default model (``--checkpoint``), the exact method, on a local Dask cluster
 of ``--workers`` processes of ``--threads`` threads (started before the clock, as a server keeps one):
@@ -111,9 +112,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="Dask worker processes (default 1)")
     parser.add_argument("--threads", type=int, default=2, help="threads per worker (default 2)")
     parser.add_argument("--chunk", type=int, default=None, help="cells per chunk side (default 16)")
-    parser.add_argument("--tiles", type=int, default=50, help="tiles timed (0: none)")
+    parser.add_argument("--tiles", type=int, default=None,
+                        help="tiles timed (default 50; 400 with --gigapixel; 0: none)")
+    parser.add_argument("--gigapixel", type=int, nargs="?", const=100_000, metavar="SIDE",
+                        help="instead: the built gigapixel slide (SIDE px, default 100,000) opened to its tissue "
+                             "outline, and the server's memory while it is viewed (benchmarks.slides_gigapixel)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    if args.tiles is None:
+        args.tiles = 400 if args.gigapixel else 50
+    if args.gigapixel:
+        return gigapixel_main(args)
     if not args.slide.is_file():
         parser.error(f"{args.slide} not found")
     report = dict(cpu=cpu_model(), instruction_set=instruction_sets(), slide=args.slide.name,
@@ -128,6 +137,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiles:
         print(f"tiles ({report['tiles']}, median): made in process {report['tile_in_process_ms']:.1f} ms, fetched "
               f"over HTTP {report['tile_http_ms']:.1f} ms")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def gigapixel_main(args: argparse.Namespace) -> int:
+    from benchmarks.slides_gigapixel import gigapixel_report, print_report
+
+    report = dict(cpu=cpu_model(), instruction_set=instruction_sets(),
+                  **gigapixel_report(args.gigapixel, args.checkpoint, args.tiles))
+    print(f"CPU: {report['cpu']} | {report['instruction_set']}")
+    print_report(report)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
