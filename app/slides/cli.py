@@ -1,14 +1,20 @@
-"""``python -m app.slides SLIDE... --out DIR``: whole slides through the H&E model, cell by cell, on Dask.
+"""``python -m app.slides DIR_OR_SLIDES... --out DIR``: whole slides through the H&E model, cell by cell, on Dask;
+any number of them as one cohort (:mod:`app.slides.cohort`).
 
 For each slide: ``DIR/<stem>.npz`` with the per-cell arrays of ``python -m app.region --npz`` (``probability``,
 ``probabilities``, ``evaluated``, ``tissue``, ``cell_top_left_px`` and ``cell_size_px`` in the slide's level-0
 pixels, ``microns_per_pixel``, ``model_microns_per_pixel``, ``method``, ``class_names``, ``checkpoint``), the
 tumour heatmap over the slide's thumbnail as ``DIR/<stem>.png``, and the tumour regions at 0.5 as
 ``DIR/<stem>.geojson`` that QuPath imports (each 4-connected region of cells one annotation classified "Tumor",
-a MultiPolygon of its cells in level-0 pixels, its mean tumour probability a measurement). Finished chunks are
-kept in ``DIR/.chunks/`` as they finish: the same command again resumes. Progress on stderr, one summary line
-per slide on stdout; a slide, scale or checkpoint that cannot be used ends with ``error: <message>`` and exit
-status 2, no traceback.
+a MultiPolygon of its cells in level-0 pixels, its mean tumour probability a measurement). For the cohort,
+``DIR/summary.csv``: a row per slide (:data:`app.slides.cohort.SUMMARY_COLUMNS`), its numbers or its error.
+Finished chunks are kept in ``DIR/.chunks/`` as they finish: the same command again resumes.
+
+One progress bar over the cohort on stderr (cells, slides, chunks, time left), and Dask's dashboard address where
+the scheduler serves one; one summary line per slide on stdout. A slide that cannot be used is recorded with its
+sentence (``error: <message>`` on stderr, and in the summary) while the others finish, and the exit status is
+then 2; a checkpoint that cannot be used, or a scheduler that does not answer, ends the run with ``error:
+<message>`` and exit status 2. No traceback.
 
 Dask: a ``LocalCluster`` on this machine by default (``--workers``, ``--threads``), or the scheduler at
 ``--scheduler ADDRESS`` (or ``$AAGC_DASK_SCHEDULER``).
@@ -20,7 +26,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections import deque
 from pathlib import Path
 
@@ -29,8 +34,19 @@ from PIL import Image
 
 from models import CheckpointError
 
+from .cohort import (
+    CohortProgress,
+    SchedulerLost,
+    SlideRun,
+    find_slides,
+    plan_cohort,
+    run_cohort,
+    summary_row,
+    write_summary,
+)
+from .provenance import code_sha256
 from .reader import SlideError
-from .run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, run_slide
+from .run import SCHEDULER_ENV, SlidePlan, assemble, local_client
 
 __all__ = ["main", "tumour_regions", "DEFAULT_CHECKPOINT"]
 
@@ -40,7 +56,8 @@ TUMOUR_COLOUR = (200, 0, 0)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app.slides", description=__doc__.splitlines()[0])
-    parser.add_argument("slides", nargs="+", type=Path, help="slide files (.svs, .ndpi, .mrxs, .tif, ...) or images")
+    parser.add_argument("slides", nargs="+", type=Path,
+                        help="slide files (.svs, .ndpi, .mrxs, .tif, ...), images, or folders of them")
     parser.add_argument("--out", type=Path, required=True, help="folder for the .npz, .png and .geojson of each")
     parser.add_argument("--checkpoint", type=Path, default=Path(DEFAULT_CHECKPOINT),
                         help=f"the H&E model (default: {DEFAULT_CHECKPOINT})")
@@ -133,28 +150,65 @@ def write_outputs(plan: SlidePlan, arrays: dict, out: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    client = None
+    client, rows, failed = None, {}, 0
     try:
-        plans = [plan_slide(path, args.checkpoint, args.out / ".chunks", args.mpp, args.chunk) for path in args.slides]
-        client = _client(args)
-        for plan in plans:
-            start = time.perf_counter()
+        runs = plan_cohort(find_slides(args.slides), args.checkpoint, args.out / ".chunks", args.mpp, args.chunk)
+        code = code_sha256()
 
-            def report(done: int, total: int, name: str = plan.slide.name) -> None:
-                print(f"\r{name}: {done}/{total} chunks", end="", file=sys.stderr, flush=True)
+        def finished(run: SlideRun) -> None:
+            nonlocal failed
+            arrays = None
+            if run.error is None:
+                arrays = assemble(run.plan, run.results)
+                summary = write_outputs(run.plan, arrays, args.out)
+                print(f"{_clear()}{run.slide.name}: {summary['cells']} cells evaluated, {summary['tumour']} at tumour "
+                      f"p >= 0.5 in {summary['regions']} regions, {run.plan.scale.sentence}; {run.computed} of "
+                      f"{len(run.plan.chunks)} chunks computed, {run.seconds:.1f} s")
+            else:
+                failed += 1
+                print(f"{_clear()}error: {run.error}", file=sys.stderr)
+            weights = str(run.plan.card.get("weights_sha256") or "") if run.plan else ""
+            rows[run.slide] = summary_row(run, arrays, weights, code)
+            write_summary(args.out / "summary.csv", [rows[r.slide] for r in runs if r.slide in rows])
 
-            results = run_slide(plan, client, report)
+        for run in runs:
+            if run.plan is None:
+                finished(run)
+        if any(run.plan is not None for run in runs):
+            client = _client(args)
+            if dashboard := _dashboard(client):
+                print(f"Dask dashboard: {dashboard}", file=sys.stderr)
+
+            def progress(counts: CohortProgress) -> None:
+                print(f"\r{counts.line()}", end="", file=sys.stderr, flush=True)
+
+            counts = run_cohort(runs, client, address=args.scheduler, progress=progress, finished=finished)
             print(file=sys.stderr)
-            summary = write_outputs(plan, assemble(plan, results), args.out)
-            print(f"{plan.slide.name}: {summary['cells']} cells evaluated, {summary['tumour']} at tumour p >= 0.5 "
-                  f"in {summary['regions']} regions, {plan.scale.sentence}; {time.perf_counter() - start:.1f} s")
-    except (SlideError, CheckpointError, FileNotFoundError, OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+            if len(runs) > 1:
+                computed = sum(run.computed for run in runs)
+                print(f"cohort: {counts.slides_done} of {len(runs)} slides done, {counts.chunks_done} chunks "
+                      f"({counts.chunks_done - computed} read back, {computed} computed), summary in "
+                      f"{args.out.name}/summary.csv")
+    except (SlideError, CheckpointError, SchedulerLost, FileNotFoundError, OSError, ValueError) as err:
+        print(f"{_clear()}error: {err}", file=sys.stderr)
         return 2
     finally:
         if client is not None:
             _close(client)
-    return 0
+    return 2 if failed else 0
+
+
+def _clear() -> str:
+    """Where stderr holds a progress bar: back to the line's start, then erased (an error starts its own line)."""
+    return "\r\033[K" if sys.stderr.isatty() else ""
+
+
+def _dashboard(client) -> str | None:
+    """Dask's dashboard address, where the scheduler serves one."""
+    try:
+        return client.dashboard_link if "dashboard" in client.scheduler_info().get("services", {}) else None
+    except (KeyError, AttributeError):
+        return None
 
 
 def _client(args):

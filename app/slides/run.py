@@ -28,6 +28,7 @@ from .reader import SlideError, open_slide
 from .scale import Scale, slide_scale
 from .store import ChunkStore, file_sha256, store_key
 from .tissue import tissue_mask
+from .workers import prepare_device, worker_device
 
 __all__ = ["SlidePlan", "plan_slide", "run_slide", "start_slide", "assemble", "local_client", "chunk_task",
            "SCHEDULER_ENV", "THUMBNAIL_SIDE"]
@@ -101,9 +102,13 @@ def _has_tissue(grid: SlideGrid, tissue: np.ndarray, ci: int, cj: int) -> bool:
 
 @functools.lru_cache(maxsize=2)
 def _worker_model(checkpoint: str, mtime_ns: int):
-    """The model and card, loaded once per worker process (and again only when the file changes)."""
+    """The model and card, loaded once per worker process (and again only when the file changes), the model on the
+    worker's device: its GPU where it sees one (:mod:`app.slides.workers`)."""
     del mtime_ns
-    return load_checkpoint(checkpoint)
+    model, card = load_checkpoint(checkpoint)
+    device = worker_device()
+    prepare_device(device)
+    return model.to(device), card
 
 
 def chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,

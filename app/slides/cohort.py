@@ -1,0 +1,266 @@
+"""A cohort of slides as one Dask computation: every chunk with tissue of every slide one task, all submitted at
+once, each finished chunk into its slide's store as it arrives, each slide finished (its outputs, its row of the
+summary) as its last chunk arrives.
+
+What a failure costs:
+- a slide that cannot be planned (damaged, no scale, no tissue), or whose chunk raises on a worker, is recorded
+  with its sentence (:class:`SlideRun` ``error``) and the others go on;
+- a worker that dies takes only its running chunks with it: Dask's scheduler gives them to another worker (or to
+  its nanny's new process), and a chunk's result is stored once, by this process, when it arrives;
+- this process killed: the chunks already stored are read back by the next run and not computed again;
+- the scheduler gone: :class:`SchedulerLost`, which names its address; what was stored stays.
+
+Chunks are the tasks (:data:`app.slides.engine.CHUNK_CELLS`, 16 x 16 cells): a chunk of a slide with tissue is
+seconds of a CPU's work, and the scheduler's cost per task is about a millisecond (``python -m benchmarks.slides
+--cohort`` measures both), so scheduling is under 1 % of the work even for a chunk with a tenth of its cells
+evaluated.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from models import CheckpointError
+
+from .engine import ChunkResult
+from .reader import SlideError
+from .run import SlidePlan, chunk_task, plan_slide
+
+__all__ = ["SlideRun", "CohortProgress", "SchedulerLost", "find_slides", "plan_cohort", "run_cohort",
+           "cohort_task", "summary_row", "write_summary", "SUMMARY_COLUMNS", "IMAGE_SUFFIXES"]
+
+# What a folder given on the command line contributes: OpenSlide's formats and pyramidal TIFF
+# (app.slides.library.SUFFIXES), and ordinary images, which are slides of one level.
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg"})
+SUMMARY_COLUMNS = ("slide", "status", "error", "microns_per_pixel", "scale_source", "tissue_mm2", "cells_evaluated",
+                   "mean_tumour_probability", "max_tumour_probability", "tumour_mm2_at_0.5", "chunks",
+                   "chunks_computed", "worker_seconds", "seconds", "weights_sha256", "code_sha256")
+
+
+class SchedulerLost(ConnectionError):
+    """The Dask scheduler stopped answering during a run; the message names its address."""
+
+
+@dataclass
+class SlideRun:
+    """One slide of a cohort as it runs: its plan (None when it could not be planned), its finished chunks, and
+    its error sentence if it failed."""
+
+    slide: Path
+    plan: SlidePlan | None = None
+    error: str | None = None
+    results: dict[tuple[int, int], ChunkResult] = field(default_factory=dict)
+    computed: int = 0  # chunks computed by this run (the rest were read back from the store)
+    worker_seconds: float = 0.0  # the workers' time on this slide's chunks in this run
+    seconds: float | None = None  # from the cohort's start to this slide's last chunk
+
+    @property
+    def finished(self) -> bool:
+        return self.plan is not None and self.error is None and len(self.results) == len(self.plan.chunks)
+
+
+@dataclass
+class CohortProgress:
+    """The cohort's counts as chunks arrive, and its progress bar (:meth:`line`)."""
+
+    slides: int
+    chunks: int
+    cells: int
+    started: float = field(default_factory=time.perf_counter)
+    slides_done: int = 0
+    chunks_done: int = 0
+    cells_done: int = 0
+    cells_read_back: int = 0  # not computed by this run: no part of the rate
+
+    def line(self, now: float | None = None, width: int = 24) -> str:
+        """``[#####-----] 1,200/2,500 cells, 1/3 slides, 6/12 chunks, 40 s left``."""
+        elapsed = (now or time.perf_counter()) - self.started
+        share = self.cells_done / self.cells if self.cells else 1.0
+        bar = "#" * round(width * share) + "-" * (width - round(width * share))
+        computed = self.cells_done - self.cells_read_back
+        if self.cells_done >= self.cells:
+            left = f"done in {elapsed:.1f} s"
+        elif computed > 0:
+            left = f"{(self.cells - self.cells_done) * elapsed / computed:.0f} s left"
+        else:
+            left = "time left unknown"
+        return (f"[{bar}] {self.cells_done:,}/{self.cells:,} cells, {self.slides_done}/{self.slides} slides, "
+                f"{self.chunks_done}/{self.chunks} chunks, {left}")
+
+
+def find_slides(paths: list[Path]) -> list[Path]:
+    """The slides named: files as given, a folder's slides and images (sorted by name, not its subfolders).
+
+    Raises:
+        SlideError: a folder without any slide or image in it.
+    """
+    from .library import SUFFIXES
+
+    found = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            inside = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES | IMAGE_SUFFIXES)
+            if not inside:
+                raise SlideError(f"{path.name}/ holds no slide or image ({', '.join(sorted(SUFFIXES))}, "
+                                 f"{', '.join(sorted(IMAGE_SUFFIXES))})")
+            found.extend(inside)
+        else:
+            found.append(path)
+    return found
+
+
+def plan_cohort(slides: list[Path], checkpoint: Path, store_root: Path, user_mpp: float | None = None,
+                chunk: int | None = None) -> list[SlideRun]:
+    """A :class:`SlideRun` per slide: planned (:func:`app.slides.run.plan_slide`), or its error sentence.
+
+    Raises:
+        CheckpointError: the checkpoint cannot be used (no slide can be run).
+    """
+    runs = []
+    for path in slides:
+        try:
+            runs.append(SlideRun(Path(path), plan_slide(path, checkpoint, store_root, user_mpp, chunk)))
+        except CheckpointError:
+            raise
+        except (SlideError, OSError, ValueError) as err:
+            runs.append(SlideRun(Path(path), error=str(err)))
+    return runs
+
+
+def cohort_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
+                cj: int) -> tuple[ChunkResult, float]:
+    """One chunk on a worker (:func:`app.slides.run.chunk_task`) and the worker's seconds on it."""
+    start = time.perf_counter()
+    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj)
+    return result, time.perf_counter() - start
+
+
+def _cells(plan: SlidePlan, index: tuple[int, int]) -> int:
+    i0, i1, j0, j1 = plan.grid.cell_block(*index)
+    return (i1 - i0) * (j1 - j0)
+
+
+def run_cohort(runs: list[SlideRun], client, *, address: str | None = None,
+               progress: Callable[[CohortProgress], None] | None = None,
+               finished: Callable[[SlideRun], None] | None = None) -> CohortProgress:
+    """Every chunk with tissue of every planned slide of ``runs``: those in their stores read back, the rest
+    computed on ``client`` (a ``dask.distributed.Client``) as one computation and stored as each arrives.
+    ``finished`` is called with each slide as its last chunk is in (or as it fails: its ``error`` set),
+    ``progress`` after each chunk. Returns the final counts.
+
+    Raises:
+        SchedulerLost: the scheduler (at ``address``) stopped answering; the chunks stored so far stay.
+    """
+    from dask.distributed import as_completed
+
+    planned = [run for run in runs if run.plan is not None]
+    counts = CohortProgress(len(planned), sum(len(r.plan.chunks) for r in planned),
+                            sum(_cells(r.plan, index) for r in planned for index in r.plan.chunks))
+    futures, owner = [], {}
+    for run in planned:
+        for index in run.plan.chunks:
+            stored = run.plan.store.get(*index)
+            if stored is not None:
+                run.results[index] = stored
+                counts.chunks_done += 1
+                counts.cells_done += _cells(run.plan, index)
+        counts.cells_read_back = counts.cells_done
+        missing = [index for index in run.plan.chunks if index not in run.results]
+        # Keyed by the store and the chunk, so that two runs of one store on one cluster share the tasks.
+        for ci, cj in missing:
+            future = client.submit(cohort_task, str(run.plan.slide), run.plan.scale.microns_per_pixel,
+                                   str(run.plan.checkpoint), run.plan.grid.chunk, ci, cj,
+                                   key=f"cohort-{run.plan.store.folder.name}-{ci}-{cj}")
+            futures.append(future)
+            owner[future.key] = run
+    for run in planned:
+        if run.finished:
+            _finish(run, counts, finished)
+    if progress:
+        progress(counts)
+    for future in as_completed(futures):
+        run = owner[future.key]
+        if run.error is not None:  # the slide failed already; its other chunks are dropped
+            continue
+        if future.status == "cancelled":
+            raise SchedulerLost(f"the Dask scheduler at {address or 'the local cluster'} stopped answering during "
+                                f"the run; the chunks finished so far are stored, and the same command resumes")
+        if future.status == "error":
+            run.error = f"{run.slide.name}: {_sentence(future.exception())}"
+            client.cancel([other for other in futures if owner[other.key] is run and not other.done()])
+            lost = [index for index in run.plan.chunks if index not in run.results]
+            counts.chunks -= len(lost)
+            counts.cells -= sum(_cells(run.plan, index) for index in lost)
+            counts.slides -= 1
+            if finished:
+                finished(run)
+            continue
+        result, seconds = future.result()
+        run.plan.store.put(result)
+        run.results[result.index] = result
+        run.computed += 1
+        run.worker_seconds += seconds
+        counts.chunks_done += 1
+        counts.cells_done += _cells(run.plan, result.index)
+        if run.finished:
+            _finish(run, counts, finished)
+        if progress:
+            progress(counts)
+    return counts
+
+
+def _finish(run: SlideRun, counts: CohortProgress, finished: Callable[[SlideRun], None] | None) -> None:
+    run.seconds = time.perf_counter() - counts.started
+    counts.slides_done += 1
+    if finished:
+        finished(run)
+
+
+def _sentence(error: BaseException) -> str:
+    """A worker's exception as a sentence: a slide's own (:class:`SlideError`) as it is, any other with its kind."""
+    return str(error) if isinstance(error, SlideError) else f"a chunk failed on a worker ({type(error).__name__}: " \
+                                                            f"{error})"
+
+
+def summary_row(run: SlideRun, arrays: dict | None, weights: str, code: str) -> dict:
+    """The summary's row of one slide (:data:`SUMMARY_COLUMNS`); ``arrays`` from :func:`app.slides.run.assemble`
+    for a finished slide, None for a failed one. Areas in mm^2: the tissue area is the slide's tissue mask
+    (:mod:`app.slides.tissue`, on its thumbnail), the tumour area the evaluated cells at p >= 0.5, each 32 pixels
+    square at the model's scale."""
+    row = dict.fromkeys(SUMMARY_COLUMNS, "")
+    row.update(slide=run.slide.name, status="error" if run.error else "done", error=run.error or "",
+               code_sha256=code)
+    plan = run.plan
+    if plan is None:
+        return row
+    cell_mm2 = (plan.grid.cells.cell * plan.grid.model_microns_per_pixel / 1000) ** 2
+    row.update(microns_per_pixel=f"{plan.scale.microns_per_pixel:.6g}", scale_source=plan.scale.source,
+               chunks=len(plan.chunks), chunks_computed=run.computed, worker_seconds=f"{run.worker_seconds:.2f}",
+               weights_sha256=weights)
+    if arrays is None or run.error:
+        return row
+    evaluated = arrays["evaluated"]
+    tumour = arrays["probabilities"][..., -1][evaluated]
+    (rows, cols), (thumb_rows, thumb_cols) = plan.grid.size, plan.thumbnail.shape[:2]
+    pixel_mm2 = (plan.scale.microns_per_pixel / 1000) ** 2 * (rows / thumb_rows) * (cols / thumb_cols)
+    row.update(tissue_mm2=f"{int(plan.tissue.sum()) * pixel_mm2:.4f}", cells_evaluated=int(evaluated.sum()),
+               mean_tumour_probability=f"{float(tumour.mean()):.6f}" if tumour.size else "",
+               max_tumour_probability=f"{float(tumour.max()):.6f}" if tumour.size else "",
+               **{"tumour_mm2_at_0.5": f"{int((tumour >= 0.5).sum()) * cell_mm2:.4f}"},
+               seconds=f"{run.seconds:.2f}" if run.seconds is not None else "")
+    return row
+
+
+def write_summary(path: Path, rows: list[dict]) -> None:
+    """``rows`` as a CSV with :data:`SUMMARY_COLUMNS`, written whole under a temporary name and renamed into place
+    (a run killed while writing leaves the previous summary)."""
+    temporary = path.with_suffix(".csv.part")
+    with temporary.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=SUMMARY_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    temporary.replace(path)
