@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections import deque
@@ -151,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     client, rows, failed = None, {}, 0
+    # Dask's client logs a lost scheduler as tracebacks while it tries to reconnect; the run says it in a sentence.
+    dask_log = logging.getLogger("distributed")
+    level = dask_log.level
+    dask_log.setLevel(logging.CRITICAL)
     try:
         runs = plan_cohort(find_slides(args.slides), args.checkpoint, args.out / ".chunks", args.mpp, args.chunk)
         code = code_sha256()
@@ -195,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if client is not None:
             _close(client)
+        dask_log.setLevel(level)
     return 2 if failed else 0
 
 
