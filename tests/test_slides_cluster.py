@@ -212,3 +212,25 @@ def test_a_lost_scheduler_is_named_and_a_later_run_resumes(cohort, local_run, tm
     finally:
         first.close()
         second.close()
+
+
+def test_the_slide_page_says_where_its_analyses_run(cluster, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    import app.ui.slide_page as slide_page
+    from app.slides.library import DEMO_FOLDER
+
+    require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path / "no_slides_here"))
+    monkeypatch.setenv("APP_SLIDE_STORE", str(tmp_path / "store"))
+    monkeypatch.setenv("AAGC_DASK_SCHEDULER", cluster.address)
+    try:
+        at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120).run()
+        at = at.sidebar.radio(key="view").set_value("Slide").run()
+        assert not at.exception
+        captions = " ".join(caption.value for caption in at.caption)
+        assert f"Runs on 2 workers, none with a GPU, on the Dask scheduler at {cluster.address}." in captions
+    finally:
+        slide_page._client_for(cluster.address).client.close()
+        slide_page._client_for.clear()
+        slide_page._cluster_sentence.clear()

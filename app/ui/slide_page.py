@@ -29,6 +29,7 @@ from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, start_slide
 from ..slides.scale import slide_scale
 from ..slides.tiles import VENDOR
+from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel
 from .region_page import RegionCell
 
@@ -58,10 +59,15 @@ class SharedClient:
     client: object
 
 
-@st.cache_resource
 def dask_client() -> SharedClient:
     """One Dask client per server process: on ``$AAGC_DASK_SCHEDULER``'s cluster, or a local one it starts."""
-    address = os.environ.get(SCHEDULER_ENV)
+    return _client_for(os.environ.get(SCHEDULER_ENV))
+
+
+@st.cache_resource
+def _client_for(address: str | None) -> SharedClient:
+    """The client for ``address`` (None: a local cluster), kept by its address: a server whose scheduler is changed
+    gets a client of the new one."""
     if address:
         from dask.distributed import Client
 
@@ -203,10 +209,28 @@ def slide_page(loaded: LoadedModel) -> None:
             running_analyses()[plan.store.folder.name] = Analysis(futures, errors)
             st.rerun()
         right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far (kept: an analysis cut short "
-                      "resumes from them).")
+                      f"resumes from them). Runs on {_where()}.")
     if run is not None and run.errors:
         st.error(f"{len(run.errors)} chunk(s) failed: {run.errors[0]}")
     _live_view(plan, entry, mpp, caption, active)
+
+
+def _where() -> str:
+    """Where analyses run, in words: ``$AAGC_DASK_SCHEDULER``'s workers as they are now (``3 workers, 2 with a GPU,
+    on the Dask scheduler at ...``), or the local cluster, which starts with the first analysis."""
+    address = os.environ.get(SCHEDULER_ENV)
+    if not address:
+        return "a local Dask cluster of 1 worker (2 threads), started with the first analysis"
+    try:
+        return _cluster_sentence(address)
+    except OSError as err:
+        return f"the Dask scheduler at {address}, which does not answer now ({err})"
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def _cluster_sentence(address: str) -> str:
+    """The cluster at ``address`` described by its workers, asked at most every 30 s (workers come and go)."""
+    return describe_cluster(cluster_devices(_client_for(address).client), address)
 
 
 @dataclass
