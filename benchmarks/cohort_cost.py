@@ -161,10 +161,9 @@ def cohort_estimate(cells_per_s_per_core: float, macs: float, task_s: float, res
 
 
 def measure(slide: Path, checkpoint: Path, mpp: float | None, chunk: int | None, tasks: int,
-            worker_counts: tuple[int, ...]) -> dict:
-    """Every figure of the module's docstring, in one report."""
-    from benchmarks.slides import analysis_times
-
+            worker_counts: tuple[int, ...], analysis_times) -> dict:
+    """Every figure of the module's docstring, in one report; ``analysis_times`` is
+    ``benchmarks.slides.analysis_times`` (handed in: that module is the entry that calls this one)."""
     report = dict(slide=slide.name)
     for workers, threads in ((1, 2), (2, 1)):
         times = analysis_times(slide, checkpoint, mpp, workers, threads, chunk)
@@ -211,13 +210,15 @@ def print_report(report: dict, cpu: str) -> None:
           f"{e['gpu_implied_tflops']:.1f} TFLOP/s of the H200's 67 of float32)")
 
 
-def main(args) -> int:
-    """The cohort report for ``args`` (``benchmarks.slides``' arguments, with ``tasks`` and ``worker_counts``)."""
+def main(args, analysis_times) -> int:
+    """The cohort report for ``args`` (``benchmarks.slides``' arguments, with ``tasks`` and ``worker_counts``);
+    ``analysis_times``: see :func:`measure`."""
     from benchmarks.browser_latency import cpu_model
     from benchmarks.train_step import instruction_sets
 
     cpu = f"{cpu_model()} | {instruction_sets()}"
-    report = measure(args.slide, args.checkpoint, args.mpp, args.chunk, args.tasks, tuple(args.worker_counts))
+    report = measure(args.slide, args.checkpoint, args.mpp, args.chunk, args.tasks, tuple(args.worker_counts),
+                     analysis_times)
     report.update(cpu=cpu_model(), instruction_set=instruction_sets(), load_average=os.getloadavg()[0])
     print(f"CPU: {cpu} | load average {report['load_average']:.2f}")
     print_report(report, cpu)

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cohort:
         from benchmarks.cohort_cost import main as cohort_main
 
-        return cohort_main(args)
+        return cohort_main(args, analysis_times)
     report = dict(cpu=cpu_model(), instruction_set=instruction_sets(), slide=args.slide.name,
                   workers=args.workers, threads=args.threads)
     report.update(analysis_times(args.slide, args.checkpoint, args.mpp, args.workers, args.threads, args.chunk))

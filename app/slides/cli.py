@@ -180,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             if run.plan is None:
                 finished(run)
         if any(run.plan is not None for run in runs):
-            client = _client(args)
-            if dashboard := _dashboard(client):
-                print(f"Dask dashboard: {dashboard}", file=sys.stderr)
+            # A cohort whose chunks are all stored needs no cluster (the store keeps what it checked: no second read).
+            if any(run.plan.store.get(*index) is None for run in runs if run.plan for index in run.plan.chunks):
+                client = _client(args)
+                if dashboard := _dashboard(client):
+                    print(f"Dask dashboard: {dashboard}", file=sys.stderr)
 
             def progress(counts: CohortProgress) -> None:
                 print(f"\r{counts.line()}", end="", file=sys.stderr, flush=True)

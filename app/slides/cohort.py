@@ -148,7 +148,8 @@ def run_cohort(runs: list[SlideRun], client, *, address: str | None = None,
                progress: Callable[[CohortProgress], None] | None = None,
                finished: Callable[[SlideRun], None] | None = None) -> CohortProgress:
     """Every chunk with tissue of every planned slide of ``runs``: those in their stores read back, the rest
-    computed on ``client`` (a ``dask.distributed.Client``) as one computation and stored as each arrives.
+    computed on ``client`` (a ``dask.distributed.Client``; None will do when every chunk is stored) as one
+    computation and stored as each arrives.
     ``finished`` is called with each slide as its last chunk is in (or as it fails: its ``error`` set),
     ``progress`` after each chunk. Returns the final counts.
 
@@ -182,7 +183,7 @@ def run_cohort(runs: list[SlideRun], client, *, address: str | None = None,
             _finish(run, counts, finished)
     if progress:
         progress(counts)
-    for future in as_completed(futures):
+    for future in as_completed(futures) if futures else ():
         run = owner[future.key]
         if run.error is not None:  # the slide failed already; its other chunks are dropped
             continue
