@@ -4,6 +4,7 @@ damaged chunk found by its checksum and redone; a slide without a scale refused 
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 
@@ -119,3 +120,19 @@ def test_tumour_regions_are_4_connected_cells_with_their_mean():
     first = next(f for f in regions if f["properties"]["measurements"]["Cells"] == 2
                  and f["geometry"]["coordinates"][0][0][0] == [0.0, 0.0])
     assert first["geometry"]["coordinates"][1][0][:2] == [[10.0, 0.0], [20.0, 0.0]], "x is the column, y the row"
+
+
+def test_a_slide_named_twice_runs_once_and_a_copy_shares_its_chunks(mosaic_slide, tmp_path, capsys):
+    copy = tmp_path / "copy.tif"
+    copy.write_bytes(mosaic_slide.read_bytes())
+    out = tmp_path / "out"
+    argv = [str(mosaic_slide), str(mosaic_slide), str(copy), "--out", str(out), "--checkpoint", str(CHECKPOINT),
+            "--chunk", "3"]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [row["slide"] for row in rows] == ["mosaic.tif", "copy.tif"], "named twice, run once"
+    assert all(row["status"] == "done" for row in rows) and "2 of 2 slides done" in stdout
+    stores = list((out / ".chunks").iterdir())
+    assert len(stores) == 1, "one slide's pixels, one store"
+    np.testing.assert_array_equal(np.load(out / "copy.npz")["probability"], np.load(out / "mosaic.npz")["probability"])

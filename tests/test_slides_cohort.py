@@ -70,3 +70,14 @@ def test_the_code_hash_is_the_sha256sum_listing_of_the_numbers_code(tmp_path):
     if shutil.which("sha256sum"):
         shell = subprocess.run(["sha256sum", *hashed], cwd=tmp_path, capture_output=True, text=True, check=True)
         assert shell.stdout == listing, "the listing is sha256sum's"
+
+
+def test_a_file_named_twice_is_one_slide_and_two_files_of_one_name_are_refused(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for path in (tmp_path / "a" / "s.svs", tmp_path / "b" / "s.tif"):
+        path.write_bytes(b"x")
+    assert find_slides([tmp_path / "a", tmp_path / "a" / "s.svs", tmp_path / "a" / ".." / "a" / "s.svs"]) == [
+        tmp_path / "a" / "s.svs"]
+    with pytest.raises(SlideError, match=r"^two slides named s: .* would overwrite each other"):
+        find_slides([tmp_path / "a", tmp_path / "b"])

@@ -93,24 +93,34 @@ class CohortProgress:
 
 
 def find_slides(paths: list[Path]) -> list[Path]:
-    """The slides named: files as given, a folder's slides and images (sorted by name, not its subfolders).
+    """The slides named: files as given, a folder's slides and images (sorted by name, not its subfolders); a file
+    named twice, once.
 
     Raises:
-        SlideError: a folder without any slide or image in it.
+        SlideError: a folder without any slide or image in it; two files of one name (their outputs,
+            ``DIR/<stem>.*``, would overwrite each other).
     """
     from .library import SUFFIXES
 
-    found = []
+    found: dict[Path, Path] = {}
     for path in map(Path, paths):
         if path.is_dir():
             inside = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES | IMAGE_SUFFIXES)
             if not inside:
                 raise SlideError(f"{path.name}/ holds no slide or image ({', '.join(sorted(SUFFIXES))}, "
                                  f"{', '.join(sorted(IMAGE_SUFFIXES))})")
-            found.extend(inside)
         else:
-            found.append(path)
-    return found
+            inside = [path]
+        for slide in inside:
+            found.setdefault(slide.resolve(), slide)
+    stems: dict[str, Path] = {}
+    for slide in found.values():
+        if slide.stem in stems:
+            raise SlideError(f"two slides named {slide.stem}: {stems[slide.stem]} and {slide}; their outputs "
+                             f"({slide.stem}.npz, .png, .geojson) would overwrite each other: give one of them "
+                             "another name or run them apart")
+        stems[slide.stem] = slide
+    return list(found.values())
 
 
 def plan_cohort(slides: list[Path], checkpoint: Path, store_root: Path, user_mpp: float | None = None,
@@ -161,7 +171,9 @@ def run_cohort(runs: list[SlideRun], client, *, address: str | None = None,
     planned = [run for run in runs if run.plan is not None]
     counts = CohortProgress(len(planned), sum(len(r.plan.chunks) for r in planned),
                             sum(_cells(r.plan, index) for r in planned for index in r.plan.chunks))
-    futures, owner = [], {}
+    # A task per chunk missing from its store, keyed by the store and the chunk, so that two runs of one store on
+    # one cluster share the task; two slides of one store (the same file twice, or two copies) share it here.
+    futures, owners = [], {}
     for run in planned:
         for index in run.plan.chunks:
             stored = run.plan.store.get(*index)
@@ -169,49 +181,54 @@ def run_cohort(runs: list[SlideRun], client, *, address: str | None = None,
                 run.results[index] = stored
                 counts.chunks_done += 1
                 counts.cells_done += _cells(run.plan, index)
-        counts.cells_read_back = counts.cells_done
-        missing = [index for index in run.plan.chunks if index not in run.results]
-        # Keyed by the store and the chunk, so that two runs of one store on one cluster share the tasks.
-        for ci, cj in missing:
-            future = client.submit(cohort_task, str(run.plan.slide), run.plan.scale.microns_per_pixel,
-                                   str(run.plan.checkpoint), run.plan.grid.chunk, ci, cj,
-                                   key=f"cohort-{run.plan.store.folder.name}-{ci}-{cj}")
-            futures.append(future)
-            owner[future.key] = run
+        for ci, cj in (index for index in run.plan.chunks if index not in run.results):
+            key = f"cohort-{run.plan.store.folder.name}-{ci}-{cj}"
+            if key not in owners:
+                owners[key] = []
+                futures.append(client.submit(cohort_task, str(run.plan.slide), run.plan.scale.microns_per_pixel,
+                                             str(run.plan.checkpoint), run.plan.grid.chunk, ci, cj, key=key))
+            owners[key].append(run)
+    counts.cells_read_back = counts.cells_done
     for run in planned:
         if run.finished:
             _finish(run, counts, finished)
     if progress:
         progress(counts)
     for future in as_completed(futures) if futures else ():
-        run = owner[future.key]
-        if run.error is not None:  # the slide failed already; its other chunks are dropped
-            continue
-        if future.status == "cancelled":
+        waiting = [run for run in owners[future.key] if run.error is None]  # a failed slide's chunks are dropped
+        if waiting and future.status == "cancelled":
             raise SchedulerLost(f"the Dask scheduler at {address or 'the local cluster'} stopped answering during "
                                 f"the run; the chunks finished so far are stored, and the same command resumes")
-        if future.status == "error":
-            run.error = f"{run.slide.name}: {_sentence(future.exception())}"
-            client.cancel([other for other in futures if owner[other.key] is run and not other.done()])
-            lost = [index for index in run.plan.chunks if index not in run.results]
-            counts.chunks -= len(lost)
-            counts.cells -= sum(_cells(run.plan, index) for index in lost)
-            counts.slides -= 1
-            if finished:
-                finished(run)
+        if waiting and future.status == "error":
+            for run in waiting:
+                _fail(run, f"{run.slide.name}: {_sentence(future.exception())}", counts, finished)
+            client.cancel([other for other in futures if not other.done()
+                           and all(run.error is not None for run in owners[other.key])])
             continue
-        result, seconds = future.result()
-        run.plan.store.put(result)
-        run.results[result.index] = result
-        run.computed += 1
-        run.worker_seconds += seconds
-        counts.chunks_done += 1
-        counts.cells_done += _cells(run.plan, result.index)
-        if run.finished:
-            _finish(run, counts, finished)
-        if progress:
+        for run in waiting:
+            result, seconds = future.result()
+            run.plan.store.put(result)
+            run.results[result.index] = result
+            run.computed += 1
+            run.worker_seconds += seconds
+            counts.chunks_done += 1
+            counts.cells_done += _cells(run.plan, result.index)
+            if run.finished:
+                _finish(run, counts, finished)
+        if progress and waiting:
             progress(counts)
     return counts
+
+
+def _fail(run: SlideRun, error: str, counts: CohortProgress, finished: Callable[[SlideRun], None] | None) -> None:
+    """``run`` failed with ``error``: its chunks still to come leave the cohort's counts."""
+    run.error = error
+    lost = [index for index in run.plan.chunks if index not in run.results]
+    counts.chunks -= len(lost)
+    counts.cells -= sum(_cells(run.plan, index) for index in lost)
+    counts.slides -= 1
+    if finished:
+        finished(run)
 
 
 def _finish(run: SlideRun, counts: CohortProgress, finished: Callable[[SlideRun], None] | None) -> None:
