@@ -40,14 +40,13 @@ from .cohort import (
     SchedulerLost,
     SlideRun,
     find_slides,
-    plan_cohort,
     run_cohort,
     summary_row,
     write_summary,
 )
 from .provenance import code_sha256
 from .reader import SlideError
-from .run import SCHEDULER_ENV, SlidePlan, assemble, local_client
+from .run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide
 
 __all__ = ["main", "tumour_regions", "DEFAULT_CHECKPOINT"]
 
@@ -151,13 +150,21 @@ def write_outputs(plan: SlidePlan, arrays: dict, out: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    client, rows, failed = None, {}, 0
+    client, rows, failed, bar = None, {}, 0, False
     # Dask's client logs a lost scheduler as tracebacks while it tries to reconnect; the run says it in a sentence.
     dask_log = logging.getLogger("distributed")
     level = dask_log.level
     dask_log.setLevel(logging.CRITICAL)
+
+    def end_bar() -> None:
+        """The progress bar's line ended before another line is written: erased on a terminal, else ended."""
+        nonlocal bar
+        if bar:
+            sys.stderr.write("\r\033[K" if sys.stderr.isatty() else "\n")
+        bar = False
+
     try:
-        runs = plan_cohort(find_slides(args.slides), args.checkpoint, args.out / ".chunks", args.mpp, args.chunk)
+        runs = [SlideRun(path) for path in find_slides(args.slides)]
         code = code_sha256()
 
         def finished(run: SlideRun) -> None:
@@ -166,49 +173,50 @@ def main(argv: list[str] | None = None) -> int:
             if run.error is None:
                 arrays = assemble(run.plan, run.results)
                 summary = write_outputs(run.plan, arrays, args.out)
-                print(f"{_clear()}{run.slide.name}: {summary['cells']} cells evaluated, {summary['tumour']} at tumour "
+                end_bar()
+                print(f"{run.slide.name}: {summary['cells']} cells evaluated, {summary['tumour']} at tumour "
                       f"p >= 0.5 in {summary['regions']} regions, {run.plan.scale.sentence}; {run.computed} of "
-                      f"{len(run.plan.chunks)} chunks computed, {run.seconds:.1f} s")
+                      f"{len(run.plan.chunks)} chunks computed, {run.seconds:.1f} s", flush=True)
             else:
                 failed += 1
-                print(f"{_clear()}error: {run.error}", file=sys.stderr)
+                end_bar()
+                print(f"error: {run.error}", file=sys.stderr)
             weights = str(run.plan.card.get("weights_sha256") or "") if run.plan else ""
             rows[run.slide] = summary_row(run, arrays, weights, code)
             write_summary(args.out / "summary.csv", [rows[r.slide] for r in runs if r.slide in rows])
 
-        for run in runs:
-            if run.plan is None:
-                finished(run)
-        if any(run.plan is not None for run in runs):
-            # A cohort whose chunks are all stored needs no cluster (the store keeps what it checked: no second read).
-            if any(run.plan.store.get(*index) is None for run in runs if run.plan for index in run.plan.chunks):
-                client = _client(args)
-                if dashboard := _dashboard(client):
-                    print(f"Dask dashboard: {dashboard}", file=sys.stderr)
+        def connect():
+            nonlocal client
+            client = _client(args)
+            if dashboard := _dashboard(client):
+                end_bar()
+                print(f"Dask dashboard: {dashboard}", file=sys.stderr)
+            return client
 
-            def progress(counts: CohortProgress) -> None:
-                print(f"\r{counts.line()}", end="", file=sys.stderr, flush=True)
+        def progress(counts: CohortProgress) -> None:
+            nonlocal bar
+            print(f"\r{counts.line()}", end="", file=sys.stderr, flush=True)
+            bar = True
 
-            counts = run_cohort(runs, client, address=args.scheduler, progress=progress, finished=finished)
-            print(file=sys.stderr)
-            if len(runs) > 1:
-                computed = sum(run.computed for run in runs)
-                print(f"cohort: {counts.slides_done} of {len(runs)} slides done, {counts.chunks_done} chunks "
-                      f"({counts.chunks_done - computed} read back, {computed} computed), summary in "
-                      f"{args.out.name}/summary.csv")
+        def planner(path: Path) -> SlidePlan:
+            return plan_slide(path, args.checkpoint, args.out / ".chunks", args.mpp, args.chunk)
+
+        counts = run_cohort(runs, connect, planner, address=args.scheduler, progress=progress, finished=finished)
+        end_bar()
+        if len(runs) > 1:
+            computed = sum(run.computed for run in runs)
+            print(f"cohort: {counts.slides_done} of {len(runs)} slides done, {counts.chunks_done} chunks "
+                  f"({counts.chunks_done - computed} read back, {computed} computed), summary in "
+                  f"{args.out.name}/summary.csv")
     except (SlideError, CheckpointError, SchedulerLost, FileNotFoundError, OSError, ValueError) as err:
-        print(f"{_clear()}error: {err}", file=sys.stderr)
+        end_bar()
+        print(f"error: {err}", file=sys.stderr)
         return 2
     finally:
         if client is not None:
             _close(client)
         dask_log.setLevel(level)
     return 2 if failed else 0
-
-
-def _clear() -> str:
-    """Where stderr holds a progress bar: back to the line's start, then erased (an error starts its own line)."""
-    return "\r\033[K" if sys.stderr.isatty() else ""
 
 
 def _dashboard(client) -> str | None:

@@ -1,6 +1,8 @@
-"""A cohort of slides as one Dask computation: every chunk with tissue of every slide one task, all submitted at
-once, each finished chunk into its slide's store as it arrives, each slide finished (its outputs, its row of the
-summary) as its last chunk arrives.
+"""A cohort of slides as one Dask computation: every chunk with tissue of every slide one task, a slide's tasks
+submitted as soon as it is planned (the workers start on the first slide while the next are planned), each
+finished chunk into its slide's store as it arrives, each slide finished (its outputs, its row of the summary) as
+its last chunk arrives, and then let go: the command holds only the slides still running, and the cluster only
+the results not yet taken.
 
 What a failure costs:
 - a slide that cannot be planned (damaged, no scale, no tissue), or whose chunk raises on a worker, is recorded
@@ -28,9 +30,9 @@ from models import CheckpointError
 
 from .engine import ChunkResult
 from .reader import SlideError
-from .run import SlidePlan, chunk_task, plan_slide
+from .run import SlidePlan, chunk_task
 
-__all__ = ["SlideRun", "CohortProgress", "SchedulerLost", "find_slides", "plan_cohort", "run_cohort",
+__all__ = ["SlideRun", "CohortProgress", "SchedulerLost", "find_slides", "plan_run", "run_cohort",
            "cohort_task", "summary_row", "write_summary", "SUMMARY_COLUMNS", "IMAGE_SUFFIXES"]
 
 # What a folder given on the command line contributes: OpenSlide's formats and pyramidal TIFF
@@ -58,9 +60,7 @@ class SlideRun:
     worker_seconds: float = 0.0  # the workers' time on this slide's chunks in this run
     seconds: float | None = None  # from the cohort's start to this slide's last chunk
 
-    @property
-    def finished(self) -> bool:
-        return self.plan is not None and self.error is None and len(self.results) == len(self.plan.chunks)
+    done: bool = False  # its last chunk is in, its outputs written; its chunks are then let go
 
 
 @dataclass
@@ -123,22 +123,19 @@ def find_slides(paths: list[Path]) -> list[Path]:
     return list(found.values())
 
 
-def plan_cohort(slides: list[Path], checkpoint: Path, store_root: Path, user_mpp: float | None = None,
-                chunk: int | None = None) -> list[SlideRun]:
-    """A :class:`SlideRun` per slide: planned (:func:`app.slides.run.plan_slide`), or its error sentence.
+def plan_run(run: SlideRun, planner: Callable[[Path], SlidePlan]) -> None:
+    """``run`` planned by ``planner`` (:func:`app.slides.run.plan_slide` with the run's settings), or its error
+    sentence when its slide cannot be used.
 
     Raises:
         CheckpointError: the checkpoint cannot be used (no slide can be run).
     """
-    runs = []
-    for path in slides:
-        try:
-            runs.append(SlideRun(Path(path), plan_slide(path, checkpoint, store_root, user_mpp, chunk)))
-        except CheckpointError:
-            raise
-        except (SlideError, OSError, ValueError) as err:
-            runs.append(SlideRun(Path(path), error=str(err)))
-    return runs
+    try:
+        run.plan = planner(run.slide)
+    except CheckpointError:
+        raise
+    except (SlideError, OSError, ValueError) as err:
+        run.error = str(err)
 
 
 def cohort_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
@@ -154,70 +151,95 @@ def _cells(plan: SlidePlan, index: tuple[int, int]) -> int:
     return (i1 - i0) * (j1 - j0)
 
 
-def run_cohort(runs: list[SlideRun], client, *, address: str | None = None,
-               progress: Callable[[CohortProgress], None] | None = None,
+def run_cohort(runs: list[SlideRun], connect: Callable[[], object], planner: Callable[[Path], SlidePlan], *,
+               address: str | None = None, progress: Callable[[CohortProgress], None] | None = None,
                finished: Callable[[SlideRun], None] | None = None) -> CohortProgress:
-    """Every chunk with tissue of every planned slide of ``runs``: those in their stores read back, the rest
-    computed on ``client`` (a ``dask.distributed.Client``; None will do when every chunk is stored) as one
-    computation and stored as each arrives.
-    ``finished`` is called with each slide as its last chunk is in (or as it fails: its ``error`` set),
-    ``progress`` after each chunk. Returns the final counts.
+    """Every slide of ``runs`` planned (:func:`plan_run`) and its chunks with tissue submitted, slide after slide, so
+    that the workers start on the first slide while the next ones are planned: the chunks in the slides' stores
+    read back, the rest computed on the client ``connect()`` returns (a ``dask.distributed.Client``, asked for at
+    the first chunk to compute: a cohort whose chunks are all stored needs no cluster) and stored as each arrives.
+
+    ``finished`` is called with each slide when its last chunk is in, before its chunks are let go (a cohort of
+    hundreds of slides holds only those still running), or when it fails (its ``error`` set); ``progress`` as
+    chunks arrive. Returns the final counts.
 
     Raises:
+        CheckpointError: from :func:`plan_run`.
         SchedulerLost: the scheduler (at ``address``) stopped answering; the chunks stored so far stay.
     """
     from dask.distributed import as_completed
 
-    planned = [run for run in runs if run.plan is not None]
-    counts = CohortProgress(len(planned), sum(len(r.plan.chunks) for r in planned),
-                            sum(_cells(r.plan, index) for r in planned for index in r.plan.chunks))
-    # A task per chunk missing from its store, keyed by the store and the chunk, so that two runs of one store on
-    # one cluster share the task; two slides of one store (the same file twice, or two copies) share it here.
-    futures, owners = [], {}
-    for run in planned:
-        for index in run.plan.chunks:
-            stored = run.plan.store.get(*index)
+    counts = CohortProgress(len(runs), 0, 0)
+    client, arriving = None, None
+    # The futures not yet taken, by key: the only references this process keeps, so that a result taken is let go
+    # on the workers too. A key is the store's and the chunk's, so that two runs of one store on one cluster share
+    # the task; two slides of one store in the cohort (a file and its copy) share it here (``owners``).
+    pending: dict[str, object] = {}
+    owners: dict[str, list[SlideRun]] = {}
+    for run in runs:
+        plan_run(run, planner)
+        if run.error is not None:
+            counts.slides -= 1
+            if finished:
+                finished(run)
+            continue
+        plan = run.plan
+        counts.chunks += len(plan.chunks)
+        counts.cells += sum(_cells(plan, index) for index in plan.chunks)
+        for index in plan.chunks:
+            stored = plan.store.get(*index)
             if stored is not None:
                 run.results[index] = stored
                 counts.chunks_done += 1
-                counts.cells_done += _cells(run.plan, index)
-        for ci, cj in (index for index in run.plan.chunks if index not in run.results):
-            key = f"cohort-{run.plan.store.folder.name}-{ci}-{cj}"
+                counts.cells_done += _cells(plan, index)
+                counts.cells_read_back += _cells(plan, index)
+        for ci, cj in (index for index in plan.chunks if index not in run.results):
+            key = f"cohort-{plan.store.folder.name}-{ci}-{cj}"
             if key not in owners:
+                if client is None:
+                    client, arriving = connect(), as_completed()
+                pending[key] = client.submit(cohort_task, str(plan.slide), plan.scale.microns_per_pixel,
+                                             str(plan.checkpoint), plan.grid.chunk, ci, cj, key=key)
+                arriving.add(pending[key])
                 owners[key] = []
-                futures.append(client.submit(cohort_task, str(run.plan.slide), run.plan.scale.microns_per_pixel,
-                                             str(run.plan.checkpoint), run.plan.grid.chunk, ci, cj, key=key))
             owners[key].append(run)
-    counts.cells_read_back = counts.cells_done
-    for run in planned:
-        if run.finished:
+        if len(run.results) == len(plan.chunks):
             _finish(run, counts, finished)
-    if progress:
-        progress(counts)
-    for future in as_completed(futures) if futures else ():
-        waiting = [run for run in owners[future.key] if run.error is None]  # a failed slide's chunks are dropped
-        if waiting and future.status == "cancelled":
-            raise SchedulerLost(f"the Dask scheduler at {address or 'the local cluster'} stopped answering during "
-                                f"the run; the chunks finished so far are stored, and the same command resumes")
-        if waiting and future.status == "error":
-            for run in waiting:
-                _fail(run, f"{run.slide.name}: {_sentence(future.exception())}", counts, finished)
-            client.cancel([other for other in futures if not other.done()
-                           and all(run.error is not None for run in owners[other.key])])
-            continue
-        for run in waiting:
-            result, seconds = future.result()
-            run.plan.store.put(result)
-            run.results[result.index] = result
-            run.computed += 1
-            run.worker_seconds += seconds
-            counts.chunks_done += 1
-            counts.cells_done += _cells(run.plan, result.index)
-            if run.finished:
-                _finish(run, counts, finished)
-        if progress and waiting:
+        for future in arriving.next_batch(block=False) if arriving is not None and arriving.has_ready() else ():
+            _take(future, pending, owners, counts, client, address, finished)
+        if progress:
+            progress(counts)
+    for future in arriving if arriving is not None else ():
+        if _take(future, pending, owners, counts, client, address, finished) and progress:
             progress(counts)
     return counts
+
+
+def _take(future, pending: dict, owners: dict[str, list[SlideRun]], counts: CohortProgress, client,
+          address: str | None, finished: Callable[[SlideRun], None] | None) -> bool:
+    """A finished task's chunk into each waiting slide's store; a failed one fails its slides (their other chunks
+    cancelled); a cancelled one, not by this process, means the scheduler is gone. Whether any slide took it."""
+    pending.pop(future.key, None)
+    waiting = [run for run in owners[future.key] if run.error is None]  # a failed slide's chunks are dropped
+    if waiting and future.status == "cancelled":
+        raise SchedulerLost(f"the Dask scheduler at {address or 'the local cluster'} stopped answering during the "
+                            "run; the chunks finished so far are stored, and the same command resumes")
+    if waiting and future.status == "error":
+        for run in waiting:
+            _fail(run, f"{run.slide.name}: {_sentence(future.exception())}", counts, finished)
+        client.cancel([other for key, other in pending.items() if all(run.error is not None for run in owners[key])])
+        return True
+    for run in waiting:
+        result, seconds = future.result()
+        run.plan.store.put(result)
+        run.results[result.index] = result
+        run.computed += 1
+        run.worker_seconds += seconds
+        counts.chunks_done += 1
+        counts.cells_done += _cells(run.plan, result.index)
+        if len(run.results) == len(run.plan.chunks):
+            _finish(run, counts, finished)
+    return bool(waiting)
 
 
 def _fail(run: SlideRun, error: str, counts: CohortProgress, finished: Callable[[SlideRun], None] | None) -> None:
@@ -229,13 +251,18 @@ def _fail(run: SlideRun, error: str, counts: CohortProgress, finished: Callable[
     counts.slides -= 1
     if finished:
         finished(run)
+    run.results.clear()
 
 
 def _finish(run: SlideRun, counts: CohortProgress, finished: Callable[[SlideRun], None] | None) -> None:
+    """``run``'s last chunk is in: told, then its chunks let go (they are on disk)."""
     run.seconds = time.perf_counter() - counts.started
+    run.done = True
     counts.slides_done += 1
     if finished:
         finished(run)
+    run.results.clear()
+    run.plan.store.forget()
 
 
 def _sentence(error: BaseException) -> str:
