@@ -81,3 +81,38 @@ def test_a_file_named_twice_is_one_slide_and_two_files_of_one_name_are_refused(t
         tmp_path / "a" / "s.svs"]
     with pytest.raises(SlideError, match=r"^two slides named s: .* would overwrite each other"):
         find_slides([tmp_path / "a", tmp_path / "b"])
+
+
+def test_a_slide_whose_chunks_fail_on_a_worker_is_recorded_and_the_others_finish(tmp_path):
+    """The slide is cut short after its plan (as a file replaced while a cohort runs): its chunks fail on the
+    worker with the reader's sentence, its other chunks are dropped, and the next slide finishes."""
+    import numpy as np
+    from dask.distributed import Client
+    from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
+
+    from app.region.demo import PCAM_MPP, pcam_test_mosaic
+    from app.slides.cohort import run_cohort
+    from app.slides.run import plan_slide
+    from models import load_checkpoint
+    from tests.conftest import require_shared
+
+    require_shared(PCAM / "labels.csv", f"{PCAM} not found (pcam_public lives in ../shared/data)")
+    _, card = load_checkpoint(CHECKPOINT)
+    rgb = np.round(pcam_test_mosaic(card, PCAM, count=4).image.transpose(1, 2, 0) * 255).astype(np.uint8)
+    write_pyramid(tmp_path / "cut.tif", np.ascontiguousarray(np.rot90(rgb)), PCAM_MPP)
+    write_pyramid(tmp_path / "whole.tif", rgb, PCAM_MPP)
+
+    def planner(path: Path):
+        plan = plan_slide(path, CHECKPOINT, tmp_path / "store", chunk=2)
+        if path.name == "cut.tif":
+            path.write_bytes(path.read_bytes()[:5000])
+        return plan
+
+    told, runs = [], [SlideRun(tmp_path / "cut.tif"), SlideRun(tmp_path / "whole.tif")]
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        counts = run_cohort(runs, lambda: client, planner, finished=told.append)
+    cut, whole = runs
+    assert cut.error == "cut.tif is neither a slide OpenSlide reads nor an image this app reads" and not cut.done
+    assert whole.error is None and whole.done and whole.computed == len(whole.plan.chunks)
+    assert told == [cut, whole] and (counts.slides, counts.slides_done) == (1, 1)
+    assert counts.chunks == counts.chunks_done == len(whole.plan.chunks), "the cut slide's chunks left the counts"

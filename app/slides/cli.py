@@ -236,7 +236,9 @@ def _client(args):
             return Client(args.scheduler, timeout="10s")
         except OSError as err:
             raise OSError(f"no Dask scheduler answers at {args.scheduler} ({err})") from err
-    return local_client(args.workers, args.threads)
+    # A local cluster's workers log into this command's stderr: a chunk that fails there is said once, in a
+    # sentence, not also as the worker's traceback.
+    return local_client(args.workers, args.threads, silence_logs=logging.CRITICAL)
 
 
 def _close(client) -> None:

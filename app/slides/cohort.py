@@ -226,11 +226,11 @@ def _take(future, pending: dict, owners: dict[str, list[SlideRun]], counts: Coho
                             "run; the chunks finished so far are stored, and the same command resumes")
     if waiting and future.status == "error":
         for run in waiting:
-            _fail(run, f"{run.slide.name}: {_sentence(future.exception())}", counts, finished)
+            _fail(run, _sentence(run, future.exception()), counts, finished)
         client.cancel([other for key, other in pending.items() if all(run.error is not None for run in owners[key])])
         return True
+    result, seconds = future.result() if waiting else (None, 0.0)
     for run in waiting:
-        result, seconds = future.result()
         run.plan.store.put(result)
         run.results[result.index] = result
         run.computed += 1
@@ -265,10 +265,13 @@ def _finish(run: SlideRun, counts: CohortProgress, finished: Callable[[SlideRun]
     run.plan.store.forget()
 
 
-def _sentence(error: BaseException) -> str:
-    """A worker's exception as a sentence: a slide's own (:class:`SlideError`) as it is, any other with its kind."""
-    return str(error) if isinstance(error, SlideError) else f"a chunk failed on a worker ({type(error).__name__}: " \
-                                                            f"{error})"
+def _sentence(run: SlideRun, error: BaseException) -> str:
+    """A worker's exception as a sentence: a slide's own (:class:`SlideError`, which names the file) as it is, any
+    other with the slide's name and the exception's kind (a worker lost three times over one chunk is Dask's
+    ``KilledWorker``)."""
+    if isinstance(error, SlideError):
+        return str(error)
+    return f"{run.slide.name}: a chunk failed on a worker ({type(error).__name__}: {error})"
 
 
 def summary_row(run: SlideRun, arrays: dict | None, weights: str, code: str) -> dict:

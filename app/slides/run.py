@@ -168,13 +168,14 @@ def _submit(plan: SlidePlan, client, indices: list[tuple[int, int]]) -> list:
             for ci, cj in indices]
 
 
-def local_client(workers: int = 1, threads: int = 2):
+def local_client(workers: int = 1, threads: int = 2, **options):
     """A ``dask.distributed`` client on a ``LocalCluster`` of ``workers`` processes of ``threads`` threads each,
-    on this machine only (127.0.0.1), without a dashboard."""
+    on this machine only (127.0.0.1), without a dashboard; ``options`` go to the ``LocalCluster`` (the command line
+    gives ``silence_logs``: its workers' logs are its own stderr)."""
     from dask.distributed import Client, LocalCluster
 
     cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
-                           dashboard_address=None)
+                           dashboard_address=None, **options)
     return Client(cluster)
 
 
