@@ -3,6 +3,7 @@
     python -m benchmarks.slides                      # the CMU demo slide
     python -m benchmarks.slides --slide my.svs --mpp 0.25 --tiles 100 --json out/slides.json
     python -m benchmarks.slides --gigapixel          # a built 100,000-pixel slide: benchmarks/slides_gigapixel.py
+    python -m benchmarks.slides --cohort             # cells/s against the hardware, the scheduler, a cohort on paper
 
 Measured in one run, with the shipped default model (``--checkpoint``), the exact method, on a local Dask cluster
 of ``--workers`` processes of ``--threads`` threads (started before the clock, as a server keeps one):
@@ -118,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead: the built gigapixel slide (SIDE px, default 100,000) opened to its tissue "
                              "outline, and the server's memory while it is viewed (benchmarks.slides_gigapixel)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--cohort", action="store_true",
+                        help="instead: what a slide costs and a cohort on paper (benchmarks/cohort_cost.py)")
+    parser.add_argument("--tasks", type=int, default=2000, help="--cohort: no-op tasks timed per cluster")
+    parser.add_argument("--worker-counts", type=int, nargs="+", default=[1, 2, 4],
+                        help="--cohort: the local clusters' worker processes whose scheduler cost is measured")
     args = parser.parse_args(argv)
     if args.tiles is None:
         args.tiles = 400 if args.gigapixel else 50
@@ -125,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         return gigapixel_main(args)
     if not args.slide.is_file():
         parser.error(f"{args.slide} not found")
+    if args.cohort:
+        from benchmarks.cohort_cost import main as cohort_main
+
+        return cohort_main(args, analysis_times)
     report = dict(cpu=cpu_model(), instruction_set=instruction_sets(), slide=args.slide.name,
                   workers=args.workers, threads=args.threads)
     report.update(analysis_times(args.slide, args.checkpoint, args.mpp, args.workers, args.threads, args.chunk))

@@ -4,7 +4,9 @@ damaged chunk found by its checksum and redone; a slide without a scale refused 
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -36,15 +38,22 @@ def progress_lines(text: str) -> list[str]:
     return [part.strip() for part in text.replace("\r", "\n").splitlines() if "chunks" in part]
 
 
+def chunk_counts(text: str) -> list[tuple[int, int]]:
+    """``(done, total)`` chunks of each state of the progress bar on stderr."""
+    return [tuple(int(v) for v in re.search(r"(\d+)/(\d+) chunks", line).groups()) for line in progress_lines(text)]
+
+
 def test_a_slide_gives_its_cells_heatmap_and_regions_and_resumes_from_its_chunks(mosaic_slide, tmp_path, capsys):
     argv = [str(mosaic_slide), "--out", str(tmp_path), "--checkpoint", str(CHECKPOINT), "--chunk", "3"]
     assert main(argv) == 0
     out, err = capsys.readouterr()
-    total = int(progress_lines(err)[0].split("/")[1].split()[0])
+    total = chunk_counts(err)[0][1]
     assert 4 <= total <= 9, "the chunks with tissue of 3 x 3 (of 3 x 3 cells each; the mosaic's rim is glass)"
-    assert progress_lines(err)[0] == f"mosaic.tif: 0/{total} chunks"
-    assert progress_lines(err)[-1] == f"mosaic.tif: {total}/{total} chunks"
+    assert chunk_counts(err)[0] == (0, total) and chunk_counts(err)[-1] == (total, total)
+    assert progress_lines(err)[0].startswith("[------------------------] 0/") and "0/1 slides" in err
+    assert progress_lines(err)[-1].startswith("[########################] ") and "1/1 slides" in err
     assert out.startswith("mosaic.tif: ") and "recorded in the slide" in out
+    assert f"; {total} of {total} chunks computed" in out
     cells = np.load(tmp_path / "mosaic.npz")
     assert cells["probability"].shape == cells["evaluated"].shape == (7, 7)
     assert np.allclose(cells["cell_size_px"], 32) and cells["cell_top_left_px"][3, 3].tolist() == [128.0, 128.0]
@@ -57,7 +66,8 @@ def test_a_slide_gives_its_cells_heatmap_and_regions_and_resumes_from_its_chunks
 
     # Again: every chunk is read back, none computed.
     assert main(argv) == 0
-    assert progress_lines(capsys.readouterr().err) == [f"mosaic.tif: {total}/{total} chunks"]
+    out, err = capsys.readouterr()
+    assert chunk_counts(err) == [(total, total)] and f"; 0 of {total} chunks computed" in out
     # One chunk lost and one damaged: exactly those two are computed again, and the result is the same.
     lost, damaged = sorted(next((tmp_path / ".chunks").iterdir()).glob("chunk-*.npz"))[:2]
     lost.unlink()
@@ -65,7 +75,8 @@ def test_a_slide_gives_its_cells_heatmap_and_regions_and_resumes_from_its_chunks
     data[len(data) // 2] ^= 0xFF
     damaged.write_bytes(bytes(data))
     assert main(argv) == 0
-    assert progress_lines(capsys.readouterr().err)[0] == f"mosaic.tif: {total - 2}/{total} chunks"
+    out, err = capsys.readouterr()
+    assert chunk_counts(err)[0] == (total - 2, total) and f"; 2 of {total} chunks computed" in out
     again = np.load(tmp_path / "mosaic.npz")
     np.testing.assert_array_equal(again["probability"], cells["probability"])
 
@@ -109,3 +120,19 @@ def test_tumour_regions_are_4_connected_cells_with_their_mean():
     first = next(f for f in regions if f["properties"]["measurements"]["Cells"] == 2
                  and f["geometry"]["coordinates"][0][0][0] == [0.0, 0.0])
     assert first["geometry"]["coordinates"][1][0][:2] == [[10.0, 0.0], [20.0, 0.0]], "x is the column, y the row"
+
+
+def test_a_slide_named_twice_runs_once_and_a_copy_shares_its_chunks(mosaic_slide, tmp_path, capsys):
+    copy = tmp_path / "copy.tif"
+    copy.write_bytes(mosaic_slide.read_bytes())
+    out = tmp_path / "out"
+    argv = [str(mosaic_slide), str(mosaic_slide), str(copy), "--out", str(out), "--checkpoint", str(CHECKPOINT),
+            "--chunk", "3"]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [row["slide"] for row in rows] == ["mosaic.tif", "copy.tif"], "named twice, run once"
+    assert all(row["status"] == "done" for row in rows) and "2 of 2 slides done" in stdout
+    stores = list((out / ".chunks").iterdir())
+    assert len(stores) == 1, "one slide's pixels, one store"
+    np.testing.assert_array_equal(np.load(out / "copy.npz")["probability"], np.load(out / "mosaic.npz")["probability"])

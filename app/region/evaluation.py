@@ -414,6 +414,8 @@ class _Runner:
         self.model, self.image, self.grid, self.layer = model, image, grid, layer
         self.frame = InputFrame.from_card(card, model.group)
         self.dtype = next(model.parameters()).dtype
+        # The model's device (a slide worker's GPU, app.slides.workers): contexts go there, results come back.
+        self.device = next(model.parameters()).device
         self.logits: np.ndarray | None = None  # (rows, cols, classes), made at the first result
         # Per reading, made at the first result: the centres' maps, and every context's whole map summed.
         self.attention: dict[str, np.ndarray] = {}
@@ -424,7 +426,7 @@ class _Runner:
     def _forward(self, contexts: np.ndarray) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
         """``(B, 3, X, Y)`` -> cell logits ``(B, rows, cols, classes)`` and, per reading, attention ``(B, X, Y)``
         (or None)."""
-        x = self.frame.to_network(torch.from_numpy(contexts).to(self.dtype))
+        x = self.frame.to_network(torch.from_numpy(contexts).to(self.dtype)).to(self.device)
         with torch.inference_mode():
             if self.model.output_stride:
                 logits, trace = self.model.position_logits(x, record=(self.layer,) if self.layer else ())
@@ -439,11 +441,15 @@ class _Runner:
                 cells = out[:, None, None, :]
             attention = None
             if self.layer:
-                user = self.frame.attention_to_user(trace.attention[self.layer])
+                parts = trace.attention[self.layer]
+                # The readings in float64 on the CPU, wherever the model ran (the frame's permutations are there).
+                parts = replace(parts, channel=None if parts.channel is None else parts.channel.cpu(),
+                                spatial=None if parts.spatial is None else parts.spatial.cpu())
+                user = self.frame.attention_to_user(parts)
                 # (B, X, Y) per reading: the mean over orientations; alpha+ = 1 - alpha- is derived when shown.
                 attention = {reading: maps.mean(dim=1).float() for reading, maps in reduce_readings(user).items()
                              if reading != "kept"}
-        return cells.double(), attention
+        return cells.double().cpu(), attention
 
     def _store(self, cells: torch.Tensor, attention: dict[str, np.ndarray] | None, i: int, j: int) -> None:
         """One context's or tile's results, its first cell being (i, j); attention: ``(X, Y)`` per reading."""

@@ -1,14 +1,20 @@
-"""``python -m app.slides SLIDE... --out DIR``: whole slides through the H&E model, cell by cell, on Dask.
+"""``python -m app.slides DIR_OR_SLIDES... --out DIR``: whole slides through the H&E model, cell by cell, on Dask;
+any number of them as one cohort (:mod:`app.slides.cohort`).
 
 For each slide: ``DIR/<stem>.npz`` with the per-cell arrays of ``python -m app.region --npz`` (``probability``,
 ``probabilities``, ``evaluated``, ``tissue``, ``cell_top_left_px`` and ``cell_size_px`` in the slide's level-0
 pixels, ``microns_per_pixel``, ``model_microns_per_pixel``, ``method``, ``class_names``, ``checkpoint``), the
 tumour heatmap over the slide's thumbnail as ``DIR/<stem>.png``, and the tumour regions at 0.5 as
 ``DIR/<stem>.geojson`` that QuPath imports (each 4-connected region of cells one annotation classified "Tumor",
-a MultiPolygon of its cells in level-0 pixels, its mean tumour probability a measurement). Finished chunks are
-kept in ``DIR/.chunks/`` as they finish: the same command again resumes. Progress on stderr, one summary line
-per slide on stdout; a slide, scale or checkpoint that cannot be used ends with ``error: <message>`` and exit
-status 2, no traceback.
+a MultiPolygon of its cells in level-0 pixels, its mean tumour probability a measurement). For the cohort,
+``DIR/summary.csv``: a row per slide (:data:`app.slides.cohort.SUMMARY_COLUMNS`), its numbers or its error.
+Finished chunks are kept in ``DIR/.chunks/`` as they finish: the same command again resumes.
+
+One progress bar over the cohort on stderr (cells, slides, chunks, time left), and Dask's dashboard address where
+the scheduler serves one; one summary line per slide on stdout. A slide that cannot be used is recorded with its
+sentence (``error: <message>`` on stderr, and in the summary) while the others finish, and the exit status is
+then 2; a checkpoint that cannot be used, or a scheduler that does not answer, ends the run with ``error:
+<message>`` and exit status 2. No traceback.
 
 Dask: a ``LocalCluster`` on this machine by default (``--workers``, ``--threads``), or the scheduler at
 ``--scheduler ADDRESS`` (or ``$AAGC_DASK_SCHEDULER``).
@@ -18,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
-import time
 from collections import deque
 from pathlib import Path
 
@@ -29,8 +35,18 @@ from PIL import Image
 
 from models import CheckpointError
 
+from .cohort import (
+    CohortProgress,
+    SchedulerLost,
+    SlideRun,
+    find_slides,
+    run_cohort,
+    summary_row,
+    write_summary,
+)
+from .provenance import code_sha256
 from .reader import SlideError
-from .run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, run_slide
+from .run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide
 
 __all__ = ["main", "tumour_regions", "DEFAULT_CHECKPOINT"]
 
@@ -40,7 +56,8 @@ TUMOUR_COLOUR = (200, 0, 0)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app.slides", description=__doc__.splitlines()[0])
-    parser.add_argument("slides", nargs="+", type=Path, help="slide files (.svs, .ndpi, .mrxs, .tif, ...) or images")
+    parser.add_argument("slides", nargs="+", type=Path,
+                        help="slide files (.svs, .ndpi, .mrxs, .tif, ...), images, or folders of them")
     parser.add_argument("--out", type=Path, required=True, help="folder for the .npz, .png and .geojson of each")
     parser.add_argument("--checkpoint", type=Path, default=Path(DEFAULT_CHECKPOINT),
                         help=f"the H&E model (default: {DEFAULT_CHECKPOINT})")
@@ -133,28 +150,81 @@ def write_outputs(plan: SlidePlan, arrays: dict, out: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    client = None
+    client, rows, failed, bar = None, {}, 0, False
+    # Dask's client logs a lost scheduler as tracebacks while it tries to reconnect; the run says it in a sentence.
+    dask_log = logging.getLogger("distributed")
+    level = dask_log.level
+    dask_log.setLevel(logging.CRITICAL)
+
+    def end_bar() -> None:
+        """The progress bar's line ended before another line is written: erased on a terminal, else ended."""
+        nonlocal bar
+        if bar:
+            sys.stderr.write("\r\033[K" if sys.stderr.isatty() else "\n")
+        bar = False
+
     try:
-        plans = [plan_slide(path, args.checkpoint, args.out / ".chunks", args.mpp, args.chunk) for path in args.slides]
-        client = _client(args)
-        for plan in plans:
-            start = time.perf_counter()
+        runs = [SlideRun(path) for path in find_slides(args.slides)]
+        code = code_sha256()
 
-            def report(done: int, total: int, name: str = plan.slide.name) -> None:
-                print(f"\r{name}: {done}/{total} chunks", end="", file=sys.stderr, flush=True)
+        def finished(run: SlideRun) -> None:
+            nonlocal failed
+            arrays = None
+            if run.error is None:
+                arrays = assemble(run.plan, run.results)
+                summary = write_outputs(run.plan, arrays, args.out)
+                end_bar()
+                print(f"{run.slide.name}: {summary['cells']} cells evaluated, {summary['tumour']} at tumour "
+                      f"p >= 0.5 in {summary['regions']} regions, {run.plan.scale.sentence}; {run.computed} of "
+                      f"{len(run.plan.chunks)} chunks computed, {run.seconds:.1f} s", flush=True)
+            else:
+                failed += 1
+                end_bar()
+                print(f"error: {run.error}", file=sys.stderr)
+            weights = str(run.plan.card.get("weights_sha256") or "") if run.plan else ""
+            rows[run.slide] = summary_row(run, arrays, weights, code)
+            write_summary(args.out / "summary.csv", [rows[r.slide] for r in runs if r.slide in rows])
 
-            results = run_slide(plan, client, report)
-            print(file=sys.stderr)
-            summary = write_outputs(plan, assemble(plan, results), args.out)
-            print(f"{plan.slide.name}: {summary['cells']} cells evaluated, {summary['tumour']} at tumour p >= 0.5 "
-                  f"in {summary['regions']} regions, {plan.scale.sentence}; {time.perf_counter() - start:.1f} s")
-    except (SlideError, CheckpointError, FileNotFoundError, OSError, ValueError) as err:
+        def connect():
+            nonlocal client
+            client = _client(args)
+            if dashboard := _dashboard(client):
+                end_bar()
+                print(f"Dask dashboard: {dashboard}", file=sys.stderr)
+            return client
+
+        def progress(counts: CohortProgress) -> None:
+            nonlocal bar
+            print(f"\r{counts.line()}", end="", file=sys.stderr, flush=True)
+            bar = True
+
+        def planner(path: Path) -> SlidePlan:
+            return plan_slide(path, args.checkpoint, args.out / ".chunks", args.mpp, args.chunk)
+
+        counts = run_cohort(runs, connect, planner, address=args.scheduler, progress=progress, finished=finished)
+        end_bar()
+        if len(runs) > 1:
+            computed = sum(run.computed for run in runs)
+            print(f"cohort: {counts.slides_done} of {len(runs)} slides done, {counts.chunks_done} chunks "
+                  f"({counts.chunks_done - computed} read back, {computed} computed), summary in "
+                  f"{args.out.name}/summary.csv")
+    except (SlideError, CheckpointError, SchedulerLost, FileNotFoundError, OSError, ValueError) as err:
+        end_bar()
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:
         if client is not None:
             _close(client)
-    return 0
+        dask_log.setLevel(level)
+    return 2 if failed else 0
+
+
+def _dashboard(client) -> str | None:
+    """Dask's dashboard address, where the scheduler serves one."""
+    try:
+        return client.dashboard_link if "dashboard" in client.scheduler_info().get("services", {}) else None
+    except (KeyError, AttributeError):
+        return None
 
 
 def _client(args):
@@ -166,7 +236,9 @@ def _client(args):
             return Client(args.scheduler, timeout="10s")
         except OSError as err:
             raise OSError(f"no Dask scheduler answers at {args.scheduler} ({err})") from err
-    return local_client(args.workers, args.threads)
+    # A local cluster's workers log into this command's stderr: a chunk that fails there is said once, in a
+    # sentence, not also as the worker's traceback.
+    return local_client(args.workers, args.threads, silence_logs=logging.CRITICAL)
 
 
 def _close(client) -> None:

@@ -28,6 +28,7 @@ from .reader import SlideError, open_slide
 from .scale import Scale, slide_scale
 from .store import ChunkStore, file_sha256, store_key
 from .tissue import tissue_mask
+from .workers import prepare_device, worker_device
 
 __all__ = ["SlidePlan", "plan_slide", "run_slide", "start_slide", "assemble", "local_client", "chunk_task",
            "SCHEDULER_ENV", "THUMBNAIL_SIDE"]
@@ -105,9 +106,13 @@ def _tissue_share(grid: SlideGrid, tissue: np.ndarray, ci: int, cj: int) -> floa
 
 @functools.lru_cache(maxsize=2)
 def _worker_model(checkpoint: str, mtime_ns: int):
-    """The model and card, loaded once per worker process (and again only when the file changes)."""
+    """The model and card, loaded once per worker process (and again only when the file changes), the model on the
+    worker's device: its GPU where it sees one (:mod:`app.slides.workers`)."""
     del mtime_ns
-    return load_checkpoint(checkpoint)
+    model, card = load_checkpoint(checkpoint)
+    device = worker_device()
+    prepare_device(device)
+    return model.to(device), card
 
 
 def chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
@@ -167,13 +172,14 @@ def _submit(plan: SlidePlan, client, indices: list[tuple[int, int]]) -> list:
             for ci, cj in indices]
 
 
-def local_client(workers: int = 1, threads: int = 2):
+def local_client(workers: int = 1, threads: int = 2, **options):
     """A ``dask.distributed`` client on a ``LocalCluster`` of ``workers`` processes of ``threads`` threads each,
-    on this machine only (127.0.0.1), without a dashboard."""
+    on this machine only (127.0.0.1), without a dashboard; ``options`` go to the ``LocalCluster`` (the command line
+    gives ``silence_logs``: its workers' logs are its own stderr)."""
     from dask.distributed import Client, LocalCluster
 
     cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
-                           dashboard_address=None)
+                           dashboard_address=None, **options)
     return Client(cluster)
 
 

@@ -99,6 +99,11 @@ class ChunkStore:
         self._held[ci, cj] = (_signature(path), result)
         return result
 
+    def forget(self) -> None:
+        """Let go of the chunks this process holds (a cohort's finished slide): they stay on disk, read again if
+        asked for."""
+        self._held.clear()
+
     def done(self) -> set[tuple[int, int]]:
         """The chunks stored whole with matching checksums."""
         found = set()

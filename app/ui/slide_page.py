@@ -32,6 +32,7 @@ from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, start_slide
 from ..slides.scale import slide_scale
 from ..slides.tiles import VENDOR
+from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel
 from .region_page import RegionCell
 
@@ -56,9 +57,8 @@ _VIEWER = st.components.v2.component(
 )
 
 
-def _connect():
-    """A Dask client on ``$AAGC_DASK_SCHEDULER``'s cluster, or on a local one it starts."""
-    address = os.environ.get(SCHEDULER_ENV)
+def _connect(address: str | None):
+    """A Dask client on the scheduler at ``address``, or (None) on a local cluster it starts."""
     if address:
         from dask.distributed import Client
 
@@ -70,32 +70,35 @@ def _connect():
     return client
 
 
-_CONNECTING: list[Future] = []  # the server's one connection, once started
+_CONNECTIONS: dict[str | None, Future] = {}  # scheduler address (None: the local cluster) -> the client, connecting
 _LOCK = threading.Lock()
 
 
 def _connecting() -> Future:
-    """The server's one Dask client, connected in a background thread from the first time a slide can be analysed:
-    a local cluster takes seconds to start, which the user spends looking at the slide, not after asking for an
-    analysis."""
+    """The server's Dask client for ``$AAGC_DASK_SCHEDULER`` (or its local cluster), connected in a background thread
+    from the first time a slide can be analysed: a local cluster takes seconds to start, which the user spends
+    looking at the slide, not after asking for an analysis. A server whose scheduler is changed connects anew."""
+    address = os.environ.get(SCHEDULER_ENV) or None
     with _LOCK:
-        if not _CONNECTING:
-            _CONNECTING.append(ThreadPoolExecutor(1, thread_name_prefix="dask-client").submit(_connect))
-        return _CONNECTING[0]
+        if address not in _CONNECTIONS:
+            _CONNECTIONS[address] = ThreadPoolExecutor(1, thread_name_prefix="dask-client").submit(_connect, address)
+        return _CONNECTIONS[address]
 
 
 def close_dask_client() -> None:
-    """Close the server's Dask client, and the local cluster it started, where one was started (``app/server.py``,
-    when the server stops)."""
+    """Close the server's Dask clients, and the local cluster it started, where any (``app/server.py``, when the
+    server stops)."""
     with _LOCK:
-        connecting = _CONNECTING.pop() if _CONNECTING else None
-    if connecting is None or connecting.exception() is not None:
-        return
-    client = connecting.result()
-    cluster = client.cluster
-    client.close()
-    if cluster is not None:  # a local one, which this server started
-        cluster.close()
+        connections = list(_CONNECTIONS.values())
+        _CONNECTIONS.clear()
+    for connecting in connections:
+        if connecting.exception() is not None:
+            continue
+        client = connecting.result()
+        cluster = client.cluster
+        client.close()
+        if cluster is not None:  # a local one, which this server started
+            cluster.close()
 
 
 def dask_client():
@@ -109,8 +112,9 @@ def dask_client():
         return connecting.result()
     except Exception:
         with _LOCK:  # the next call tries again
-            if _CONNECTING and _CONNECTING[0] is connecting:
-                _CONNECTING.clear()
+            for address, made in list(_CONNECTIONS.items()):
+                if made is connecting:
+                    del _CONNECTIONS[address]
         raise
 
 
@@ -287,10 +291,32 @@ def slide_page(loaded: LoadedModel) -> None:
             running_analyses()[plan.store.folder.name] = Analysis(futures, errors)
             st.rerun()
         right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far (kept: an analysis cut short "
-                      "resumes from them).")
+                      f"resumes from them). Runs on {_where()}.")
     if run is not None and run.errors:
         st.error(f"{len(run.errors)} chunk(s) failed: {run.errors[0]}")
     _live_view(plan, entry, mpp, caption, active)
+
+
+def _where() -> str:
+    """Where analyses run, in words: the cluster's workers as they are now (``3 workers, 2 with a GPU, on the Dask
+    scheduler at ...``), or, while the client still connects, what it connects to."""
+    address = os.environ.get(SCHEDULER_ENV)
+    connecting = _connecting()
+    if not connecting.done():
+        return f"the Dask scheduler at {address} (connecting)" if address else "a local Dask cluster (starting)"
+    if connecting.exception() is not None:
+        return f"the Dask scheduler at {address}, which does not answer now ({connecting.exception()})"
+    return _cluster_sentence(address or "")
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def _cluster_sentence(address: str) -> str:
+    """The cluster's workers described (``address``: the scheduler's, "" for the local cluster), asked at most every
+    30 s (workers come and go)."""
+    try:
+        return describe_cluster(cluster_devices(dask_client()), address or None)
+    except OSError as err:
+        return f"the Dask scheduler at {address}, which does not answer now ({err})"
 
 
 @dataclass
