@@ -12,10 +12,10 @@ What a failure costs:
 - this process killed: the chunks already stored are read back by the next run and not computed again;
 - the scheduler gone: :class:`SchedulerLost`, which names its address; what was stored stays.
 
-Chunks are the tasks (:data:`app.slides.engine.CHUNK_CELLS`, 16 x 16 cells): a chunk of a slide with tissue is
+Chunks are the tasks (:data:`app.slides.engine.CHUNK_CELLS`, 8 x 8 cells): a chunk of a slide with tissue is
 seconds of a CPU's work, and the scheduler's cost per task is about a millisecond (``python -m benchmarks.slides
---cohort`` measures both), so scheduling is under 1 % of the work even for a chunk with a tenth of its cells
-evaluated.
+--cohort`` measures both), so scheduling is about 0.1 % of the work (docs/slides.md, "Chunks as tasks"; GPU workers
+take ``--chunk 32``).
 """
 
 from __future__ import annotations
