@@ -43,6 +43,7 @@ VIEWER_HEIGHT_PX = 620
 TUMOUR = "tumour"
 REFRESH_S = 0.5  # how often a running analysis's finished chunks are looked for
 PLANNING_LOOK_S = 0.2  # how often the page looks whether a slide's plan is made
+WORKER_NICENESS = 10  # of the local cluster's worker process, against the server's
 OPENED = "slide-cell-opened"
 UPLOADS = "slide-uploads"  # this session's uploaded slides: upload file id -> entry
 OVERLAY_OPACITY = 0.55
@@ -65,6 +66,9 @@ def _connect(address: str | None):
         client = Client(address, timeout="10s")
     else:
         client = local_client(workers=1, threads=2)
+        # The server's own worker process yields the cores to the server: its start-up (and later its chunks) never
+        # slow the tiles and pages the server sends meanwhile, and it has every cycle they leave.
+        client.run(os.nice, WORKER_NICENESS)
     # Each worker imports the engine (PyTorch with it) now, not when the first chunk comes: 1.1 s sooner.
     client.run(importlib.import_module, "app.slides.run")
     return client
