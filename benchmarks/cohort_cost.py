@@ -17,6 +17,10 @@ Measured on this machine, with its CPU and instruction set named beside every fi
   chunk's arrays, pickled as Dask sends them); the slide's pixels are read by the worker from the slide's file,
   not sent.
 
+With ``--gpu`` instead (:func:`device_check`): the slide on a worker's GPU against the CPU, its cells/s, the whole
+slide's seconds and the largest difference of the probabilities; where there is no GPU it says so and measures
+nothing (``--device cpu`` runs the same path on the CPU).
+
 From these, on paper (:func:`cohort_estimate`): Camelyon16's 399 slides on 8 CPU machines and on 4 GPUs, every
 assumption printed with it. No GPU here: the GPU figure is an estimate from the project's own H200 training
 throughput of the shipped model (docs/training.md), said so where it is printed.
@@ -183,6 +187,43 @@ def measure(slide: Path, checkpoint: Path, mpp: float | None, chunk: int | None,
     return report
 
 
+def device_check(slide: Path, checkpoint: Path, mpp: float | None, chunk: int | None, device=None) -> dict:
+    """The slide evaluated whole on ``device`` (default: a worker's, :func:`app.slides.workers.worker_device`: its
+    GPU where it sees one) and on the CPU, in this process, chunk by chunk: the largest difference of the tumour
+    probabilities, and the device's cells/s and whole-slide seconds (after one chunk of warm-up)."""
+    import torch
+
+    from app.slides.engine import evaluate_chunk
+    from app.slides.reader import open_slide
+    from app.slides.workers import prepare_device, worker_device
+    from models import load_checkpoint
+
+    device = torch.device(device) if device is not None else worker_device()
+    prepare_device(device)
+    with tempfile.TemporaryDirectory() as store:
+        plan = plan_slide(slide, checkpoint, Path(store), mpp, chunk)
+    on_cpu, card = load_checkpoint(checkpoint)
+    on_device = load_checkpoint(checkpoint)[0].to(device)
+    with open_slide(slide) as opened:
+        evaluate_chunk(on_device, card, opened, plan.grid, *plan.chunks[0])  # warm-up: kernels chosen, memory taken
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        results = [evaluate_chunk(on_device, card, opened, plan.grid, *index) for index in plan.chunks]
+        seconds = time.perf_counter() - start  # each chunk's results are on the CPU when it returns: synchronised
+        cells, largest = 0, 0.0
+        for index, result in zip(plan.chunks, results, strict=True):
+            reference = evaluate_chunk(on_cpu, card, opened, plan.grid, *index)
+            shown = result.evaluated
+            cells += int(shown.sum())
+            if shown.any():
+                difference = np.abs(result.probabilities[shown] - reference.probabilities[shown]).max()
+                largest = max(largest, float(difference))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "the CPU"
+    return dict(device=str(device), device_name=name, device_cells=cells, device_seconds=seconds,
+                device_cells_per_s=cells / seconds, largest_difference=largest)
+
+
 def print_report(report: dict, cpu: str) -> None:
     """The report as lines, the CPU and instruction set beside every measured figure."""
     print(f"{report['slide']}, {report['cells']:,} cells: {report['cells_per_s_1x2']:.1f} cells/s with 1 worker x "
@@ -217,11 +258,31 @@ def main(args, analysis_times) -> int:
     from benchmarks.train_step import instruction_sets
 
     cpu = f"{cpu_model()} | {instruction_sets()}"
+    if args.gpu:
+        return _gpu_main(args, cpu)
     report = measure(args.slide, args.checkpoint, args.mpp, args.chunk, args.tasks, tuple(args.worker_counts),
                      analysis_times)
     report.update(cpu=cpu_model(), instruction_set=instruction_sets(), load_average=os.getloadavg()[0])
     print(f"CPU: {cpu} | load average {report['load_average']:.2f}")
     print_report(report, cpu)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def _gpu_main(args, cpu: str) -> int:
+    """``--gpu``: :func:`device_check` on a worker's device, where it is a GPU."""
+    from app.slides.workers import worker_device
+
+    if worker_device().type != "cuda" and args.device is None:
+        print(f"no GPU here (PyTorch sees no CUDA device): nothing measured [{cpu}]")
+        return 0
+    report = device_check(args.slide, args.checkpoint, args.mpp, args.chunk, args.device)
+    print(f"{args.slide.name} on {report['device_name']} ({report['device']}), float32 without TF32: "
+          f"{report['device_cells']:,} cells in {report['device_seconds']:.1f} s, {report['device_cells_per_s']:,.0f} "
+          f"cells/s; the tumour probabilities differ from the CPU's by at most {report['largest_difference']:.1e} "
+          f"[the CPU: {cpu}]")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")

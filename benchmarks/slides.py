@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=2000, help="--cohort: no-op tasks timed per cluster")
     parser.add_argument("--worker-counts", type=int, nargs="+", default=[1, 2, 4],
                         help="--cohort: the local clusters' worker processes whose scheduler cost is measured")
+    parser.add_argument("--gpu", action="store_true",
+                        help="with --cohort: the slide on a worker's GPU against the CPU (cells/s, the difference)")
+    parser.add_argument("--device", default=None, help="--gpu: this device instead of a worker's (cpu checks the path)")
     args = parser.parse_args(argv)
     if args.tiles is None:
         args.tiles = 400 if args.gigapixel else 50

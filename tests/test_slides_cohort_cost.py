@@ -51,3 +51,22 @@ def test_the_cohort_benchmark_measures_cells_the_hardware_the_scheduler_and_esti
     assert all(line.endswith("]") and "instruction set: PyTorch" in line for line in lines[1:6]), \
         "the CPU and instruction set beside every measured figure"
     assert "ESTIMATED" in printed and "not measured" in printed
+
+
+def test_the_gpu_check_runs_the_workers_device_path_and_says_when_there_is_no_gpu(tmp_path, monkeypatch, capsys):
+    """Where there is no GPU it says so; pointed at the CPU, the device path gives the CPU's probabilities exactly
+    (what a GPU is measured against)."""
+    require_shared(PCAM / "labels.csv", f"{PCAM} not found (pcam_public lives in ../shared/data)")
+    _, card = load_checkpoint(CHECKPOINT)
+    slide = tmp_path / "mosaic.tif"
+    write_pyramid(slide, np.round(pcam_test_mosaic(card, PCAM, count=4).image.transpose(1, 2, 0) * 255)
+                  .astype(np.uint8), PCAM_MPP)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--cohort", "--gpu", "--slide", str(slide), "--chunk", "2"]) == 0
+    assert capsys.readouterr().out.startswith("no GPU here (PyTorch sees no CUDA device): nothing measured [")
+    out = tmp_path / "gpu.json"
+    assert main(["--cohort", "--gpu", "--device", "cpu", "--slide", str(slide), "--chunk", "2", "--json",
+                 str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["device_cells"] > 0 and report["largest_difference"] == 0.0
+    assert "differ from the CPU's by at most 0.0e+00" in capsys.readouterr().out

@@ -49,8 +49,11 @@ class SchedulerLost(ConnectionError):
 
 @dataclass
 class SlideRun:
-    """One slide of a cohort as it runs: its plan (None when it could not be planned), its finished chunks, and
-    its error sentence if it failed."""
+    """One slide of a cohort as it runs: its plan, its finished chunks, and its error sentence if it failed.
+
+    The plan is there while the slide runs: None before it is planned or when it could not be, and let go (with
+    its thumbnail, the most of it) once the slide is done or has failed and its outputs and summary row are
+    written, so that a cohort of hundreds of slides holds only those still running."""
 
     slide: Path
     plan: SlidePlan | None = None
@@ -252,6 +255,7 @@ def _fail(run: SlideRun, error: str, counts: CohortProgress, finished: Callable[
     if finished:
         finished(run)
     run.results.clear()
+    run.plan = None
 
 
 def _finish(run: SlideRun, counts: CohortProgress, finished: Callable[[SlideRun], None] | None) -> None:
@@ -263,6 +267,7 @@ def _finish(run: SlideRun, counts: CohortProgress, finished: Callable[[SlideRun]
         finished(run)
     run.results.clear()
     run.plan.store.forget()
+    run.plan = None
 
 
 def _sentence(run: SlideRun, error: BaseException) -> str:
