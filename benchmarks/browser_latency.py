@@ -106,6 +106,7 @@ from benchmarks.concurrent_sessions import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
     FILE_INPUT,
+    environment,
     free_port,
     streamlit_server,
     upload_pixels,
@@ -643,21 +644,6 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
     return result
 
 
-@contextlib.contextmanager
-def _environment(**values: str):
-    """Environment variables set for what starts inside (the server), restored after."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def cpu_model() -> str:
     """The CPU's marketing name (``/proc/cpuinfo``), or what :mod:`platform` knows."""
     with contextlib.suppress(OSError):
@@ -690,7 +676,7 @@ def run(folder: Path, pages: list[str], keys: list[str], repeats: int, quiet_ms:
         # The browser is up before the server: the cold navigation follows the health answer at once.
         deadline = time.monotonic() + timeout_s
         if "slide" in pages:  # a store of its own, empty: the analysis is timed from nothing done
-            stack.enter_context(_environment(APP_SLIDE_STORE=str(workdir / "slide-store")))
+            stack.enter_context(environment(APP_SLIDE_STORE=str(workdir / "slide-store")))
         _, url = stack.enter_context(streamlit_server(folder, workdir / "streamlit.log", port or free_port(),
                                                       deadline))
         cold = run_action(session, "he", ACTIONS[0], 1, url, workdir)

@@ -148,6 +148,22 @@ class SessionResult:
     nearest_other_distance: float | None = None
 
 
+@contextlib.contextmanager
+def environment(**values: str):
+    """Environment variables set for what starts inside (a server started by :func:`streamlit_server` inherits
+    them), restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

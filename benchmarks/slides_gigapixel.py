@@ -45,7 +45,14 @@ from pathlib import Path
 import numpy as np
 
 from app.slides.tiles import TILE_SIZE
-from benchmarks.concurrent_sessions import CHROMIUM, CHROMIUM_ARGS, free_port, proc_status, streamlit_server
+from benchmarks.concurrent_sessions import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    environment,
+    free_port,
+    proc_status,
+    streamlit_server,
+)
 from benchmarks.gigapixel_slide import GigapixelSpec, gigapixel_slide
 
 __all__ = ["gigapixel_report", "open_to_outline", "viewer_tiles", "print_report"]
@@ -185,7 +192,7 @@ def server_while_viewed(slide: Path, count: int) -> dict:
     addresses = viewer_tiles(generator, tissue, 2 * count)
     one_by_one, together = addresses[:count], addresses[count:]
     deep_zoom.cache_clear()  # the server opens its own
-    with tempfile.TemporaryDirectory(prefix="gigapixel-server-") as folder, _environment(
+    with tempfile.TemporaryDirectory(prefix="gigapixel-server-") as folder, environment(
             APP_SLIDES=folder, APP_SLIDE_STORE=str(Path(folder) / "store")):
         (Path(folder) / slide.name).symlink_to(slide)
         from app.slides.library import list_slides
@@ -260,20 +267,6 @@ def _evict(path: Path) -> bool:
     with open(path, "rb") as file:
         os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     return True
-
-
-@contextlib.contextmanager
-def _environment(**values: str):
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def gigapixel_report(side: int, checkpoint: Path, tiles: int) -> dict:
