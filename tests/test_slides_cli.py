@@ -136,3 +136,26 @@ def test_a_slide_named_twice_runs_once_and_a_copy_shares_its_chunks(mosaic_slide
     stores = list((out / ".chunks").iterdir())
     assert len(stores) == 1, "one slide's pixels, one store"
     np.testing.assert_array_equal(np.load(out / "copy.npz")["probability"], np.load(out / "mosaic.npz")["probability"])
+
+
+def test_an_image_gives_region_modes_cells_through_the_slide_engine(tmp_path, capsys):
+    """One engine on an image: ``python -m app.slides IMAGE --mpp X`` (the image a slide of one level, its cells in
+    chunks on Dask) gives ``python -m app.region IMAGE --mpp X --npz``'s cells: the same grid, tissue and
+    probabilities (to float32 round-off of the resampling's summation order), where the slide's tissue mask sends
+    chunks to be evaluated."""
+    from app.region.cli import main as region_main
+
+    region = Image.open(REPO / "app" / "gallery" / "region_cmu1.jpg").crop((500, 1000, 1460, 1800))
+    image = tmp_path / "cmu_crop.png"
+    region.save(image)  # lossless: both commands decode the same pixels
+    assert region_main([str(image), "--mpp", "0.499", "--npz", str(tmp_path / "region.npz")]) == 0
+    assert main([str(image), "--mpp", "0.499", "--out", str(tmp_path / "slides"), "--checkpoint", str(CHECKPOINT)]) == 0
+    capsys.readouterr()
+    by_region, by_slide = np.load(tmp_path / "region.npz"), np.load(tmp_path / "slides" / "cmu_crop.npz")
+    for key in ("cell_top_left_px", "cell_size_px", "microns_per_pixel", "model_microns_per_pixel"):
+        np.testing.assert_allclose(by_slide[key], by_region[key], rtol=0, atol=1e-9, err_msg=key)
+    np.testing.assert_array_equal(by_slide["tissue"] > 0, by_region["tissue"] > 0)
+    both = by_slide["evaluated"] & by_region["evaluated"]
+    assert np.array_equal(both, by_slide["evaluated"]), "the slide evaluates only cells region mode evaluates"
+    assert both.sum() >= 0.9 * by_region["evaluated"].sum(), "its tissue mask leaves out little of the crop"
+    np.testing.assert_allclose(by_slide["probabilities"][both], by_region["probabilities"][both], rtol=0, atol=1e-5)
