@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.slides.run import chunk_task, plan_slide
+from app.slides.run import chunk_task, close_client, plan_slide, timed_chunk_task
 
 REPO = Path(__file__).resolve().parents[1]
 CAMELYON16_SLIDES = 399
@@ -125,20 +125,17 @@ def scheduler_cost(workers: int, tasks: int) -> float:
         wait(client.map(_noop, range(tasks), pure=False))
         return (time.perf_counter() - start) / tasks
     finally:
-        cluster = client.cluster
-        client.close()
-        cluster.close()
+        close_client(client)
 
 
 def chunk_bytes(slide: Path, checkpoint: Path, mpp: float | None, chunk: int | None) -> dict:
     """Bytes through Dask for the slide's fullest chunk: its task and its result, pickled (protocol 5, as Dask
     sends them), and how many of its cells were evaluated."""
-    from app.slides.cohort import cohort_task
-
     with tempfile.TemporaryDirectory() as store:
         plan = plan_slide(slide, checkpoint, Path(store), mpp, chunk)
     index = _fullest_chunk(plan)
-    task = (cohort_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint), plan.grid.chunk, *index)
+    task = (timed_chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint), plan.grid.chunk,
+            *index)
     result = chunk_task(*task[1:])
     return dict(task_bytes=len(pickle.dumps(task, protocol=5)),
                 result_bytes=len(pickle.dumps((result, 1.0), protocol=5)),

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from app.slides.library import DEMO_FOLDER, list_slides
-from app.slides.run import local_client, plan_slide, start_slide
+from app.slides.run import close_client, local_client, plan_slide, start_slide
 from app.slides.tiles import deep_zoom, tile_bytes
 from benchmarks.browser_latency import cpu_model
 from benchmarks.concurrent_sessions import free_port, streamlit_server
@@ -51,8 +51,7 @@ def analysis_times(slide: Path, checkpoint: Path, mpp: float | None, workers: in
     """Plan, first chunk and whole slide, seconds, from an empty store on a cluster started beforehand."""
     with tempfile.TemporaryDirectory(prefix="slides-bench-") as store, contextlib.ExitStack() as stack:
         client = local_client(workers, threads)
-        stack.callback(client.cluster.close)
-        stack.callback(client.close)
+        stack.callback(close_client, client)
         start = time.perf_counter()
         plan = plan_slide(slide, checkpoint, Path(store), mpp, chunk)
         planned = time.perf_counter()
@@ -64,7 +63,7 @@ def analysis_times(slide: Path, checkpoint: Path, mpp: float | None, workers: in
             future.add_done_callback(lambda _: finished.append(time.perf_counter()))
         wait(futures)
         done = time.perf_counter()
-        cells = sum(int(f.result().evaluated.sum()) for f in futures)
+        cells = sum(int(f.result()[0].evaluated.sum()) for f in futures)
     return dict(plan_s=planned - start, first_chunk_s=min(finished) - planned, whole_s=done - planned,
                 chunks=len(futures), cells=cells, cells_per_s=cells / (done - planned))
 

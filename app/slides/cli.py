@@ -46,7 +46,7 @@ from .cohort import (
 )
 from .provenance import code_sha256
 from .reader import SlideError
-from .run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide
+from .run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide
 
 __all__ = ["main", "tumour_regions", "DEFAULT_CHECKPOINT"]
 
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         if client is not None:
-            _close(client)
+            close_client(client)
         dask_log.setLevel(level)
     return 2 if failed else 0
 
@@ -239,10 +239,3 @@ def _client(args):
     # A local cluster's workers log into this command's stderr: a chunk that fails there is said once, in a
     # sentence, not also as the worker's traceback.
     return local_client(args.workers, args.threads, silence_logs=logging.CRITICAL)
-
-
-def _close(client) -> None:
-    cluster = client.cluster
-    client.close()
-    if cluster is not None:
-        cluster.close()

@@ -30,10 +30,10 @@ from models import CheckpointError
 
 from .engine import ChunkResult
 from .reader import SlideError
-from .run import SlidePlan, chunk_task
+from .run import SlidePlan, chunk_key, submit_chunk
 
 __all__ = ["SlideRun", "CohortProgress", "SchedulerLost", "find_slides", "plan_run", "run_cohort",
-           "cohort_task", "summary_row", "write_summary", "SUMMARY_COLUMNS", "IMAGE_SUFFIXES"]
+           "summary_row", "write_summary", "SUMMARY_COLUMNS", "IMAGE_SUFFIXES"]
 
 # What a folder given on the command line contributes: OpenSlide's formats and pyramidal TIFF
 # (app.slides.library.SUFFIXES), and ordinary images, which are slides of one level.
@@ -141,14 +141,6 @@ def plan_run(run: SlideRun, planner: Callable[[Path], SlidePlan]) -> None:
         run.error = str(err)
 
 
-def cohort_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
-                cj: int) -> tuple[ChunkResult, float]:
-    """One chunk on a worker (:func:`app.slides.run.chunk_task`) and the worker's seconds on it."""
-    start = time.perf_counter()
-    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj)
-    return result, time.perf_counter() - start
-
-
 def _cells(plan: SlidePlan, index: tuple[int, int]) -> int:
     i0, i1, j0, j1 = plan.grid.cell_block(*index)
     return (i1 - i0) * (j1 - j0)
@@ -197,12 +189,11 @@ def run_cohort(runs: list[SlideRun], connect: Callable[[], object], planner: Cal
                 counts.cells_done += _cells(plan, index)
                 counts.cells_read_back += _cells(plan, index)
         for ci, cj in (index for index in plan.chunks if index not in run.results):
-            key = f"cohort-{plan.store.folder.name}-{ci}-{cj}"
+            key = chunk_key(plan, ci, cj)
             if key not in owners:
                 if client is None:
                     client, arriving = connect(), as_completed()
-                pending[key] = client.submit(cohort_task, str(plan.slide), plan.scale.microns_per_pixel,
-                                             str(plan.checkpoint), plan.grid.chunk, ci, cj, key=key)
+                pending[key] = submit_chunk(client, plan, ci, cj)
                 arriving.add(pending[key])
                 owners[key] = []
             owners[key].append(run)

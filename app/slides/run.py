@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +31,13 @@ from .store import ChunkStore, file_sha256, store_key
 from .tissue import tissue_mask
 from .workers import prepare_device, worker_device
 
-__all__ = ["SlidePlan", "plan_slide", "run_slide", "start_slide", "assemble", "local_client", "chunk_task",
-           "SCHEDULER_ENV", "THUMBNAIL_SIDE"]
+__all__ = ["SlidePlan", "plan_slide", "start_slide", "chunk_key", "submit_chunk", "assemble", "local_client",
+           "close_client", "chunk_task", "timed_chunk_task", "SCHEDULER_ENV", "THUMBNAIL_SIDE"]
 
 SCHEDULER_ENV = "AAGC_DASK_SCHEDULER"
 # The tissue mask's thumbnail: 16 um/px for a 1.6 cm slide, an 8-cell chunk still 15 pixels or more across; the
 # mask of the CMU slide in 0.4 s (2,048 pixels: 1.6 s).
 THUMBNAIL_SIDE = 1024
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -125,25 +125,25 @@ def chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk
         return evaluate_chunk(model, card, slide, grid, ci, cj)
 
 
-def run_slide(plan: SlidePlan, client, progress: Progress | None = None) -> dict[tuple[int, int], ChunkResult]:
-    """Every chunk of ``plan`` with tissue: those in its store read back, the rest computed on ``client`` (a
-    ``dask.distributed.Client``) and stored as each finishes. Returns them by index."""
-    from dask.distributed import as_completed
+def timed_chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
+                     cj: int) -> tuple[ChunkResult, float]:
+    """:func:`chunk_task` and the worker's seconds on it: what every run submits (:func:`submit_chunk`)."""
+    start = time.perf_counter()
+    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj)
+    return result, time.perf_counter() - start
 
-    done = {index: plan.store.get(*index) for index in plan.chunks}
-    results = {index: result for index, result in done.items() if result is not None}
-    missing = [index for index in plan.chunks if index not in results]
-    total = len(plan.chunks)
-    if progress:
-        progress(len(results), total)
-    futures = _submit(plan, client, missing)
-    for future in as_completed(futures):
-        result = future.result()
-        plan.store.put(result)
-        results[result.index] = result
-        if progress:
-            progress(len(results), total)
-    return results
+
+def chunk_key(plan: SlidePlan, ci: int, cj: int) -> str:
+    """The Dask key of chunk (ci, cj) of ``plan``: its store's and the chunk's, so that every run of one store on one
+    cluster (the app's pages, a cohort's command) shares the task."""
+    return f"chunk-{plan.store.folder.name}-{ci}-{cj}"
+
+
+def submit_chunk(client, plan: SlidePlan, ci: int, cj: int):
+    """Chunk (ci, cj) of ``plan`` as one task on ``client`` (:func:`chunk_key`), its future giving ``(ChunkResult,
+    worker seconds)``."""
+    return client.submit(timed_chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
+                         plan.grid.chunk, ci, cj, key=chunk_key(plan, ci, cj))
 
 
 def start_slide(plan: SlidePlan, client, failed: Callable[[BaseException], None] | None = None) -> list:
@@ -154,22 +154,14 @@ def start_slide(plan: SlidePlan, client, failed: Callable[[BaseException], None]
 
     def finished(future) -> None:
         if future.status == "finished":
-            plan.store.put(future.result())
+            plan.store.put(future.result()[0])
         elif failed is not None and future.status == "error":
             failed(future.exception())
 
-    futures = _submit(plan, client, missing)
+    futures = [submit_chunk(client, plan, ci, cj) for ci, cj in missing]
     for future in futures:
         future.add_done_callback(finished)
     return futures
-
-
-def _submit(plan: SlidePlan, client, indices: list[tuple[int, int]]) -> list:
-    """One task per chunk of ``indices``, keyed by the store and the chunk, so that two runs of one store on one
-    cluster share the tasks."""
-    return [client.submit(chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
-                          plan.grid.chunk, ci, cj, key=f"chunk-{plan.store.folder.name}-{ci}-{cj}")
-            for ci, cj in indices]
 
 
 def local_client(workers: int = 1, threads: int = 2, **options):
@@ -181,6 +173,14 @@ def local_client(workers: int = 1, threads: int = 2, **options):
     cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
                            dashboard_address=None, **options)
     return Client(cluster)
+
+
+def close_client(client) -> None:
+    """Close ``client``, and its cluster where it started one (a local cluster; an existing scheduler's stays)."""
+    cluster = client.cluster
+    client.close()
+    if cluster is not None:
+        cluster.close()
 
 
 def assemble(plan: SlidePlan, results: dict[tuple[int, int], ChunkResult]) -> dict:

@@ -4,7 +4,7 @@ over it once analysed; a click on a cell opens it in the patch page.
 The slides are the server's (:mod:`app.slides.library`): its folder and the two real demo slides, listed by name.
 The viewer (``slide_viewer.js``, a components-v2 element) fetches the slide's tiles over HTTP from the same server
 (:mod:`app.slides.tiles`): panning and zooming never rerun this page. An analysis runs on Dask
-(:func:`app.slides.run.run_slide`, a local cluster per server process, or ``$AAGC_DASK_SCHEDULER``'s) into the
+(:func:`app.slides.run.start_slide`, a local cluster per server process, or ``$AAGC_DASK_SCHEDULER``'s) into the
 slide's chunk store, which every session shares: a slide analysed once shows its heatmap to everyone, and an
 analysis cut short (the page left, the server stopped) resumes from its finished chunks.
 """
@@ -29,7 +29,7 @@ from ..pictures.encode import png_data_url
 from ..slides.engine import cell_context
 from ..slides.library import UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
 from ..slides.reader import SlideError, open_slide
-from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, local_client, plan_slide, start_slide
+from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide, start_slide
 from ..slides.scale import slide_scale
 from ..slides.tiles import VENDOR
 from ..slides.workers import cluster_devices, describe_cluster
@@ -96,13 +96,8 @@ def close_dask_client() -> None:
         connections = list(_CONNECTIONS.values())
         _CONNECTIONS.clear()
     for connecting in connections:
-        if connecting.exception() is not None:
-            continue
-        client = connecting.result()
-        cluster = client.cluster
-        client.close()
-        if cluster is not None:  # a local one, which this server started
-            cluster.close()
+        if connecting.exception() is None:
+            close_client(connecting.result())  # and the local cluster, where this server started one
 
 
 def dask_client():
