@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.slides.run import chunk_task, close_client, plan_slide, timed_chunk_task
+from app.slides.run import chunk_task, close_client, plan_slide, timed_chunk_task, tissue_share
 
 REPO = Path(__file__).resolve().parents[1]
 CAMELYON16_SLIDES = 399
@@ -64,13 +64,8 @@ def macs_per_cell(slide: Path, checkpoint: Path, mpp: float | None, chunk: int |
 
 
 def _fullest_chunk(plan) -> tuple[int, int]:
-    """The chunk of ``plan`` that covers the most tissue on its mask."""
-    def share(index):
-        top, bottom, left, right = plan.grid.context_block(*index)
-        rows = plan.tissue.shape[0] / plan.grid.model_size[0]
-        cols = plan.tissue.shape[1] / plan.grid.model_size[1]
-        return plan.tissue[int(top * rows):int(bottom * rows) + 1, int(left * cols):int(right * cols) + 1].mean()
-    return max(plan.chunks, key=share)
+    """The chunk of ``plan`` that covers the most tissue on its mask (the share the plan orders its chunks by)."""
+    return max(plan.chunks, key=lambda index: tissue_share(plan.grid, plan.tissue, *index))
 
 
 def _count_macs(slide: str, checkpoint: str, mpp: str, chunk: str) -> dict:

@@ -32,7 +32,7 @@ from .tissue import tissue_mask
 from .workers import prepare_device, worker_device
 
 __all__ = ["SlidePlan", "plan_slide", "start_slide", "chunk_key", "submit_chunk", "assemble", "local_client",
-           "close_client", "chunk_task", "timed_chunk_task", "SCHEDULER_ENV", "THUMBNAIL_SIDE"]
+           "close_client", "chunk_task", "tissue_share", "timed_chunk_task", "SCHEDULER_ENV", "THUMBNAIL_SIDE"]
 
 SCHEDULER_ENV = "AAGC_DASK_SCHEDULER"
 # The tissue mask's thumbnail: 16 um/px for a 1.6 cm slide, an 8-cell chunk still 15 pixels or more across; the
@@ -76,7 +76,7 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
     tissue, _ = tissue_mask(thumbnail, thumbnail_mpp)
     # Shortest first: the chunks with the least tissue (the fewest cells to evaluate) are submitted first, so
     # that the first cells are drawn within seconds while the large chunks run (a scheduler runs them in order).
-    shares = {index: _tissue_share(grid, tissue, *index) for index in np.ndindex(*grid.chunks)}
+    shares = {index: tissue_share(grid, tissue, *index) for index in np.ndindex(*grid.chunks)}
     chunks = tuple(sorted((index for index, share in shares.items() if share > 0), key=shares.__getitem__))
     if not chunks:
         raise SlideError(f"{Path(slide_path).name}: no tissue found (its tissue mask is empty): nothing to analyse")
@@ -93,7 +93,7 @@ def slide_identity(slide, path: Path) -> str:
     return f"{quick}:{Path(path).stat().st_size}" if quick else file_sha256(path)
 
 
-def _tissue_share(grid: SlideGrid, tissue: np.ndarray, ci: int, cj: int) -> float:
+def tissue_share(grid: SlideGrid, tissue: np.ndarray, ci: int, cj: int) -> float:
     """The share of chunk (ci, cj)'s contexts that the tissue mask (a thumbnail of the slide) covers: 0 for a chunk
     of glass, never evaluated."""
     top, bottom, left, right = grid.context_block(ci, cj)
