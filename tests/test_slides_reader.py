@@ -69,6 +69,56 @@ def test_an_ordinary_image_is_a_slide_of_one_level(tmp_path):
         assert slide_scale(slide.properties).source == "none", "an image's scale comes from the user"
 
 
+def test_an_image_is_decoded_as_the_patch_page_decodes_it(tmp_path):
+    """One decoder for images (app.analysis.images): EXIF orientation applied, 16 bits and alpha over white as
+    read_image gives them (rounded to 8 bits, the form of every slide's pixels), grey levels marked as not colour."""
+    from app.analysis.images import read_image
+
+    rng = np.random.default_rng(1)
+    pixels = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees clockwise to display"
+    Image.fromarray(pixels).save(tmp_path / "turned.png", exif=exif.tobytes())
+    deep = rng.integers(0, 65536, (30, 20), dtype=np.uint16)
+    Image.fromarray(deep).save(tmp_path / "deep.png")
+    rgba = rng.integers(0, 256, (16, 24, 4), dtype=np.uint8)
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "clear.png")
+    for name in ("turned.png", "deep.png", "clear.png"):
+        with open_slide(tmp_path / name) as slide:
+            expected = read_image((tmp_path / name).read_bytes())
+            colour = expected.shape[0] == 3
+            expected = np.round(np.repeat(expected, 3 // expected.shape[0], axis=0) * 255).transpose(1, 2, 0)
+            width, height = slide.dimensions
+            np.testing.assert_array_equal(slide.read_region(0, 0, 0, width, height), expected, err_msg=name)
+            assert slide.colour == colour, name
+    with open_slide(tmp_path / "turned.png") as slide:
+        assert slide.dimensions == (40, 60), "EXIF's quarter turn applied: 60 rows, 40 columns"
+        np.testing.assert_array_equal(slide.read_region(0, 0, 0, 40, 60), np.rot90(pixels, -1))
+
+
+def test_a_grey_image_is_shown_but_not_analysed(tmp_path):
+    from app.slides.run import plan_slide
+
+    Image.fromarray(np.full((300, 300), 128, dtype=np.uint8)).save(tmp_path / "grey.png")
+    with pytest.raises(SlideError, match="grey.png is an image of grey levels: an H&E model judges colour"):
+        plan_slide(tmp_path / "grey.png", REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors", tmp_path, 0.5)
+
+
+def test_an_image_too_large_or_truncated_is_refused_with_a_sentence(tmp_path):
+    from app.slides.reader import MAX_IMAGE_PIXELS
+
+    side = int(MAX_IMAGE_PIXELS ** 0.5) + 1
+    Image.new("L", (side, side), 255).save(tmp_path / "huge.png")  # compresses to a few hundred kB
+    with pytest.raises(SlideError, match=f"huge.png is {side} x {side} pixels, too large to read whole"):
+        open_slide(tmp_path / "huge.png")
+    noise = np.random.default_rng(2).integers(0, 256, (200, 200, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(tmp_path / "whole.png")
+    (tmp_path / "cut.png").write_bytes((tmp_path / "whole.png").read_bytes()[:5000])
+    with pytest.raises(SlideError, match="cut.png is neither a slide OpenSlide reads nor an image this app reads: "
+                                         "the image file is truncated or corrupt"):
+        open_slide(tmp_path / "cut.png")
+
+
 def test_bad_files_are_named_with_a_sentence(tmp_path):
     with pytest.raises(SlideError, match="missing.svs: no such file"):
         open_slide(tmp_path / "missing.svs")

@@ -1,6 +1,7 @@
 """Region mode from the command line: ``python -m app.region IMAGE --mpp 0.5 [options]``.
 
-Reads an H&E region (PNG, JPEG, TIFF, BMP, WebP; at most 4096 pixels a side), evaluates it cell by cell
+Reads an H&E region (PNG, JPEG, TIFF, BMP, WebP, or a slide; at most 4096 pixels a side) through slide mode's
+reader (:func:`app.slides.reader.open_slide`: 8-bit RGB, EXIF orientation applied), evaluates it cell by cell
 with a PCam model (:func:`app.region.evaluation.evaluate_region`) and writes what was asked for: the tumour probability
 over the tissue as a PNG (``--out``), the first attention layer's map as a PNG (``--attention-out``, in the reading
 ``--reading`` names: ``spatial``, alpha_s as the paper's figures draw it, by default), and the cells as an ``.npz``
@@ -18,13 +19,12 @@ coordinates; ``cell_size_px`` is the cell's side there), and ``microns_per_pixel
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from ..analysis.images import FORMATS, ImageError, read_image
+from ..analysis.images import FORMATS, ImageError
 from .evaluation import DEFAULT_READING, MAX_SIDE, METHODS, READINGS, RegionError, RegionResult
 
 __all__ = ["main", "build_parser", "DEFAULT_CHECKPOINT", "MAX_FILE_BYTES"]
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m app.region",
         description="Tumour probability (and first-layer attention) of an H&E region, cell by cell, with a PCam "
                     "model: each 32 x 32 px cell judged in its 96 x 96 context at the model's scale.")
-    parser.add_argument("image", metavar="IMAGE", help=f"the region ({', '.join(FORMATS)}), at most "
+    parser.add_argument("image", metavar="IMAGE", help=f"the region ({', '.join(FORMATS)}, or a slide), at most "
                                                        f"{MAX_SIDE} x {MAX_SIDE} pixels")
     parser.add_argument("--mpp", type=float, required=True,
                         help="micrometres per pixel of IMAGE (0.25 at 40x, 0.5 at 20x, 1.0 at 10x)")
@@ -64,37 +64,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read_region(path: str) -> np.ndarray:
-    """The file's pixels, refusing before decoding what region mode could never take."""
+    """``(3, H, W)`` float32 in [0, 1]: level 0 of the image or slide at ``path``, read as slide mode reads it
+    (:func:`app.slides.reader.open_slide`, one reader), refused from its size before its pixels are read where
+    region mode could never take it."""
+    from ..slides.reader import SlideError, open_slide
+
     file = Path(path)
-    if not file.is_file():
-        raise _Refused(f"no such file: {path}" if not file.exists() else f"not a file: {path}")
-    size = file.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise _Refused(f"{path} has {size / 2**20:.0f} MB; the limit is {MAX_FILE_BYTES / 2**20:.0f} MB.")
+    if file.is_file() and file.stat().st_size > MAX_FILE_BYTES:
+        raise _Refused(f"{path} has {file.stat().st_size / 2**20:.0f} MB; the limit is {MAX_FILE_BYTES / 2**20:.0f} MB.")
     try:
-        data = file.read_bytes()
-    except OSError as err:
-        raise _Refused(f"cannot read {path} ({err.strerror or err})") from None
-    _refuse_large(data)
-    return read_image(data, max_bytes=MAX_FILE_BYTES, max_pixels=MAX_SIDE * MAX_SIDE)
-
-
-def _refuse_large(data: bytes) -> None:
-    """Refuse a side over :data:`~app.region.evaluation.MAX_SIDE` from the header alone, with region mode's own message.
-
-    Anything the header peek cannot make sense of is left to :func:`~app.analysis.images.read_image`, which says what is
-    wrong with the file.
-    """
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data), formats=list(FORMATS)) as img:
-            width, height = img.size
-    except Exception:  # noqa: BLE001 (read_image reports it properly)
-        return
-    if max(width, height) > MAX_SIDE:
-        raise RegionError(f"The image is {width} x {height} pixels (width x height); region mode takes at most "
-                          f"{MAX_SIDE} x {MAX_SIDE}. Crop it or export a lower-resolution level.")
+        with open_slide(file) as slide:
+            width, height = slide.dimensions
+            if max(width, height) > MAX_SIDE:
+                raise RegionError(f"The image is {width} x {height} pixels (width x height); region mode takes at "
+                                  f"most {MAX_SIDE} x {MAX_SIDE}. Crop it, export a lower-resolution level, or "
+                                  "analyse it whole with python -m app.slides.")
+            if not slide.colour:
+                raise RegionError("Region mode needs an RGB H&E image; this is a grey image.")
+            pixels = slide.read_region(0, 0, 0, width, height)
+    except SlideError as err:
+        raise _Refused(str(err)) from None
+    return np.ascontiguousarray(pixels.transpose(2, 0, 1), dtype=np.float32) / 255.0
 
 
 def _check_writable(paths: list[Path | None]) -> None:

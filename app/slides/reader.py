@@ -14,6 +14,7 @@ sentence says it is a JPEG), a file that is neither a slide nor an image, an ima
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -25,8 +26,9 @@ __all__ = ["Slide", "SlideError", "open_slide", "MAX_IMAGE_PIXELS"]
 
 # Names that promise a slide: a file so named that OpenSlide cannot read is refused, not read as an image.
 SLIDE_SUFFIXES = frozenset({".svs", ".svslide", ".ndpi", ".vms", ".vmu", ".scn", ".mrxs", ".bif", ".dcm"})
-# An ordinary image is decoded whole; past this many pixels it must be a tiled slide (a pyramidal TIFF) instead.
-MAX_IMAGE_PIXELS = 20_000 * 20_000
+# An ordinary image is decoded whole (about 9,500 pixels square at most: 270 MB); past this many pixels it must be a
+# tiled slide (a pyramidal TIFF) instead.
+MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS  # Pillow's own limit before it suspects a decompression bomb
 
 
 class SlideError(ValueError):
@@ -44,6 +46,8 @@ class Slide:
         level_downsamples: each level's downsample from level 0.
         properties: the slide's metadata (OpenSlide's ``openslide.*`` keys and the vendor's own).
         associated: names of the associated images (``label``, ``macro``, ``thumbnail``) the slide holds.
+        colour: False for an image of grey levels (its pixels repeat them in R, G and B), which an H&E model cannot
+            judge.
     """
 
     name: str
@@ -53,6 +57,7 @@ class Slide:
     properties: MappingProxyType
     associated: tuple[str, ...]
     _handle: object = field(repr=False)
+    colour: bool = True
 
     @property
     def dimensions(self) -> tuple[int, int]:
@@ -174,19 +179,28 @@ def _not_a_slide(path: Path) -> str:
 
 
 def _image_slide(path: Path) -> Slide:
-    """An ordinary image as a slide of one level."""
+    """An ordinary image as a slide of one level, decoded as the patch page decodes an upload
+    (:func:`app.analysis.images.read_image_rgb8`: EXIF orientation applied, alpha over white, 16-bit rounded to 8)."""
+    from ..analysis.images import ImageError, read_image_rgb8
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is judged here, from the header
+        try:
+            with Image.open(path) as image:
+                width, height = image.size
+        except (OSError, ValueError, Image.DecompressionBombError):
+            width = height = 0  # left to the decoder, which says what is wrong
+    if width * height > MAX_IMAGE_PIXELS:
+        raise SlideError(f"{path.name} is {width} x {height} pixels, too large to read whole: save it as a tiled "
+                         "pyramidal TIFF (or another slide format) instead")
     try:
-        with Image.open(path) as image:
-            width, height = image.size
-            if width * height > MAX_IMAGE_PIXELS:
-                raise SlideError(f"{path.name} is {width} x {height} pixels, too large to read whole: save it as a "
-                                 "tiled pyramidal TIFF (or another slide format) instead")
-            pixels = np.asarray(image.convert("RGBA"))
-    except SlideError:
-        raise
-    except (OSError, ValueError, Image.DecompressionBombError) as err:
-        raise SlideError(f"{path.name} is neither a slide OpenSlide reads nor an image this app reads") from err
-    return Slide(path.name, "image", ((width, height),), (1.0,), MappingProxyType({}), (), _over_white(pixels))
+        pixels, colour = read_image_rgb8(path.read_bytes(), max_bytes=path.stat().st_size,
+                                         max_pixels=MAX_IMAGE_PIXELS)
+    except ImageError as err:
+        raise SlideError(f"{path.name} is neither a slide OpenSlide reads nor an image this app reads: "
+                         f"{str(err)[0].lower()}{str(err)[1:]}") from None
+    height, width = pixels.shape[:2]
+    return Slide(path.name, "image", ((width, height),), (1.0,), MappingProxyType({}), (), pixels, colour)
 
 
 def _over_white(rgba: np.ndarray) -> np.ndarray:

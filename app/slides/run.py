@@ -68,6 +68,9 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
         scale = slide_scale(slide.properties, user_mpp)
         if scale.microns_per_pixel is None:
             raise SlideError(f"{Path(slide_path).name}: {scale.sentence}")
+        if not slide.colour:
+            raise SlideError(f"{Path(slide_path).name} is an image of grey levels: an H&E model judges colour, "
+                             "stained tissue")
         grid = slide_grid(slide, scale.microns_per_pixel, card, model_microns_per_pixel(card),
                           **({"chunk": chunk} if chunk else {}))
         thumbnail = slide.thumbnail(THUMBNAIL_SIDE)
