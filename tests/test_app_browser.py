@@ -170,39 +170,6 @@ def test_opens_in_pathology_mode_on_a_real_tumour_patch(tmp_path):
     check_and_keep(tmp_path / "pathology-nuclei-screenshot.png", "pathology-nuclei-screenshot.png", FIRST_SCREEN)
 
 
-def test_region_view_scores_the_mosaic_and_a_click_opens_a_cell(tmp_path):
-    """The region page on the PCam test mosaic: scored, a click on a patch centre picks that cell, which then opens
-    in the patch explorer. With ``UPDATE_DOCS_SCREENSHOT=1`` the page after the click becomes ``docs/region.png``."""
-    require((REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors").exists(), "no shipped PCam model")
-    screenshot = tmp_path / "region-screenshot.png"
-    with app_page(REPO / "checkpoints", tmp_path, FIRST_SCREEN) as page:
-        wait_for_panels(page)
-        page.locator('[data-testid="stSidebar"]').get_by_text("Region", exact=True).click()
-        page.get_by_text("Against the true labels", exact=False).wait_for()
-        heatmap = page.locator('[data-testid="stPlotlyChart"]').first
-        heatmap.locator(".main-svg").first.wait_for(state="visible")
-        page.wait_for_timeout(1000)
-        # The mosaic's patches are 96 px, their grid starts at pixel 0: cell (3, 3)'s centre is pixel 32 + 96 + 16
-        # of a side of 96 x (patches per row). The plot area (plotly's drag layer) spans exactly the image.
-        area = heatmap.locator(".nsewdrag").first.bounding_box()
-        side = int(page.inner_text("body").split("PCam test mosaic: ")[1].split(" x ")[1].split(" px")[0])
-        page.mouse.click(area["x"] + area["width"] * 144 / side, area["y"] + area["height"] * 144 / side)
-        picker = page.get_by_role("combobox", name="Cell to open", exact=False)
-        deadline = time.monotonic() + 60
-        while not picker.input_value().startswith("cell (3, 3): P = ") and time.monotonic() < deadline:
-            page.wait_for_timeout(250)
-        assert picker.input_value().startswith("cell (3, 3): P = "), picker.input_value()
-        page.wait_for_timeout(1500)
-        assert page.locator('[data-testid="stException"]').count() == 0
-        page.screenshot(path=str(screenshot))
-        page.get_by_text("Open this cell in the patch explorer").click()
-        page.get_by_text("What the model sees").wait_for()
-        assert "PCam test mosaic, cell (3, 3)" in page.inner_text("body")
-    check_and_keep(screenshot, "region-screenshot.png", FIRST_SCREEN)
-    if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
-        write_docs_picture(screenshot, "region.png", colors=224)
-
-
 def test_variants_view_shows_every_shipped_attention_variant_in_rows(tmp_path):
     """The shipped rot-MNIST variants on a rotated gallery digit, one row each. With ``UPDATE_DOCS_SCREENSHOT=1``
     the page becomes ``docs/variants.png``."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
+from PIL import Image
 
 import app.ui.slide_page as slide_page
 from app.slides.library import DEMO_FOLDER
@@ -38,7 +40,8 @@ def on_the_slide_page(tmp_path, monkeypatch):
 def test_the_demo_slides_are_listed_with_their_levels_scale_and_label(on_the_slide_page):
     at = on_the_slide_page
     assert not at.exception and at.sidebar.selectbox(key="slide").options == [
-        "CMU-1-Small-Region.svs (demo)", "tcga-cr-7395-01a-01-ts1.svs (demo)"]
+        "CMU-1-Small-Region.svs (demo)", "tcga-cr-7395-01a-01-ts1.svs (demo)", "CMU-1 region (demo)",
+        "PCam test mosaic (truth known) (demo)"]
     info = " ".join(c.value for c in at.sidebar.caption)
     assert "aperio, 1 level(s): 2,220 x 2,967 px. Scale: 0.499 um/px, recorded in the slide." in info
     assert [button.label for button in at.button] == ["Analyse the slide"]
@@ -48,7 +51,7 @@ def test_a_slide_without_a_scale_waits_for_one(on_the_slide_page):
     at = on_the_slide_page
     box = at.sidebar.selectbox(key="slide")
     at = box.set_value(box.options[1]).run()
-    assert not at.exception and "not analysed until its scale is given" in at.info[0].value
+    assert not at.exception and "not analysed until its scale (µm per pixel) is given" in at.info[0].value
     assert not at.button, "nothing to analyse without a scale"
     field = next(n for n in at.sidebar.number_input if n.label == "Scale of level 0 (µm per pixel)")
     at = analysable(field.set_value(0.5).run())
@@ -73,3 +76,52 @@ def test_an_uploaded_checkpoint_says_why_it_cannot_analyse_slides(tmp_path, monk
         (checkpoint.name, checkpoint.read_bytes(), "application/octet-stream")).run()
     at = at.sidebar.radio(key="view").set_value("Slide").run()
     assert not at.exception and "is an upload, held by this session only" in at.info[0].value
+
+
+def test_an_image_is_a_slide_whose_scale_is_asked_for_and_the_mosaic_is_scored_against_its_truth(
+        tmp_path, monkeypatch):
+    """Region mode on the Slide page: an uploaded PNG waits for its scale; the PCam test mosaic (here of four test
+    patches, analysed beforehand by the engine into the page's store) has its scale and its score against PCam's
+    labels of the patch centres, and a cell opened from it carries its true label."""
+    from app.region.demo import score_cells
+    from app.slides.demos import mosaic_entry
+    from app.slides.run import assemble, chunk_task, plan_slide
+
+    require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
+    mosaic = mosaic_entry(tmp_path / "demos", count=4)
+    monkeypatch.setattr("app.slides.library.demo_images", lambda: [mosaic], raising=False)
+    monkeypatch.setattr("app.slides.demos.demo_images", lambda: [mosaic])
+    monkeypatch.setattr(slide_page, "STORE", tmp_path / "store")
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path / "no_slides_here"))
+    checkpoint = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
+    plan = plan_slide(mosaic.path, checkpoint, tmp_path / "store", 0.972)
+    results = {index: chunk_task(str(mosaic.path), 0.972, str(checkpoint), plan.grid.chunk, *index)
+               for index in plan.chunks}
+    for result in results.values():
+        plan.store.put(result)
+    labels = np.load(mosaic.truth)
+    assert labels.shape == (plan.grid.cells.rows, plan.grid.cells.cols) == (4, 4), "a cell at each patch's centre"
+    expected = score_cells(assemble(plan, results)["probabilities"][..., -1], labels)
+
+    at = AppTest.from_file(MAIN, default_timeout=120).run()
+    at.sidebar.radio(key="view").set_value("Slide").run()
+    box = at.sidebar.selectbox(key="slide")
+    assert box.options[-1] == "PCam test mosaic (truth known) (demo)"
+    at = box.set_value(box.options[-1]).run()
+    info = " ".join(c.value for c in at.sidebar.caption)
+    assert "an image of one level: 192 x 192 px. Scale: 0.972 µm/px, recorded with this demo image." in info
+    deadline = time.monotonic() + 30  # the plan is made in the background; the page then shows the analysed cells
+    while not at.success and time.monotonic() < deadline:
+        time.sleep(0.1)
+        at.run()
+    assert not at.exception and at.success[0].value == (
+        f"Against the true labels of the patch centres analysed so far: {expected.summary()}.")
+    evaluated = np.isfinite(assemble(plan, results)["probabilities"][..., -1])
+    assert expected.scored == int(((labels >= 0) & evaluated).sum()) >= 3, "the patch centres with tissue are scored"
+
+    png = tmp_path / "region.png"
+    Image.fromarray(np.full((200, 260, 3), 200, dtype=np.uint8)).save(png)
+    at.sidebar.file_uploader(key="slide_upload").set_value((png.name, png.read_bytes(), "image/png")).run()
+    assert not at.exception and at.sidebar.selectbox(key="slide").options[0] == "region.png (uploaded)"
+    assert any("region.png is an image, which records no scale" in i.value for i in at.info)
+    assert not at.button, "nothing to analyse without a scale"

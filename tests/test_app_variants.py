@@ -87,7 +87,7 @@ def test_the_picker_groups_checkpoints_by_dataset(variants_folder, monkeypatch):
     box = checkpoint_box(at)
     assert len(box.options) == 1 and box.value == "fa_p4m_densenet_dev", "the other dataset's list, reset"
     assert "fa_p4m_densenet_dev" in at.markdown[1].value, "the page follows the new dataset's model"
-    assert [r.options for r in at.sidebar.radio if r.key == "view"] == [["Patch", "Region", "Slide"]]
+    assert [r.options for r in at.sidebar.radio if r.key == "view"] == [["Patch", "Slide"]]
 
 
 def test_one_row_per_variant_with_its_facts_and_its_own_colour_range(variants_folder, monkeypatch):

@@ -71,7 +71,8 @@ def _read_region(path: str) -> np.ndarray:
 
     file = Path(path)
     if file.is_file() and file.stat().st_size > MAX_FILE_BYTES:
-        raise _Refused(f"{path} has {file.stat().st_size / 2**20:.0f} MB; the limit is {MAX_FILE_BYTES / 2**20:.0f} MB.")
+        raise _Refused(f"{path} has {file.stat().st_size / 2**20:.0f} MB; the limit is "
+                       f"{MAX_FILE_BYTES / 2**20:.0f} MB.")
     try:
         with open_slide(file) as slide:
             width, height = slide.dimensions

@@ -1,5 +1,5 @@
-"""What the region view draws over the tissue, as numbers: the probability surface and where it is drawn, its 0.5
-contour, the truth marks, the attention's colour range, and which readings the page offers.
+"""What ``python -m app.region`` draws over the tissue, as numbers: the probability surface and where it is drawn,
+its 0.5 contour, cell outlines and the attention's colour range.
 
 Probability. A cell's probability belongs to its centre. Between centres it is interpolated bilinearly, the way
 QuPath and TIAToolbox draw a heat map of tiles, so that the map is one surface instead of a mosaic of squares.
@@ -10,7 +10,7 @@ grid's axes alike, so the surface of a turned or mirrored region is the turned o
 
 Coordinates are pixel edges of the region at the model's scale: pixel (row, col) spans [col, col + 1) x [row,
 row + 1), and cell (i, j)'s centre is at ``(left + (j + 0.5) cell, top + (i + 0.5) cell)`` as ``(x, y)``.
-No pictures here: :mod:`app.region.figures` (PNG) and :mod:`app.region.plots` (plotly) draw these.
+No pictures here: :mod:`app.region.figures` draws these (PNG).
 """
 
 from __future__ import annotations
@@ -20,16 +20,12 @@ import numpy as np
 
 from models.stain import region_tissue_mask
 
-from ..analysis.readings import LABELS
 from ..pictures.map_style import PERCENTILES, colour_lut
-from .evaluation import RegionGrid, RegionResult
+from .evaluation import RegionResult
 
-__all__ = ["READING_LABELS", "PROBABILITY_OPACITY", "ATTENTION_OPACITY", "filled_cells",
-           "probability_field", "display_tissue", "blend", "probability_contour", "cell_outline", "truth_outline",
-           "attention_range"]
+__all__ = ["PROBABILITY_OPACITY", "ATTENTION_OPACITY", "filled_cells", "probability_field", "display_tissue", "blend",
+           "probability_contour", "cell_outline", "attention_range"]
 
-# The two readings the page offers, named as on the patch page (one wording for both); the CLI also takes "removed".
-READING_LABELS = {reading: LABELS[reading] for reading in ("kept", "spatial")}
 PROBABILITY_OPACITY = 0.45  # the tissue stays readable under the surface
 ATTENTION_OPACITY = 0.75  # strong, and alike for every value (on tissue): its variation is the point of that panel
 TISSUE_WINDOW_PX = 11  # region_tissue_mask's window at the model's scale, about a cell nucleus and its cytoplasm
@@ -133,17 +129,6 @@ def cell_outline(mask: np.ndarray, top: float, left: float, cell: float) -> np.n
     y, x = top + i * cell, left + j * cell
     vertical = np.stack([np.stack([x, y], -1), np.stack([x, y + cell], -1)], 1)
     return np.concatenate([horizontal, vertical]).astype(np.float64).reshape(-1, 2, 2)
-
-
-def truth_outline(grid: RegionGrid, labels: np.ndarray, value: int = 1) -> np.ndarray:
-    """Segments (as :func:`cell_outline`) around the contexts of the cells labelled ``value``: on a mosaic, the
-    96 x 96 patches PCam labelled so, adjacent ones merged into one outline."""
-    reach = grid.margin // grid.cell if grid.margin % grid.cell == 0 else 0  # cells of context around a cell
-    mask = np.zeros((grid.rows + 2 * reach, grid.cols + 2 * reach), dtype=bool)
-    for i, j in np.argwhere(labels == value):
-        mask[i:i + 2 * reach + 1, j:j + 2 * reach + 1] = True
-    top, left = grid.cell_origin(0, 0)
-    return cell_outline(mask, top - reach * grid.cell, left - reach * grid.cell, grid.cell)
 
 
 def attention_range(values: np.ndarray, tissue: np.ndarray | None = None) -> tuple[float, float]:

@@ -24,24 +24,32 @@ from models.cpu.user_cache import cache_root
 from .reader import SlideError, open_slide
 
 __all__ = ["SlideEntry", "list_slides", "find_slide", "slides_folder", "uploads_folder", "save_upload", "DEMO_FOLDER",
-           "SUFFIXES", "UPLOAD_SUFFIXES"]
+           "SUFFIXES", "UPLOAD_SUFFIXES", "IMAGE_SUFFIXES", "entry_of"]
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_FOLDER = REPO.parent / "shared" / "data" / "slides"
-# What the listing offers: OpenSlide's formats and pyramidal TIFF (an ordinary image is region mode's).
-SUFFIXES = frozenset({".svs", ".tif", ".tiff", ".ndpi", ".vms", ".vmu", ".scn", ".mrxs", ".bif", ".svslide"})
+# What the listing offers: OpenSlide's formats, pyramidal TIFF, and ordinary images (a slide of one level whose scale
+# the user gives: region and slide mode are one page).
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".webp"})
+SUFFIXES = frozenset({".svs", ".tif", ".tiff", ".ndpi", ".vms", ".vmu", ".scn", ".mrxs", ".bif", ".svslide"}) \
+    | IMAGE_SUFFIXES
 # What can be uploaded: the formats that are one file (MIRAX and the Hamamatsu VMS/VMU index files name others).
 UPLOAD_SUFFIXES = tuple(sorted(SUFFIXES - {".mrxs", ".vms", ".vmu"}))
 
 
 @dataclass(frozen=True)
 class SlideEntry:
-    """A slide the server offers: its id, the name shown, where it is, whether it is a demo slide."""
+    """A slide the server offers: its id, the name shown, where it is, whether it is a demo slide; for a demo
+    image, its scale (which an image does not record), the file of its cells' true labels where known, and what to say
+    of it (its source, its limits)."""
 
     slide_id: str
     name: str
     path: Path
     demo: bool
+    microns_per_pixel: float | None = None
+    truth: Path | None = None
+    note: str = ""
 
 
 def slides_folder() -> Path:
@@ -55,18 +63,24 @@ def uploads_folder() -> Path:
 def _entries(folder: Path, demo: bool) -> list[SlideEntry]:
     if not folder.is_dir():
         return []
-    found = []
-    for path in sorted(folder.iterdir()):
-        if path.suffix.lower() in SUFFIXES and not path.name.startswith(".") and path.is_file():
-            stat = path.stat()
-            what = f"{folder.resolve()}|{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
-            found.append(SlideEntry(hashlib.sha256(what.encode()).hexdigest()[:16], path.name, path, demo))
-    return found
+    return [entry_of(path, demo) for path in sorted(folder.iterdir())
+            if path.suffix.lower() in SUFFIXES and not path.name.startswith(".") and path.is_file()]
+
+
+def entry_of(path: Path, demo: bool, **known) -> SlideEntry:
+    """The entry of the file ``path``: its id a digest of its folder, name, size and modification time."""
+    stat = path.stat()
+    what = f"{path.parent.resolve()}|{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
+    return SlideEntry(hashlib.sha256(what.encode()).hexdigest()[:16], path.name, path, demo, **known)
 
 
 def list_slides(folder: Path | None = None, demo_folder: Path | None = DEMO_FOLDER) -> list[SlideEntry]:
-    """The server's slides (``folder``, default :func:`slides_folder`), then the demo slides."""
-    return _entries(folder or slides_folder(), False) + (_entries(demo_folder, True) if demo_folder else [])
+    """The server's slides (``folder``, default :func:`slides_folder`), then the demo slides and demo images (the
+    CMU-1 region and the PCam test mosaic, :mod:`app.slides.demos`)."""
+    from .demos import demo_images
+
+    demos = (_entries(demo_folder, True) + demo_images()) if demo_folder else []
+    return _entries(folder or slides_folder(), False) + demos
 
 
 def find_slide(slide_id: str, entries: list[SlideEntry] | None = None) -> SlideEntry | None:
@@ -88,7 +102,8 @@ def save_upload(name: str, data: bytes | memoryview, limit_bytes: int) -> SlideE
     """
     suffix = Path(name).suffix.lower()
     if suffix not in UPLOAD_SUFFIXES:
-        raise SlideError(f"{name}: not a slide format that is one file; upload one of {', '.join(UPLOAD_SUFFIXES)} "
+        raise SlideError(f"{name}: not a slide or image format that is one file; upload one of"
+                         f" {', '.join(UPLOAD_SUFFIXES)} "
                          "(MIRAX and VMS slides are folders: put them in the server's slides folder)")
     if len(data) > limit_bytes:
         raise SlideError(f"{name} is {len(data) / 2**20:,.0f} MB, over this server's upload limit of "

@@ -19,6 +19,7 @@ import functools
 import io
 from pathlib import Path
 
+from PIL import Image
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -40,8 +41,16 @@ def deep_zoom(path: str, mtime_ns: int):
     import openslide
     from openslide.deepzoom import DeepZoomGenerator
 
+    from .reader import open_slide
+
     del mtime_ns  # part of the key only
-    return DeepZoomGenerator(openslide.open_slide(path), tile_size=TILE_SIZE, overlap=OVERLAP, limit_bounds=True)
+    with open_slide(path) as slide:
+        if slide.vendor == "image":  # as the engine reads it (EXIF orientation applied), not as OpenSlide would
+            width, height = slide.dimensions
+            source = openslide.ImageSlide(Image.fromarray(slide.read_region(0, 0, 0, width, height)))
+        else:
+            source = openslide.open_slide(path)
+    return DeepZoomGenerator(source, tile_size=TILE_SIZE, overlap=OVERLAP, limit_bounds=True)
 
 
 def _generator(slide_id: str):

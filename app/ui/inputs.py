@@ -39,8 +39,19 @@ from ..gallery import list_patches
 __all__ = ["LoadedModel", "ChosenImage", "default_checkpoint", "model_ui", "image_ui", "transform_ui",
            "checkpoint_folder", "load_entry", "checkpoint_key", "gallery_order", "decoded", "NO_CHECKPOINT_HELP"]
 
-REGION_CELL_KEY = "region_cell"  # a cell the region view hands over (app.ui.region_page.RegionCell)
-REGION_CELL_SOURCE = "Cell from the region"
+REGION_CELL_KEY = "region_cell"  # a cell the slide page hands over (RegionCell)
+REGION_CELL_SOURCE = "Cell from the slide"
+
+
+@dataclass(frozen=True)
+class RegionCell:
+    """A cell of a slide or image sent to the patch explorer: its 96 x 96 context at the model's scale, read as the
+    engine judged it, and its true label where the slide knows it."""
+
+    pixels: np.ndarray
+    name: str
+    microns_per_pixel: float
+    true_label: str | None
 IMAGE_TYPES = ["png", "jpg", "jpeg", "tif", "tiff", "bmp", "webp"]
 NO_CHECKPOINT_HELP = """**No model checkpoint found** in `{folder}/`.
 
@@ -213,10 +224,10 @@ def image_ui(card: dict) -> ChosenImage | None:
         st.session_state.pop("image_source", None)
     source = st.sidebar.radio("Source", sources, horizontal=True, key="image_source")
     if source == REGION_CELL_SOURCE:
-        st.sidebar.caption(f"{cell.name}: its 96 x 96 context at {cell.microns_per_pixel} um/px, as the region view "
-                           "evaluated it.")
+        st.sidebar.caption(f"{cell.name}: its 96 x 96 context at {cell.microns_per_pixel} um/px, as the slide's "
+                           "analysis judged it.")
         info = FitInfo("crop", cell.pixels.shape[1:], (0, 0, size, size), size, (3, channels),
-                       f"{cell.name}, the cell's 96 x 96 context from the region view.")
+                       f"{cell.name}, the cell's 96 x 96 context from the slide.")
         return ChosenImage(to_channels(cell.pixels, channels), info, cell.name, cell.microns_per_pixel,
                            cell.true_label)
     if source == "Gallery":

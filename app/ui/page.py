@@ -33,7 +33,6 @@ from .caches import analysed, analyses, padding_of, turned
 from .comparison import compare, comparison_pair, show_comparison
 from .inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui
 from .readings import reading_ui, show_composite
-from .region_page import region_page
 from .releases_page import show_ours_against_paper
 from .slide_page import slide_page
 from .variants_page import variants_page
@@ -77,12 +76,12 @@ OURS_VS_PAPER = "Ours against the paper's"
 
 
 def view_ui(card: dict, entries: list) -> str:
-    """Sidebar: the page to show. H&E models: a patch or a whole region; models with attentive siblings trained on
-    the same data (Table 1's variants): one model's image, or every variant at once."""
+    """Sidebar: the page to show. H&E models: a patch, or a whole slide or image; models with attentive siblings
+    trained on the same data (Table 1's variants): one model's image, or every variant at once."""
     if is_pathology(card):
-        views = ["Patch", "Region", "Slide"]
-        help_text = ("Region: a whole H&E region evaluated cell by cell, as PCam patches are. Slide: a whole slide "
-                     "in a deep-zoom viewer, with its tumour probability per cell.")
+        views = ["Patch", "Slide"]
+        help_text = ("Slide: a whole slide or an H&E image in a deep-zoom viewer, each cell of its tissue judged as "
+                     "PCam labels a patch, with its tumour probability and attention.")
     elif len(variants_of(card, entries)) > 1:
         views, help_text = ["Image", VARIANTS], "Variants: the image through every attention variant of Table 1."
     else:
@@ -113,14 +112,9 @@ def main() -> None:
     if is_proxy(card):
         st.warning(proxy_statement(card), icon="⚠️")
     if view == "Slide":
-        st.caption("A whole slide at every zoom; analysed, each 32 x 32 cell of its tissue judged in its 96 x 96 "
-                   "context as region mode judges them. Click a cell to open it in the patch explorer.")
+        st.caption("A whole slide or an image at every zoom; analysed, each 32 x 32 cell of its tissue judged in its "
+                   "96 x 96 context, as PCam labels a patch. Click a cell to open it in the patch explorer.")
         slide_page(loaded)
-        return
-    if view == "Region":
-        st.caption("Every 32 x 32 cell of the region judged in its 96 x 96 context, as PCam labels a patch; glass is "
-                   "not evaluated. Click a cell to open it in the patch explorer.")
-        region_page(loaded)
         return
     if view == VARIANTS:
         st.caption("One image through every attention variant of the paper's Table 1 at once: where each kind of "

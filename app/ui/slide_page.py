@@ -1,7 +1,10 @@
-"""The Slide page: a whole slide in a deep-zoom viewer, its tissue outline, and the tumour probability per cell
-over it once analysed; a click on a cell opens it in the patch page.
+"""The Slide page: a whole slide or an image in a deep-zoom viewer, its tissue outline, and the tumour probability
+per cell over it once analysed; a click on a cell opens it in the patch page.
 
-The slides are the server's (:mod:`app.slides.library`): its folder and the two real demo slides, listed by name.
+The slides are the server's (:mod:`app.slides.library`): its folder, the two real demo slides and the demo images
+(:mod:`app.slides.demos`: the CMU-1 region, the PCam test mosaic whose cells' truth is known and is scored), listed by
+name, and the session's uploads. An ordinary image is a slide of one level whose scale the user gives: region mode
+and slide mode are this one page, on one reader, one grid and one engine (issue 59).
 The viewer (``slide_viewer.js``, a components-v2 element) fetches the slide's tiles over HTTP from the same server
 (:mod:`app.slides.tiles`): panning and zooming never rerun this page. An analysis runs on Dask
 (:func:`app.slides.run.start_slide`, a local cluster per server process, or ``$AAGC_DASK_SCHEDULER``'s) into the
@@ -26,15 +29,15 @@ from models.cpu.user_cache import cache_root
 
 from ..analysis.readings import BRIGHT, LABELS
 from ..pictures.encode import png_data_url
+from ..region.demo import score_cells
 from ..slides.engine import cell_context
-from ..slides.library import UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
+from ..slides.library import IMAGE_SUFFIXES, UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
 from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide, start_slide
 from ..slides.scale import slide_scale
 from ..slides.tiles import VENDOR
 from ..slides.workers import cluster_devices, describe_cluster
-from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel
-from .region_page import RegionCell
+from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
 __all__ = ["slide_page"]
 
@@ -131,9 +134,10 @@ def _upload_ui() -> None:
     """Sidebar: a slide to upload; once kept (:func:`app.slides.library.save_upload`), listed to this session and
     chosen."""
     limit_mb = int(st.get_option("server.maxUploadSize"))
-    upload = st.sidebar.file_uploader(f"Upload a slide (one file, up to {limit_mb:,} MB)", key="slide_upload",
-                                      type=[suffix.lstrip(".") for suffix in UPLOAD_SUFFIXES],
-                                      help="Larger slides, and MIRAX or VMS folders: the server's slides folder.")
+    upload = st.sidebar.file_uploader(f"Upload a slide or an H&E image (one file, up to {limit_mb:,} MB)",
+                                      key="slide_upload", type=[suffix.lstrip(".") for suffix in UPLOAD_SUFFIXES],
+                                      help="An image's scale is asked for once it is uploaded. Larger slides, and "
+                                           "MIRAX or VMS folders: the server's slides folder.")
     kept = st.session_state.setdefault(UPLOADS, {})
     if upload is None or upload.file_id in kept:
         return
@@ -153,8 +157,8 @@ def _slide_ui(entries: list[SlideEntry]) -> SlideEntry:
     chosen = st.sidebar.selectbox("Slide", list(by_id), key="slide",
                                   format_func=lambda i: by_id[i].name + (" (demo)" if by_id[i].demo else
                                                                          " (uploaded)" if i in uploaded else ""),
-                                  help="Your uploads, the slides in the server's slides folder ($APP_SLIDES), then "
-                                       "the demo slides.")
+                                  help="Your uploads, the slides and images in the server's slides folder "
+                                       "($APP_SLIDES), then the demo slides and images.")
     return by_id[chosen]
 
 
@@ -164,7 +168,13 @@ def _info_ui(entry: SlideEntry) -> float | None:
         with open_slide(entry.path) as slide:
             scale = slide_scale(slide.properties)
             levels = ", ".join(f"{w:,} x {h:,}" for w, h in slide.level_dimensions)
-            st.sidebar.caption(f"{slide.vendor}, {slide.level_count} level(s): {levels} px. Scale: {scale.sentence}.")
+            kind = ("an image of one level" if slide.vendor == "image" else
+                    f"{slide.vendor}, {slide.level_count} level(s)")
+            if entry.microns_per_pixel is not None:
+                st.sidebar.caption(f"{kind}: {levels} px. Scale: {entry.microns_per_pixel} µm/px, recorded with this "
+                                   "demo image.")
+                return entry.microns_per_pixel
+            st.sidebar.caption(f"{kind}: {levels} px. Scale: {scale.sentence}.")
             for name in ("label", "macro"):
                 if name in slide.associated:
                     st.sidebar.image(slide.associated_image(name), caption=name, width=160)
@@ -173,7 +183,9 @@ def _info_ui(entry: SlideEntry) -> float | None:
         return None
     if scale.source == "none":
         given = st.sidebar.number_input("Scale of level 0 (µm per pixel)", min_value=0.05, max_value=20.0,
-                                        value=None, step=0.01, key=f"mpp-{entry.slide_id}")
+                                        value=None, step=0.01, key=f"mpp-{entry.slide_id}",
+                                        help="Your scanner's or slide level's: about 0.25 at 40x, 0.5 at 20x, 1.0 at "
+                                             "10x.")
         return None if given is None else float(given)
     return scale.microns_per_pixel
 
@@ -234,8 +246,11 @@ def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
     i, j = st.session_state[state_key]["cell"]
     with open_slide(entry.path) as slide:
         pixels = cell_context(slide, plan.grid, int(i), int(j))
+    truth = None
+    if entry.truth is not None and (label := int(np.load(entry.truth)[int(i), int(j)])) >= 0:
+        truth = list(plan.card.get("class_names") or ["no_tumor", "tumor"])[label]
     st.session_state[REGION_CELL_KEY] = RegionCell(pixels, f"{entry.name}, cell ({i}, {j})",
-                                                   plan.grid.model_microns_per_pixel, None)
+                                                   plan.grid.model_microns_per_pixel, truth)
     st.session_state["view"] = "Patch"
     st.session_state["image_source"] = REGION_CELL_SOURCE
     st.session_state[OPENED] = True  # the viewer's fragment reruns alone: it then reruns the whole page
@@ -259,9 +274,13 @@ def slide_page(loaded: LoadedModel) -> None:
     entry = _slide_ui(entries)
     mpp = _info_ui(entry)
     checkpoint = str(loaded.path)
+    if entry.note:
+        (st.warning if entry.truth is None else st.caption)(entry.note)
     if mpp is None:
-        st.info(f"{entry.name} records neither its scale nor its objective power: it is not analysed until its "
-                "scale is given in the sidebar.")
+        image = entry.path.suffix.lower() in IMAGE_SUFFIXES
+        st.info(f"{entry.name} " + ("is an image, which records no scale" if image else
+                                    "records neither its scale nor its objective power")
+                + ": it is not analysed until its scale (µm per pixel) is given in the sidebar.")
     planning = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0)
     if not planning.done():
         _view_while_planning(entry, mpp, planning)
@@ -372,6 +391,8 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
                 on_cell_change=lambda: _open_cell(plan, entry, state_key))
         if st.session_state.pop(OPENED, False):
             st.rerun(scope="app")
+        if arrays is not None and entry.truth is not None:
+            _show_score(arrays, np.load(entry.truth))
         if arrays is not None:
             what = BRIGHT.get(shown, "Bright: the model gives the cell a high tumour probability.")
             st.caption(f"{what} Colours: viridis over the colour bar's range; cyan: the tissue outline. A research "
@@ -381,6 +402,17 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
             st.rerun()  # the whole page, once: the analysis is in, the refreshing stops
 
     view()
+
+
+def _show_score(arrays: dict, labels: np.ndarray) -> None:
+    """The heatmap against the true labels of the cells that have one (the PCam test mosaic's patch centres)."""
+    if labels.shape != arrays["evaluated"].shape:
+        st.warning(f"The true labels cover {labels.shape[0]} x {labels.shape[1]} cells, the grid "
+                   f"{arrays['evaluated'].shape[0]} x {arrays['evaluated'].shape[1]}: not scored.")
+        return
+    score = score_cells(arrays["probabilities"][..., -1], labels)
+    if score.scored:
+        st.success(f"Against the true labels of the patch centres analysed so far: {score.summary()}.")
 
 
 def _overlay_ui(arrays: dict) -> str:
