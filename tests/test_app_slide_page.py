@@ -89,8 +89,7 @@ def test_an_image_is_a_slide_whose_scale_is_asked_for_and_the_mosaic_is_scored_a
 
     require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
     mosaic = mosaic_entry(tmp_path / "demos", count=4)
-    monkeypatch.setattr("app.slides.library.demo_images", lambda: [mosaic], raising=False)
-    monkeypatch.setattr("app.slides.demos.demo_images", lambda: [mosaic])
+    monkeypatch.setattr("app.slides.library.demo_images", lambda: [mosaic])
     monkeypatch.setattr(slide_page, "STORE", tmp_path / "store")
     monkeypatch.setenv("APP_SLIDES", str(tmp_path / "no_slides_here"))
     checkpoint = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"

@@ -44,6 +44,11 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # Region mode's pure part: its numbers draw nothing.
     "app.region.evaluation": ("app.analysis", "models"),
     "app.region.demo": ("app.region.evaluation", "app.gallery", "app.analysis", "models"),
+    # One path (issue 59): the region command reads its image through the slide reader; the demo images beside the
+    # demo slides are the gallery's region and region mode's scored mosaic.
+    "app.region.cli": ("app.region", "app.slides.reader", "app.pictures", "app.gallery", "app.analysis", "models"),
+    "app.slides.demos": ("app.slides", "app.region.evaluation", "app.region.demo", "app.gallery", "app.analysis",
+                         "models"),
     "app.ui": ("app.ui",) + _APP_BELOW_UI,
     "app.main": ("app.ui",) + _APP_BELOW_UI,
     # The server around the page: prepares the first visit (app.ui.first_visit) before it answers.

@@ -21,7 +21,7 @@ from PIL import Image
 
 from models.cpu.user_cache import cache_root
 
-from .library import SlideEntry, entry_of
+from .entries import SlideEntry, entry_of
 
 __all__ = ["demo_images", "mosaic_entry", "MOSAIC_PATCHES", "CMU_NOTE"]
 

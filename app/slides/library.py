@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from models.cpu.user_cache import cache_root
 
+from .demos import demo_images
+from .entries import SlideEntry, entry_of
 from .reader import SlideError, open_slide
 
 __all__ = ["SlideEntry", "list_slides", "find_slide", "slides_folder", "uploads_folder", "save_upload", "DEMO_FOLDER",
@@ -35,21 +36,6 @@ SUFFIXES = frozenset({".svs", ".tif", ".tiff", ".ndpi", ".vms", ".vmu", ".scn", 
     | IMAGE_SUFFIXES
 # What can be uploaded: the formats that are one file (MIRAX and the Hamamatsu VMS/VMU index files name others).
 UPLOAD_SUFFIXES = tuple(sorted(SUFFIXES - {".mrxs", ".vms", ".vmu"}))
-
-
-@dataclass(frozen=True)
-class SlideEntry:
-    """A slide the server offers: its id, the name shown, where it is, whether it is a demo slide; for a demo
-    image, its scale (which an image does not record), the file of its cells' true labels where known, and what to say
-    of it (its source, its limits)."""
-
-    slide_id: str
-    name: str
-    path: Path
-    demo: bool
-    microns_per_pixel: float | None = None
-    truth: Path | None = None
-    note: str = ""
 
 
 def slides_folder() -> Path:
@@ -67,18 +53,9 @@ def _entries(folder: Path, demo: bool) -> list[SlideEntry]:
             if path.suffix.lower() in SUFFIXES and not path.name.startswith(".") and path.is_file()]
 
 
-def entry_of(path: Path, demo: bool, **known) -> SlideEntry:
-    """The entry of the file ``path``: its id a digest of its folder, name, size and modification time."""
-    stat = path.stat()
-    what = f"{path.parent.resolve()}|{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
-    return SlideEntry(hashlib.sha256(what.encode()).hexdigest()[:16], path.name, path, demo, **known)
-
-
 def list_slides(folder: Path | None = None, demo_folder: Path | None = DEMO_FOLDER) -> list[SlideEntry]:
     """The server's slides (``folder``, default :func:`slides_folder`), then the demo slides and demo images (the
     CMU-1 region and the PCam test mosaic, :mod:`app.slides.demos`)."""
-    from .demos import demo_images
-
     demos = (_entries(demo_folder, True) + demo_images()) if demo_folder else []
     return _entries(folder or slides_folder(), False) + demos
 

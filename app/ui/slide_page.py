@@ -376,6 +376,8 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
         pictures, cells, overlay, shown, text = [_outline(plan)], None, None, TUMOUR, caption
         if active:
             st.progress(len(done) / len(plan.chunks), text=f"Analysing: {len(done)} of {len(plan.chunks)} chunks")
+        if arrays is not None and entry.truth is not None:
+            _show_score(arrays, np.load(entry.truth))
         if arrays is not None:
             shown = _overlay_ui(arrays)
             picture, (low, high), units = _overlay(plan, arrays, shown)
@@ -391,8 +393,6 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
                 on_cell_change=lambda: _open_cell(plan, entry, state_key))
         if st.session_state.pop(OPENED, False):
             st.rerun(scope="app")
-        if arrays is not None and entry.truth is not None:
-            _show_score(arrays, np.load(entry.truth))
         if arrays is not None:
             what = BRIGHT.get(shown, "Bright: the model gives the cell a high tumour probability.")
             st.caption(f"{what} Colours: viridis over the colour bar's range; cyan: the tissue outline. A research "
