@@ -114,7 +114,7 @@ def test_an_image_is_a_slide_whose_scale_is_asked_for_and_the_mosaic_is_scored_a
         time.sleep(0.1)
         at.run()
     assert not at.exception and at.success[0].value == (
-        f"Against the true labels of the patch centres analysed so far: {expected.summary()}.")
+        f"Against the true labels of the patch centres: {expected.summary()}.")
     evaluated = np.isfinite(assemble(plan, results)["probabilities"][..., -1])
     assert expected.scored == int(((labels >= 0) & evaluated).sum()) >= 3, "the patch centres with tissue are scored"
 

@@ -377,7 +377,7 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
         if active:
             st.progress(len(done) / len(plan.chunks), text=f"Analysing: {len(done)} of {len(plan.chunks)} chunks")
         if arrays is not None and entry.truth is not None:
-            _show_score(arrays, np.load(entry.truth))
+            _show_score(arrays, np.load(entry.truth), complete=len(done) == len(plan.chunks))
         if arrays is not None:
             shown = _overlay_ui(arrays)
             picture, (low, high), units = _overlay(plan, arrays, shown)
@@ -404,7 +404,7 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
     view()
 
 
-def _show_score(arrays: dict, labels: np.ndarray) -> None:
+def _show_score(arrays: dict, labels: np.ndarray, complete: bool) -> None:
     """The heatmap against the true labels of the cells that have one (the PCam test mosaic's patch centres)."""
     if labels.shape != arrays["evaluated"].shape:
         st.warning(f"The true labels cover {labels.shape[0]} x {labels.shape[1]} cells, the grid "
@@ -412,7 +412,8 @@ def _show_score(arrays: dict, labels: np.ndarray) -> None:
         return
     score = score_cells(arrays["probabilities"][..., -1], labels)
     if score.scored:
-        st.success(f"Against the true labels of the patch centres analysed so far: {score.summary()}.")
+        so_far = "" if complete else " analysed so far"
+        st.success(f"Against the true labels of the patch centres{so_far}: {score.summary()}.")
 
 
 def _overlay_ui(arrays: dict) -> str:
