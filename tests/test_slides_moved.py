@@ -98,9 +98,11 @@ def test_a_moved_slides_region_is_that_crop_of_its_moved_level_0_white_outside(c
             w, h = (int(v) for v in rng.integers(1, 200, 2))
             np.testing.assert_array_equal(moved.read_region(left, top, 0, w, h), crop_of(expected, left, top, w, h),
                                           err_msg=f"g={g} ({left}, {top}) {w} x {h}")
-        # The half-size level: its sides are exactly half (704 x 576), so it is exactly the original's moved.
+        # The half-size level: its sides are exactly half (704 x 576), so it is exactly the original's moved, and so
+        # is any read from an even level-0 corner.
         level = moved.read_region(0, 0, 1, *moved.level_dimensions[1])
         np.testing.assert_array_equal(level, moved_rgb(slide.read_region(0, 0, 1, *slide.level_dimensions[1]), g))
+        np.testing.assert_array_equal(moved.read_region(-40, 60, 1, 100, 90), crop_of(level, -20, 30, 100, 90))
         np.testing.assert_array_equal(moved.thumbnail(300), moved_rgb(slide.thumbnail(300), g))
         assert moved.properties["openslide.mpp-x"] == slide.properties[f"openslide.mpp-{'y' if g % 2 else 'x'}"]
 

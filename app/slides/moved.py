@@ -11,11 +11,13 @@ Level 0 is exact: ``moved.read_region(left, top, 0, width, height)`` is, pixel f
 the image under ``g`` of one rectangle of the original (``g`` permutes and reflects the pixel lattice), so a read is
 one read of the original and one move of the pixels it gave.
 
-Levels above 0 are the original's levels moved on their own pixel grids: exact as images, but a level's pixel
-stands for ``downsample`` level-0 pixels counted from the original's top-left corner, and a level's side is rarely
-exactly the level-0 side over its downsample; where the moved slide's origin is another corner of the original
-its levels are offset from its level 0 by that remainder, less than one pixel of the level. :meth:`thumbnail` is
-exactly the original's thumbnail moved, so that the tissue mask of the moved slide is the original's moved.
+Levels above 0 are the original's levels moved on their own pixel grids: a read whose level-0 corner is a multiple
+of the level's downsample is exactly that crop of the original's level moved (the whole level, say). But a level's
+pixel stands for ``downsample`` level-0 pixels counted from the original's top-left corner, and a level's side is
+rarely exactly the level-0 side over its downsample: where the moved slide's origin is another corner of the
+original, its levels are offset from its level 0 by that remainder, less than one pixel of the level; and a corner
+between a level's pixels is OpenSlide's to interpolate. :meth:`thumbnail` is exactly the original's thumbnail moved
+(a moved run moves the original's tissue mask too, :func:`app.slides.run.plan_slide`).
 Associated images (label, macro) are the original's, not moved: they are other pictures of the glass.
 """
 
