@@ -3,9 +3,10 @@ p4m (:mod:`app.slides.moved`) and analysed as a run of its own gives the origina
 
 Both runs' arrays are :func:`app.slides.run.assemble`'s. The grid is centred with even sides at the model's scale,
 so g maps the moved slide's cells onto the original's; each cell is judged in its own context, so how either slide
-was cut into chunks plays no part. What is left is the network's equivariance, exact up to float32 round-off
-(1e-5 relative, ``DESIGN.md``), and the attention's float16 storage (one float16 step of the value,
-:data:`app.slides.engine.ATTENTION_POOL`): those are the tolerances a page may state.
+was cut into chunks plays no part in its numbers (only in whether it is evaluated at all,
+:attr:`MovedComparison.cells_in_one_only`). What is left is the network's equivariance, exact up to float32 round-off
+(1e-5 relative, ``DESIGN.md``), and the attention's storage in float16 (:class:`app.slides.engine.ChunkResult`),
+which rounds away differences below a float16 step of the value: those are the tolerances a page may state.
 """
 
 from __future__ import annotations
