@@ -7,6 +7,10 @@ processes that the command starts and stops itself, or an existing scheduler nam
 the checkpoint by path and each worker process loads them once, so a task sends a few hundred bytes and returns
 its chunk's arrays. Only chunks that hold tissue on the slide's tissue mask (:mod:`app.slides.tissue`) are
 submitted, and only those the store does not hold already (:mod:`app.slides.store`): a stopped run resumes.
+
+A run may be of the slide moved by an element of p4m (``element``, 1..7: quarter turns and mirrors,
+:mod:`app.slides.moved`), analysed as a slide of its own in its own store, to prove that its heatmap is the
+original's moved (:mod:`app.slides.proof`); element 0, the slide as scanned, is every run's default.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import numpy as np
 from models import load_checkpoint
 
 from ..analysis.pathology import model_microns_per_pixel
+from ..analysis.transforms import apply_element
 from .engine import ATTENTION_POOL, ChunkResult, SlideGrid, class_count, evaluate_chunk, slide_grid
+from .moved import moved_slide
 from .reader import SlideError, open_slide
 from .scale import Scale, slide_scale
 from .store import ChunkStore, file_sha256, store_key
@@ -42,7 +48,9 @@ THUMBNAIL_SIDE = 1024
 
 @dataclass(frozen=True)
 class SlidePlan:
-    """What a slide's run needs: where it is, its scale and grid, its tissue, the chunks to evaluate."""
+    """What a slide's run needs: where it is, its scale and grid, its tissue, the chunks to evaluate; ``element``
+    the element of p4m the slide is moved by (0: as scanned), which the grid, thumbnail, tissue and chunks are
+    of."""
 
     slide: Path
     checkpoint: Path
@@ -53,18 +61,26 @@ class SlidePlan:
     tissue: np.ndarray
     chunks: tuple[tuple[int, int], ...]  # those with tissue, the least tissue first
     store: ChunkStore
+    element: int = 0
 
 
 def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: float | None = None,
-               chunk: int | None = None) -> SlidePlan:
-    """Open ``slide_path``, find its scale, grid and tissue, and the chunks with tissue.
+               chunk: int | None = None, element: int = 0) -> SlidePlan:
+    """Open ``slide_path``, moved by ``element`` (:func:`app.slides.moved.moved_slide`), find its scale, grid and
+    tissue, and the chunks with tissue.
+
+    The tissue of a moved slide is the original's mask moved: the mask's smoothing squares of an even side are
+    half a pixel off centre, so a mask computed on the moved thumbnail can differ from the moved mask at its
+    edges (measured on the TCGA slide at the scales it might have: up to 1.7 % of its tissue's pixels), which
+    would change which chunks are evaluated for a reason that is no part of the model.
 
     Raises:
         SlideError: the slide cannot be read, has no scale (give ``user_mpp``), or has no tissue.
     """
     model, card = load_checkpoint(checkpoint)
     del model  # the workers load their own; the card names the weights and the grid's context
-    with open_slide(slide_path) as slide:
+    with open_slide(slide_path) as original:
+        slide = moved_slide(original, element)
         scale = slide_scale(slide.properties, user_mpp)
         if scale.microns_per_pixel is None:
             raise SlideError(f"{Path(slide_path).name}: {scale.sentence}")
@@ -73,10 +89,13 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
                              "stained tissue")
         grid = slide_grid(slide, scale.microns_per_pixel, card, model_microns_per_pixel(card),
                           **({"chunk": chunk} if chunk else {}))
-        thumbnail = slide.thumbnail(THUMBNAIL_SIDE)
-        identity = slide_identity(slide, slide_path)
-    thumbnail_mpp = scale.microns_per_pixel * grid.size[1] / thumbnail.shape[1]
+        thumbnail = original.thumbnail(THUMBNAIL_SIDE)
+        identity = slide_identity(original, slide_path)
+    thumbnail_mpp = scale.microns_per_pixel * original.dimensions[0] / thumbnail.shape[1]
     tissue, _ = tissue_mask(thumbnail, thumbnail_mpp)
+    if element:  # the original's thumbnail and mask moved (the moved slide's thumbnail is exactly that one)
+        thumbnail = np.ascontiguousarray(apply_element(thumbnail.transpose(2, 0, 1), element).transpose(1, 2, 0))
+        tissue = apply_element(tissue, element)
     # Shortest first: the chunks with the least tissue (the fewest cells to evaluate) are submitted first, so
     # that the first cells are drawn within seconds while the large chunks run (a scheduler runs them in order).
     shares = {index: tissue_share(grid, tissue, *index) for index in np.ndindex(*grid.chunks)}
@@ -84,8 +103,9 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
     if not chunks:
         raise SlideError(f"{Path(slide_path).name}: no tissue found (its tissue mask is empty): nothing to analyse")
     weights = str(card.get("weights_sha256") or file_sha256(checkpoint))  # the tensors, whatever the metadata
-    store = ChunkStore(store_root, store_key(identity, weights, grid))
-    return SlidePlan(Path(slide_path), Path(checkpoint), scale, card, grid, thumbnail, tissue, chunks, store)
+    store = ChunkStore(store_root, store_key(identity, weights, grid, element=element))
+    return SlidePlan(Path(slide_path), Path(checkpoint), scale, card, grid, thumbnail, tissue, chunks, store,
+                     element)
 
 
 def slide_identity(slide, path: Path) -> str:
@@ -119,26 +139,27 @@ def _worker_model(checkpoint: str, mtime_ns: int):
 
 
 def chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
-               cj: int) -> ChunkResult:
-    """One chunk, on a worker: the slide opened, the model from the worker's cache, the grid made again (it is a
-    function of the slide, the scale and the card)."""
+               cj: int, element: int = 0) -> ChunkResult:
+    """One chunk, on a worker: the slide opened (moved by ``element``), the model from the worker's cache, the
+    grid made again (it is a function of the slide, the scale and the card)."""
     model, card = _worker_model(checkpoint, os.stat(checkpoint).st_mtime_ns)
-    with open_slide(slide_path) as slide:
+    with moved_slide(open_slide(slide_path), element) as slide:
         grid = slide_grid(slide, microns_per_pixel, card, model_microns_per_pixel(card), chunk=chunk)
         return evaluate_chunk(model, card, slide, grid, ci, cj)
 
 
 def timed_chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
-                     cj: int) -> tuple[ChunkResult, float]:
+                     cj: int, element: int = 0) -> tuple[ChunkResult, float]:
     """:func:`chunk_task` and the worker's seconds on it: what every run submits (:func:`submit_chunk`)."""
     start = time.perf_counter()
-    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj)
+    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element)
     return result, time.perf_counter() - start
 
 
 def chunk_key(plan: SlidePlan, ci: int, cj: int) -> str:
     """The Dask key of chunk (ci, cj) of ``plan``: its store's and the chunk's, so that every run of one store on one
-    cluster (the app's pages, a cohort's command) shares the task."""
+    cluster (the app's pages, a cohort's command) shares the task; a moved slide's store, and so its keys, are its
+    own (:func:`app.slides.store.store_key`)."""
     return f"chunk-{plan.store.folder.name}-{ci}-{cj}"
 
 
@@ -146,7 +167,7 @@ def submit_chunk(client, plan: SlidePlan, ci: int, cj: int):
     """Chunk (ci, cj) of ``plan`` as one task on ``client`` (:func:`chunk_key`), its future giving ``(ChunkResult,
     worker seconds)``."""
     return client.submit(timed_chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
-                         plan.grid.chunk, ci, cj, key=chunk_key(plan, ci, cj))
+                         plan.grid.chunk, ci, cj, plan.element, key=chunk_key(plan, ci, cj))
 
 
 def start_slide(plan: SlidePlan, client, failed: Callable[[BaseException], None] | None = None) -> list:

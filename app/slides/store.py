@@ -3,7 +3,8 @@ redoing them, and two runs of the same slide and model share them.
 
 A store is a folder per (slide, model, grid): its name is a digest of the slide's identity (OpenSlide's quickhash
 and the file's size, :func:`app.slides.run.slide_identity`), the checkpoint's weights, the scale and the grid's
-geometry, so that nothing of another slide, model or scale is ever read back.
+geometry, and the element of p4m the slide is moved by where it is moved, so that nothing of another slide, model,
+scale or orientation is ever read back.
 Each chunk is one ``.npz`` (its arrays, :class:`app.slides.engine.ChunkResult`) written to a temporary name and
 renamed into place (a chunk is there whole or not at all), beside its sha256 in a ``.sha256`` file written after
 it. A chunk whose bytes no longer match its checksum (a damaged disk, a copy cut short) is not trusted: it is
@@ -41,12 +42,15 @@ def _signature(path: Path) -> tuple[int, int]:
     return stat.st_size, stat.st_mtime_ns
 
 
-def store_key(slide_identity: str, weights_sha256: str, grid: SlideGrid) -> str:
-    """The store's name: a digest of what its chunks are a function of."""
+def store_key(slide_identity: str, weights_sha256: str, grid: SlideGrid, element: int = 0) -> str:
+    """The store's name: a digest of what its chunks are a function of, the element of p4m the slide is moved by
+    among them (:mod:`app.slides.moved`; a half turn or a mirror has the original's grid)."""
     what = dict(slide=slide_identity, weights=weights_sha256, microns_per_pixel=grid.microns_per_pixel,
                 model_microns_per_pixel=grid.model_microns_per_pixel, model_size=grid.model_size,
                 cells=[grid.cells.rows, grid.cells.cols, grid.cells.top, grid.cells.left, grid.cells.cell,
                        grid.cells.context], chunk=grid.chunk)
+    if element:  # only where moved: the slide as scanned keeps the names its stores had before moves existed
+        what["element"] = int(element)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 

@@ -11,14 +11,19 @@ Routes (Starlette):
 A slide is named by its id in the listing (:mod:`app.slides.library`): an unknown id, a level, column or row that
 does not exist, or a file that cannot be read answers 404 with a sentence, never a traceback or a file outside
 the listing.
+
+The slide moved by an element g of p4m (1..7, :mod:`app.slides.moved`) is named ``{id}-g{g}`` (:func:`moved_id`):
+its tiles are the moved slide's, read through the moved view; any other suffix names no listed slide (404).
 """
 
 from __future__ import annotations
 
 import functools
 import io
+import re
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -27,37 +32,82 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .library import REPO, find_slide
+from .moved import moved_slide
+from .reader import open_slide
 
-__all__ = ["slide_routes", "deep_zoom", "tile_bytes", "VENDOR", "TILE_SIZE", "OVERLAP", "JPEG_QUALITY"]
+__all__ = ["slide_routes", "deep_zoom", "tile_bytes", "moved_id", "parse_slide_id", "VENDOR", "TILE_SIZE",
+           "OVERLAP", "JPEG_QUALITY"]
 
 VENDOR = REPO / "app" / "ui" / "vendor"  # `make vendor` unpacks openseadragon here (git ignores it)
 TILE_SIZE, OVERLAP, JPEG_QUALITY = 254, 1, 85
 CACHE = "public, max-age=3600"  # tiles of a listed slide never change: its id changes with the file
+MOVED = re.compile(r"(?P<slide_id>.+)-g(?P<element>[1-7])")  # a listed id, then one digit 1..7, nothing more
+
+
+def moved_id(slide_id: str, element: int) -> str:
+    """The id under which the tile routes serve slide ``slide_id`` moved by ``element`` (0..7; 0: the slide)."""
+    if element not in range(8):
+        raise ValueError(f"a slide is moved by an element of p4m, 0 to 7, not {element}")
+    return f"{slide_id}-g{element}" if element else slide_id
+
+
+def parse_slide_id(slide_id: str) -> tuple[str, int]:
+    """``(listed id, element)`` of a route's id (:func:`moved_id`'s inverse); an id without a valid suffix is
+    itself, element 0, and names a listed slide only if it is one."""
+    match = MOVED.fullmatch(slide_id)
+    return (match["slide_id"], int(match["element"])) if match else (slide_id, 0)
+
+
+class _OpenSlideView:
+    """A slide of :mod:`app.slides.reader` (a moved one) with the interface of an OpenSlide object that
+    ``DeepZoomGenerator`` reads: its levels, properties (the scanned area's bounds, moved) and regions as RGBA
+    images (opaque: the reader has put transparent pixels over white already)."""
+
+    def __init__(self, slide):
+        self._slide = slide
+        self.properties = slide.properties
+        self.dimensions = slide.dimensions
+        self.level_count = slide.level_count
+        self.level_dimensions = slide.level_dimensions
+        self.level_downsamples = slide.level_downsamples
+        self.associated_images = {}
+
+    def get_best_level_for_downsample(self, downsample: float) -> int:
+        return self._slide.best_level(downsample)
+
+    def read_region(self, location: tuple[int, int], level: int, size: tuple[int, int]) -> Image.Image:
+        rgb = self._slide.read_region(location[0], location[1], level, size[0], size[1])
+        alpha = np.full(rgb.shape[:2] + (1,), 255, dtype=np.uint8)
+        return Image.fromarray(np.concatenate([rgb, alpha], axis=-1), "RGBA")
+
+    def close(self) -> None:
+        self._slide.close()
 
 
 @functools.lru_cache(maxsize=16)
-def deep_zoom(path: str, mtime_ns: int):
-    """OpenSlide's Deep Zoom generator of the slide at ``path``, kept while the file is unchanged."""
+def deep_zoom(path: str, mtime_ns: int, element: int = 0):
+    """OpenSlide's Deep Zoom generator of the slide at ``path`` moved by ``element`` (0: as scanned, OpenSlide's
+    own object; an image and a moved slide through the slide reader), kept while the file is unchanged."""
     import openslide
     from openslide.deepzoom import DeepZoomGenerator
 
-    from .reader import open_slide
 
     del mtime_ns  # part of the key only
-    with open_slide(path) as slide:
-        if slide.vendor == "image":  # as the engine reads it (EXIF orientation applied), not as OpenSlide would
-            width, height = slide.dimensions
-            source = openslide.ImageSlide(Image.fromarray(slide.read_region(0, 0, 0, width, height)))
-        else:
-            source = openslide.open_slide(path)
+    slide = open_slide(path)
+    if element == 0 and slide.vendor != "image":
+        slide.close()
+        source = openslide.open_slide(path)
+    else:  # a moved slide, or an image as the engine reads it (EXIF orientation applied), not as OpenSlide would
+        source = _OpenSlideView(moved_slide(slide, element))
     return DeepZoomGenerator(source, tile_size=TILE_SIZE, overlap=OVERLAP, limit_bounds=True)
 
 
 def _generator(slide_id: str):
-    entry = find_slide(slide_id)
+    listed, element = parse_slide_id(slide_id)
+    entry = find_slide(listed)
     if entry is None:
         return None
-    return deep_zoom(str(entry.path), entry.path.stat().st_mtime_ns)
+    return deep_zoom(str(entry.path), entry.path.stat().st_mtime_ns, element)
 
 
 def _not_found(what: str) -> PlainTextResponse:
