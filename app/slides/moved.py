@@ -81,6 +81,7 @@ class MovedSlide:
         self.vendor = original.vendor
         self.level_downsamples = original.level_downsamples
         self.associated = original.associated
+        self.colour = original.colour
         odd = P4M.parts(element)[0] % 2
         self.level_dimensions = tuple((h, w) if odd else (w, h) for w, h in original.level_dimensions)
         self.properties = MappingProxyType(_moved_properties(original.properties, original.dimensions, element))
