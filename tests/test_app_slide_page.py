@@ -82,7 +82,7 @@ def test_an_image_is_a_slide_whose_scale_is_asked_for_and_the_mosaic_is_scored_a
         tmp_path, monkeypatch):
     """Region mode on the Slide page: an uploaded PNG waits for its scale; the PCam test mosaic (here of four test
     patches, analysed beforehand by the engine into the page's store) has its scale and its score against PCam's
-    labels of the patch centres, and a cell opened from it carries its true label."""
+    labels of the patch centres, turned too, with the proof that its heatmap turns with it."""
     from app.region.demo import score_cells
     from app.slides.demos import mosaic_entry
     from app.slides.run import assemble, chunk_task, plan_slide
@@ -117,6 +117,22 @@ def test_an_image_is_a_slide_whose_scale_is_asked_for_and_the_mosaic_is_scored_a
         f"Against the true labels of the patch centres: {expected.summary()}.")
     evaluated = np.isfinite(assemble(plan, results)["probabilities"][..., -1])
     assert expected.scored == int(((labels >= 0) & evaluated).sum()) >= 3, "the patch centres with tissue are scored"
+
+    # Turned by a quarter turn, the mosaic is a slide of its own (analysed here beforehand too): its score is the
+    # same, the truth turned with it, and the page proves its heatmap is the original's turned.
+    turned = plan_slide(mosaic.path, checkpoint, tmp_path / "store", 0.972, element=1)
+    for index in turned.chunks:
+        turned.store.put(chunk_task(str(mosaic.path), 0.972, str(checkpoint), turned.grid.chunk, *index, 1))
+    at = at.sidebar.radio(key="slide_rotate").set_value(90).run()
+    deadline = time.monotonic() + 30
+    while not any(c.value.startswith("Proof of equivariance: P(tumour)") for c in at.caption) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+        at.run()
+    proof = next(c.value for c in at.caption if c.value.startswith("Proof of equivariance"))
+    difference = float(proof.split("max |difference| = ")[1].split(" ")[0])
+    assert difference < 1e-5 and f"over {int(evaluated.sum())} cells analysed in both" in proof, proof
+    assert not at.exception and at.success[0].value.endswith(f"{expected.summary()}.")
 
     png = tmp_path / "region.png"
     Image.fromarray(np.full((200, 260, 3), 200, dtype=np.uint8)).save(png)

@@ -25,17 +25,22 @@ import numpy as np
 import streamlit as st
 from matplotlib import colormaps
 
+from models import Group
 from models.cpu.user_cache import cache_root
 
+from ..analysis.compute import display_group
 from ..analysis.readings import BRIGHT, LABELS
+from ..analysis.transforms import element_name
 from ..pictures.encode import png_data_url
 from ..region.demo import score_cells
 from ..slides.engine import cell_context
 from ..slides.library import IMAGE_SUFFIXES, UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
+from ..slides.moved import moved_slide
+from ..slides.proof import compare_moved, move_cells
 from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide, start_slide
 from ..slides.scale import slide_scale
-from ..slides.tiles import VENDOR
+from ..slides.tiles import VENDOR, moved_id
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
@@ -124,10 +129,28 @@ _PLANNER = ThreadPoolExecutor(2, thread_name_prefix="slide-plan")
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None) -> Future:
-    """The slide's plan (its scale, grid, thumbnail and tissue: 0.5 s on the CMU slide), made in the background:
-    the viewer shows the slide's tiles meanwhile, which need no plan."""
-    return _PLANNER.submit(plan_slide, Path(path), Path(checkpoint), STORE, mpp)
+def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0) -> Future:
+    """The plan of the slide moved by ``element`` (its scale, grid, thumbnail and tissue: 0.5 s on the CMU slide),
+    made in the background: the viewer shows the slide's tiles meanwhile, which need no plan."""
+    return _PLANNER.submit(plan_slide, Path(path), Path(checkpoint), STORE, mpp, element=element)
+
+
+def _transform_ui(group: Group) -> int:
+    """Sidebar: a quarter turn and, for a p4m model, a mirror of the whole slide: the element of the group it is
+    moved by (0: as scanned). The moved slide is a slide of its own, analysed by the same engine, and the page
+    proves its maps are the original's moved (:mod:`app.slides.proof`)."""
+    st.sidebar.header("Transform")
+    quarter = st.sidebar.radio("Rotate the slide by", [0, 90, 180, 270], format_func=lambda d: f"{d}°",
+                               horizontal=True, key="slide_rotate",
+                               help="The turned slide is analysed as a slide of its own; once the slide as scanned "
+                                    "is too, the page compares their heatmaps cell by cell.")
+    mirror = group.order == 8 and st.sidebar.toggle("Mirror (flip the rows after rotating)", key="slide_mirror")
+    return quarter // 90 + 4 * mirror
+
+
+def _truth(entry: SlideEntry, element: int) -> np.ndarray | None:
+    """The true label of each cell of the slide moved by ``element`` (-1: none), where the slide has them."""
+    return None if entry.truth is None else move_cells(np.load(entry.truth), element)
 
 
 def _upload_ui() -> None:
@@ -243,13 +266,14 @@ def _cells(plan: SlidePlan, arrays: dict) -> dict:
 
 def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
     """The viewer's click: the cell's context, read as the engine read it, handed to the patch page."""
-    i, j = st.session_state[state_key]["cell"]
-    with open_slide(entry.path) as slide:
-        pixels = cell_context(slide, plan.grid, int(i), int(j))
-    truth = None
-    if entry.truth is not None and (label := int(np.load(entry.truth)[int(i), int(j)])) >= 0:
-        truth = list(plan.card.get("class_names") or ["no_tumor", "tumor"])[label]
-    st.session_state[REGION_CELL_KEY] = RegionCell(pixels, f"{entry.name}, cell ({i}, {j})",
+    i, j = (int(v) for v in st.session_state[state_key]["cell"])
+    with moved_slide(open_slide(entry.path), plan.element) as slide:
+        pixels = cell_context(slide, plan.grid, i, j)
+    truth, labels = None, _truth(entry, plan.element)
+    if labels is not None and labels[i, j] >= 0:
+        truth = list(plan.card.get("class_names") or ["no_tumor", "tumor"])[int(labels[i, j])]
+    moved = f" ({element_name(plan.element)})" if plan.element else ""
+    st.session_state[REGION_CELL_KEY] = RegionCell(pixels, f"{entry.name}{moved}, cell ({i}, {j})",
                                                    plan.grid.model_microns_per_pixel, truth)
     st.session_state["view"] = "Patch"
     st.session_state["image_source"] = REGION_CELL_SOURCE
@@ -273,6 +297,7 @@ def slide_page(loaded: LoadedModel) -> None:
         return
     entry = _slide_ui(entries)
     mpp = _info_ui(entry)
+    element = _transform_ui(display_group(loaded.model))
     checkpoint = str(loaded.path)
     if entry.note:
         (st.warning if entry.truth is None else st.caption)(entry.note)
@@ -281,38 +306,48 @@ def slide_page(loaded: LoadedModel) -> None:
         st.info(f"{entry.name} " + ("is an image, which records no scale" if image else
                                     "records neither its scale nor its objective power")
                 + ": it is not analysed until its scale (µm per pixel) is given in the sidebar.")
-    planning = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0)
+    dzi = f"slides/{moved_id(entry.slide_id, element)}.dzi"
+    planning = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0, element)
     if not planning.done():
-        _view_while_planning(entry, mpp, planning)
+        _view_while_planning(entry, mpp, planning, dzi)
         return
     try:
         plan = planning.result()
     except SlideError as err:
         st.error(str(err))
         return
+    original = None  # the slide as scanned, which a moved slide's maps are compared with
+    if element:
+        scanned = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0)
+        original = scanned.result() if scanned.done() and scanned.exception() is None else None
     caption = (f"{plan.grid.cells.rows * plan.grid.cells.cols:,} cells of 32 px at "
                f"{plan.grid.model_microns_per_pixel} µm/px; {len(plan.chunks)} chunks with tissue")
-    run = running_analyses().get(plan.store.folder.name)
-    active = run is not None and not all(future.done() for future in run.futures)
+    plans = [plan] + ([original] if original is not None else [])
+    runs = [run for p in plans if (run := running_analyses().get(p.store.folder.name)) is not None]
+    active = any(not all(future.done() for future in run.futures) for run in runs)
     finished = sum(plan.store.get(*index) is not None for index in plan.chunks)
-    if mpp is not None and finished < len(plan.chunks) and not active:
+    missing = [p for p in plans if any(p.store.get(*index) is None for index in p.chunks)]
+    if mpp is not None and missing and not active:
         _connecting()  # the cluster starts while the user looks at the slide
         left, right = st.columns([1, 3])
         if left.button("Analyse the slide", type="primary", key=f"analyse-{entry.slide_id}"):
-            errors: list[str] = []
             try:
                 client = dask_client()
             except OSError as err:
                 st.error(f"The Dask scheduler at {os.environ.get(SCHEDULER_ENV)} could not be reached: {err}")
                 return
-            futures = start_slide(plan, client, lambda error: errors.append(str(error)))
-            running_analyses()[plan.store.folder.name] = Analysis(futures, errors)
+            for each in missing:  # a moved slide with the slide as scanned, for the proof
+                errors: list[str] = []
+                futures = start_slide(each, client, lambda error, errors=errors: errors.append(str(error)))
+                running_analyses()[each.store.folder.name] = Analysis(futures, errors)
             st.rerun()
-        right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far (kept: an analysis cut short "
+        also = " (and the slide as scanned, for the proof)" if original in missing else ""
+        right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far{also} (kept: an analysis cut short "
                       f"resumes from them). Runs on {_where()}.")
-    if run is not None and run.errors:
-        st.error(f"{len(run.errors)} chunk(s) failed: {run.errors[0]}")
-    _live_view(plan, entry, mpp, caption, active)
+    for run in runs:
+        if run.errors:
+            st.error(f"{len(run.errors)} chunk(s) failed: {run.errors[0]}")
+    _live_view(plan, entry, mpp, caption, active, dzi, original)
 
 
 def _where() -> str:
@@ -351,23 +386,25 @@ def running_analyses() -> dict[str, Analysis]:
     return {}
 
 
-def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: Future) -> None:
+def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: Future, dzi: str) -> None:
     """The slide in the viewer, without overlays, while its plan is made; the page again once it is."""
 
     @st.fragment(run_every=PLANNING_LOOK_S)
     def view() -> None:
         if planning.done():
             st.rerun(scope="app")
-        _VIEWER(key=f"slide-viewer-{entry.slide_id}", height="content",
-                data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, pictures=[], cells=None,
+        _VIEWER(key=f"slide-viewer-{dzi}", height="content",
+                data=dict(dzi=dzi, height=VIEWER_HEIGHT_PX, pictures=[], cells=None,
                           caption="Finding the tissue ...", overlay=None, micronsPerPixel=mpp))
 
     view()
 
 
-def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: str, active: bool) -> None:
+def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: str, active: bool, dzi: str,
+               original: SlidePlan | None) -> None:
     """The viewer with what is analysed so far; while an analysis runs, drawn again every :data:`REFRESH_S`
-    seconds with the chunks finished since (the viewer keeps its place and zoom), until the last is in."""
+    seconds with the chunks finished since (the viewer keeps its place and zoom), until the last is in. For a moved
+    slide, the proof against the slide as scanned (``original``) over the cells both have."""
 
     @st.fragment(run_every=REFRESH_S if active else None)
     def view() -> None:
@@ -377,7 +414,9 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
         if active:
             st.progress(len(done) / len(plan.chunks), text=f"Analysing: {len(done)} of {len(plan.chunks)} chunks")
         if arrays is not None and entry.truth is not None:
-            _show_score(arrays, np.load(entry.truth), complete=len(done) == len(plan.chunks))
+            _show_score(arrays, _truth(entry, plan.element), complete=len(done) == len(plan.chunks))
+        if arrays is not None and original is not None:
+            _show_proof(original, arrays, plan.element)
         if arrays is not None:
             shown = _overlay_ui(arrays)
             picture, (low, high), units = _overlay(plan, arrays, shown)
@@ -386,9 +425,9 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
             overlay = dict(opacity=OVERLAY_OPACITY, low=low, high=high, units=units)
             text += (f"; {int(arrays['evaluated'].sum()):,} cells evaluated. Hover a cell for its P(tumour), click "
                      "it to open it in the patch page.")
-        state_key = f"slide-viewer-{entry.slide_id}"
+        state_key = f"slide-viewer-{dzi}"
         _VIEWER(key=state_key, height="content",
-                data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, caption=text,
+                data=dict(dzi=dzi, height=VIEWER_HEIGHT_PX, caption=text,
                           pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
                 on_cell_change=lambda: _open_cell(plan, entry, state_key))
         if st.session_state.pop(OPENED, False):
@@ -402,6 +441,28 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
             st.rerun()  # the whole page, once: the analysis is in, the refreshing stops
 
     view()
+
+
+def _show_proof(original: SlidePlan, arrays: dict, element: int) -> None:
+    """The moved slide's maps against the slide as scanned, moved the same way: equal up to round-off over the cells
+    both runs have evaluated (:func:`app.slides.proof.compare_moved`)."""
+    done = {index: result for index in original.chunks if (result := original.store.get(*index)) is not None}
+    found = compare_moved(assemble(original, done), arrays, element) if done else None
+    if found is None or not found.cells_compared:
+        st.caption(f"Proof of equivariance: once the slide as scanned is analysed too (Analyse does both), this "
+                   f"{element_name(element)} slide's heatmap is compared with its heatmap moved the same way.")
+        return
+    text = (f"Proof of equivariance: P(tumour) of the slide moved by {element_name(element)} against the slide as "
+            f"scanned, its heatmap moved the same way: max |difference| = {found.probability_difference:.1e} over "
+            f"{found.cells_compared:,} cells analysed in both")
+    if found.attention_difference:
+        text += "; attention (kept in float16) " + ", ".join(
+            f"{LABELS[reading].split(':')[0]} {difference:.1e}"
+            for reading, difference in sorted(found.attention_difference.items()))
+    if found.cells_in_one_only:
+        text += (f"; {found.cells_in_one_only:,} cells analysed in one run only (each run evaluates the chunks its "
+                 "tissue mask touches, cut from its own top-left corner)")
+    (st.caption if found.probability_difference < 1e-4 else st.warning)(text + ".")
 
 
 def _show_score(arrays: dict, labels: np.ndarray, complete: bool) -> None:
