@@ -69,7 +69,7 @@ def test_chunks_of_a_pcam_slide_give_region_modes_heatmap_and_each_patchs_own_pr
     with open_slide(tmp_path / "mosaic.tif") as slide:
         assert (slide.vendor, slide.level_count, slide.dimensions) == ("generic-tiff", 2, (288, 288))
     tumour, evaluated, chunks = evaluate_slide(model, card, tmp_path / "mosaic.tif", chunk=3)
-    assert chunks == 9, "7 x 7 cells in chunks of 3 x 3: nine chunks, the last row and column of one cell"
+    assert chunks == 9, "7 x 7 cells in chunks of at most 3 x 3: 2, 3 and 2 cells along each side, nine chunks"
     region = evaluate_region(model, card, rgb.transpose(2, 0, 1) / np.float32(255), PCAM_MPP)
     np.testing.assert_array_equal(evaluated, region.evaluated)
     np.testing.assert_allclose(tumour[evaluated], region.positive[evaluated], rtol=0, atol=1e-6)

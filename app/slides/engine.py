@@ -6,10 +6,11 @@ of 32-pixel cells, each judged in its 96-pixel context, centred (:func:`app.regi
 grid is fixed by the slide's size and scale alone, so chunks and stored results line up from one run to the
 next, and a quarter turn or a mirror of the slide maps the grid onto itself, as in region mode.
 
-A chunk is :data:`CHUNK_CELLS` x :data:`CHUNK_CELLS` cells. It is read from level 0 with just the margin its
-contexts need and resampled by :func:`app.slides.resample.resample_block`, which gives every pixel exactly as the
-whole slide's resampling would: so a chunk's cells, their tissue and their probabilities do not depend on how the
-slide was cut, and equal region mode's on the same pixels. Cells with too little tissue are not evaluated
+A chunk is at most :data:`CHUNK_CELLS` x :data:`CHUNK_CELLS` cells, the chunks' sides a palindrome along each axis
+(:attr:`SlideGrid.chunk_spans`), so that they too map onto themselves under the group. It is read from level 0 with
+just the margin its contexts need and resampled by :func:`app.slides.resample.resample_block`, which gives every
+pixel exactly as the whole slide's resampling would: so a chunk's cells, their tissue and their probabilities do
+not depend on how the slide was cut, and equal region mode's on the same pixels. Cells with too little tissue are not evaluated
 (:func:`app.region.evaluation.cell_tissue`, the same share); the network runs over the rest through
 :func:`app.region.evaluation.evaluate_cells`, one place for regions and slides. The attention kept per chunk is
 each evaluated cell's own centre (pooled, :data:`ATTENTION_POOL`), which no other chunk's contexts change.
@@ -17,7 +18,6 @@ each evaluated cell's own centre (pooled, :data:`ATTENTION_POOL`), which no othe
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,6 +31,7 @@ from ..region.evaluation import (
     cell_tissue,
     evaluate_cells,
     make_grid,
+    tile_spans,
 )
 from .reader import Slide
 from .resample import input_span, model_side, resample_block
@@ -57,7 +58,7 @@ class SlideGrid:
         size: ``(rows, cols)`` of level 0.
         model_size: ``(rows, cols)`` of the slide at the model's scale.
         cells: region mode's grid over the slide at the model's scale.
-        chunk: cells per chunk side.
+        chunk: cells per chunk side, at most (:attr:`chunk_spans`).
         microns_per_pixel, model_microns_per_pixel: of level 0 and of the model.
     """
 
@@ -69,17 +70,26 @@ class SlideGrid:
     model_microns_per_pixel: float
 
     @property
+    def chunk_spans(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """``(start, length)`` of the chunks along the rows and along the columns: at most :attr:`chunk` cells, an
+        odd number of them, their lengths a palindrome (:func:`app.region.evaluation.tile_spans`), so that a quarter
+        turn or a mirror of the slide maps chunks onto chunks, and a moved slide's run evaluates exactly the moved
+        cells (which chunks are evaluated is decided per chunk, from the tissue mask)."""
+        return tile_spans(self.cells.rows, self.chunk), tile_spans(self.cells.cols, self.chunk)
+
+    @property
     def chunks(self) -> tuple[int, int]:
-        """``(rows, cols)`` of chunks; the last row and column may be smaller."""
-        return math.ceil(self.cells.rows / self.chunk), math.ceil(self.cells.cols / self.chunk)
+        """``(rows, cols)`` of chunks."""
+        rows, cols = self.chunk_spans
+        return len(rows), len(cols)
 
     def cell_block(self, ci: int, cj: int) -> tuple[int, int, int, int]:
         """``(first row, stop row, first col, stop col)`` of chunk (ci, cj)'s cells."""
-        rows, cols = self.chunks
-        if not (0 <= ci < rows and 0 <= cj < cols):
-            raise IndexError(f"chunk ({ci}, {cj}) is outside the {rows} x {cols} chunks")
-        return (ci * self.chunk, min((ci + 1) * self.chunk, self.cells.rows),
-                cj * self.chunk, min((cj + 1) * self.chunk, self.cells.cols))
+        rows, cols = self.chunk_spans
+        if not (0 <= ci < len(rows) and 0 <= cj < len(cols)):
+            raise IndexError(f"chunk ({ci}, {cj}) is outside the {len(rows)} x {len(cols)} chunks")
+        (i0, height), (j0, width) = rows[ci], cols[cj]
+        return i0, i0 + height, j0, j0 + width
 
     def context_block(self, ci: int, cj: int) -> tuple[int, int, int, int]:
         """``(top, bottom, left, right)`` at the model's scale of chunk (ci, cj)'s cells' contexts."""

@@ -48,7 +48,10 @@ def store_key(slide_identity: str, weights_sha256: str, grid: SlideGrid, element
     what = dict(slide=slide_identity, weights=weights_sha256, microns_per_pixel=grid.microns_per_pixel,
                 model_microns_per_pixel=grid.model_microns_per_pixel, model_size=grid.model_size,
                 cells=[grid.cells.rows, grid.cells.cols, grid.cells.top, grid.cells.left, grid.cells.cell,
-                       grid.cells.context], chunk=grid.chunk)
+                       grid.cells.context], chunk=grid.chunk,
+                # chunks cut as palindromes (SlideGrid.chunk_spans): stores of chunks cut from the top-left corner,
+                # whose indices name other cells, are never read back
+                partition="palindrome")
     if element:  # only where moved: the slide as scanned keeps the names its stores had before moves existed
         what["element"] = int(element)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
