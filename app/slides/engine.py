@@ -9,11 +9,11 @@ next, and a quarter turn or a mirror of the slide maps the grid onto itself, as 
 A chunk is at most :data:`CHUNK_CELLS` x :data:`CHUNK_CELLS` cells, the chunks' sides a palindrome along each axis
 (:attr:`SlideGrid.chunk_spans`), so that they too map onto themselves under the group. It is read from level 0 with
 just the margin its contexts need and resampled by :func:`app.slides.resample.resample_block`, which gives every
-pixel exactly as the whole slide's resampling would: so a chunk's cells, their tissue and their probabilities do
-not depend on how the slide was cut, and equal region mode's on the same pixels. Cells with too little tissue are not evaluated
-(:func:`app.region.evaluation.cell_tissue`, the same share); the network runs over the rest through
-:func:`app.region.evaluation.evaluate_cells`, one place for regions and slides. The attention kept per chunk is
-each evaluated cell's own centre (pooled, :data:`ATTENTION_POOL`), which no other chunk's contexts change.
+pixel exactly as the whole slide's resampling would: so a chunk's cells, their tissue and their probabilities do not
+depend on how the slide was cut, and equal region mode's on the same pixels. Cells with too little tissue are not
+evaluated (:func:`app.region.evaluation.cell_tissue`, the same share); the network runs over the rest through
+:func:`app.region.evaluation.evaluate_cells`, one place for regions and slides. The attention kept per chunk is each
+evaluated cell's own centre (pooled, :data:`ATTENTION_POOL`), which no other chunk's contexts change.
 """
 
 from __future__ import annotations
