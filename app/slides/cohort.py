@@ -33,11 +33,8 @@ from .reader import SlideError
 from .run import SlidePlan, chunk_key, submit_chunk
 
 __all__ = ["SlideRun", "CohortProgress", "SchedulerLost", "find_slides", "plan_run", "run_cohort",
-           "summary_row", "write_summary", "SUMMARY_COLUMNS", "IMAGE_SUFFIXES"]
+           "summary_row", "write_summary", "SUMMARY_COLUMNS"]
 
-# What a folder given on the command line contributes: OpenSlide's formats and pyramidal TIFF
-# (app.slides.library.SUFFIXES), and ordinary images, which are slides of one level.
-IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg"})
 SUMMARY_COLUMNS = ("slide", "status", "error", "microns_per_pixel", "scale_source", "tissue_mm2", "cells_evaluated",
                    "mean_tumour_probability", "max_tumour_probability", "tumour_mm2_at_0.5", "chunks",
                    "chunks_computed", "worker_seconds", "seconds", "weights_sha256", "code_sha256")
@@ -108,10 +105,9 @@ def find_slides(paths: list[Path]) -> list[Path]:
     found: dict[Path, Path] = {}
     for path in map(Path, paths):
         if path.is_dir():
-            inside = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES | IMAGE_SUFFIXES)
+            inside = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
             if not inside:
-                raise SlideError(f"{path.name}/ holds no slide or image ({', '.join(sorted(SUFFIXES))}, "
-                                 f"{', '.join(sorted(IMAGE_SUFFIXES))})")
+                raise SlideError(f"{path.name}/ holds no slide or image ({', '.join(sorted(SUFFIXES))})")
         else:
             inside = [path]
         for slide in inside:
