@@ -49,7 +49,7 @@ def demo_images() -> list[SlideEntry]:
 
 def mosaic_entry(folder: Path | None = None, count: int = MOSAIC_PATCHES) -> SlideEntry | None:
     """The PCam test mosaic's entry, its PNG, labels and source written into ``folder`` (default
-    :func:`demos_folder`) the first time; None where no labelled patch is reachable."""
+    :func:`demos_folder`) the first time; None where no labelled patch is reachable or the folder cannot be made."""
     from ..analysis.pcam_public import public_folder, test_patches
     from ..region.demo import PCAM_MPP, SEED, pcam_test_mosaic
 
@@ -61,9 +61,9 @@ def mosaic_entry(folder: Path | None = None, count: int = MOSAIC_PATCHES) -> Sli
     if not (path.is_file() and labels.is_file() and about.is_file()):
         try:
             mosaic = pcam_test_mosaic({}, count=count)  # the gallery's patches where pcam_public lacks them
-        except FileNotFoundError:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:  # no labelled patch reachable, or a cache that cannot be written: no mosaic, the rest listed
             return None
-        folder.mkdir(parents=True, exist_ok=True)
         partial = f".{os.getpid()}"  # each file whole before it is seen: two servers may build it at once
         with open(labels.with_name(labels.name + partial), "wb") as handle:  # np.save would append ".npy"
             np.save(handle, mosaic.labels, allow_pickle=False)
