@@ -13,7 +13,7 @@ import pytest
 
 from app.analysis.pathology import model_microns_per_pixel
 from app.region.demo import PCAM_MPP, pcam_test_mosaic
-from app.region.evaluation import evaluate_region
+from app.region.evaluation import default_method, evaluate_region
 from app.slides.engine import evaluate_chunk, slide_grid
 from app.slides.reader import open_slide
 from app.slides.scale import slide_scale
@@ -91,3 +91,21 @@ def test_a_quarter_turned_slide_gives_the_quarter_turned_heatmap(model_and_mosai
     turned, turned_evaluated, _ = evaluate_slide(model, card, tmp_path / "turned.tif", chunk=4)
     np.testing.assert_array_equal(turned_evaluated, np.rot90(evaluated))
     np.testing.assert_allclose(turned[turned_evaluated], np.rot90(tumour)[turned_evaluated], rtol=0, atol=1e-5)
+
+
+def test_a_model_without_attention_runs_each_chunk_as_one_tile_equal_to_its_crops(model_and_mosaic, tmp_path):
+    """The engine's default for a model without attention is the shared trunk over the chunk (region mode's
+    "tiles", its own function there): the crops' probabilities to round-off; a model with attention keeps crops."""
+    _, card, mosaic = model_and_mosaic
+    plain, plain_card = load_checkpoint(REPO / "checkpoints" / "p4m_densenet_pcam.safetensors")
+    rgb = np.round(mosaic.image.transpose(1, 2, 0) * 255).astype(np.uint8)
+    write_pyramid(tmp_path / "mosaic.tif", rgb, PCAM_MPP)
+    with open_slide(tmp_path / "mosaic.tif") as slide:
+        grid = slide_grid(slide, PCAM_MPP, plain_card, model_microns_per_pixel(plain_card), chunk=4)
+        for ci, cj in np.ndindex(*grid.chunks):
+            tiles = evaluate_chunk(plain.eval(), plain_card, slide, grid, ci, cj)
+            crops = evaluate_chunk(plain.eval(), plain_card, slide, grid, ci, cj, method="crops")
+            np.testing.assert_array_equal(tiles.evaluated, crops.evaluated)
+            np.testing.assert_allclose(tiles.probabilities[tiles.evaluated], crops.probabilities[crops.evaluated],
+                                       rtol=0, atol=1e-5)
+    assert default_method(plain) == "tiles" and default_method(load_checkpoint(CHECKPOINT)[0]) == "crops"
