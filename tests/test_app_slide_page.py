@@ -3,12 +3,15 @@ not analysed until one is given, and an empty listing or a missing viewer said i
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
+from starlette.requests import Request
 
+import app.slides.tiles as tiles
 import app.ui.slide_page as slide_page
-from app.slides.library import DEMO_FOLDER
+from app.slides.library import DEMO_FOLDER, list_slides
 from tests.conftest import REPO, require_shared
 
 AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
@@ -73,3 +76,23 @@ def test_an_uploaded_checkpoint_says_why_it_cannot_analyse_slides(tmp_path, monk
         (checkpoint.name, checkpoint.read_bytes(), "application/octet-stream")).run()
     at = at.sidebar.radio(key="view").set_value("Slide").run()
     assert not at.exception and "is an upload, held by this session only" in at.info[0].value
+
+
+def test_a_slide_is_planned_once_the_viewer_has_its_first_tile(tmp_path, monkeypatch):
+    """The plan waits for the slide's first tile served (its CPU would share two cores with the first tiles), and is
+    made at once after it."""
+    require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path / "no_slides_here"))
+    monkeypatch.setattr(slide_page, "STORE", tmp_path / "store")
+    monkeypatch.setattr(slide_page, "PLAN_WAIT_S", 600.0)
+    monkeypatch.setattr(tiles, "_served", {})  # no tile of any slide served yet in this process
+    cmu = next(e for e in list_slides() if e.name == "CMU-1-Small-Region.svs")
+    checkpoint = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
+    planning = slide_page._planning.__wrapped__(cmu.slide_id, str(cmu.path), str(checkpoint), None)
+    with pytest.raises(TimeoutError):
+        planning.result(timeout=2)  # the plan takes 0.5 s once started: it has not started
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": [],
+             "path_params": dict(slide_id=cmu.slide_id, level=8, col=0, row=0)}
+    assert asyncio.run(tiles.tile(Request(scope))).status_code == 200
+    plan = planning.result(timeout=60)
+    assert plan.chunks and plan.tissue.any()

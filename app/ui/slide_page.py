@@ -31,7 +31,7 @@ from ..slides.library import UPLOAD_SUFFIXES, SlideEntry, list_slides, save_uplo
 from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide, start_slide
 from ..slides.scale import slide_scale
-from ..slides.tiles import VENDOR
+from ..slides.tiles import VENDOR, inline_descriptor, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel
 from .region_page import RegionCell
@@ -43,6 +43,7 @@ VIEWER_HEIGHT_PX = 620
 TUMOUR = "tumour"
 REFRESH_S = 0.5  # how often a running analysis's finished chunks are looked for
 PLANNING_LOOK_S = 0.2  # how often the page looks whether a slide's plan is made
+PLAN_WAIT_S = 2.0  # the longest a slide's plan waits for the viewer's first tiles (none come without a browser)
 WORKER_NICENESS = 10  # of the local cluster's worker process, against the server's
 OPENED = "slide-cell-opened"
 UPLOADS = "slide-uploads"  # this session's uploaded slides: upload file id -> entry
@@ -122,9 +123,24 @@ _PLANNER = ThreadPoolExecutor(2, thread_name_prefix="slide-plan")
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None) -> Future:
-    """The slide's plan (its scale, grid, thumbnail and tissue: 0.5 s on the CMU slide), made in the background:
-    the viewer shows the slide's tiles meanwhile, which need no plan."""
-    return _PLANNER.submit(plan_slide, Path(path), Path(checkpoint), STORE, mpp)
+    """The slide's plan (its scale, grid, thumbnail and tissue: 0.5 s of CPU on the CMU slide), made in the
+    background once the viewer has its first tiles, which need no plan: on two cores the plan made beside them
+    delayed the first tiles of the page's first visit by seconds."""
+
+    def plan() -> SlidePlan:
+        wait_for_tiles(slide_id, PLAN_WAIT_S)
+        return plan_slide(Path(path), Path(checkpoint), STORE, mpp)
+
+    return _PLANNER.submit(plan)
+
+
+def _descriptor(entry: SlideEntry) -> dict | None:
+    """The slide's Deep Zoom descriptor for the viewer to open without asking for it; None where it cannot be read
+    (the viewer then asks the ``.dzi`` route, which says why)."""
+    try:
+        return inline_descriptor(entry.slide_id)
+    except Exception:  # OpenSlide's errors for a file it cannot read: the page has said so already
+        return None
 
 
 def _upload_ui() -> None:
@@ -340,8 +356,9 @@ def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: Future)
         if planning.done():
             st.rerun(scope="app")
         _VIEWER(key=f"slide-viewer-{entry.slide_id}", height="content",
-                data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, pictures=[], cells=None,
-                          caption="Finding the tissue ...", overlay=None, micronsPerPixel=mpp))
+                data=dict(dzi=f"slides/{entry.slide_id}.dzi", descriptor=_descriptor(entry), height=VIEWER_HEIGHT_PX,
+                          pictures=[], cells=None, caption="Finding the tissue ...", overlay=None,
+                          micronsPerPixel=mpp))
 
     view()
 
@@ -367,8 +384,8 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
                      "it to open it in the patch page.")
         state_key = f"slide-viewer-{entry.slide_id}"
         _VIEWER(key=state_key, height="content",
-                data=dict(dzi=f"slides/{entry.slide_id}.dzi", height=VIEWER_HEIGHT_PX, caption=text,
-                          pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
+                data=dict(dzi=f"slides/{entry.slide_id}.dzi", descriptor=_descriptor(entry), height=VIEWER_HEIGHT_PX,
+                          caption=text, pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
                 on_cell_change=lambda: _open_cell(plan, entry, state_key))
         if st.session_state.pop(OPENED, False):
             st.rerun(scope="app")
