@@ -170,6 +170,10 @@ function open(entry, OpenSeadragon) {
     element: view,
     tileSources: tileSource(data),
     showNavigationControl: false,
+    // Only the level that fits the view is fetched, not each coarser one first: a coarse tile of a slide with few
+    // levels is made from all of its pixels (the CMU slide's 1:16 tile from 6.6 million), and the first view's
+    // coarser tiles shared the two cores with the ones it shows.
+    immediateRender: true,
     showNavigator: true,
     navigatorPosition: "TOP_RIGHT",
     gestureSettingsMouse: { clickToZoom: false },
