@@ -24,8 +24,11 @@ watch-turn         the turn viewer's "Watch it turn" (``[data-play]``) on a pict
                    after the first changes the gallery image first, untimed), timed to its first frame drawn
                    (the viewer's ``data-frame``), not to a still page: an animation plays on
 angle-step         rot-MNIST page: the sidebar slider "(Then) rotate by an arbitrary angle", one key step
-slide-view         Slide page: the sidebar radio "View" to "Slide" (from "Patch", untimed, every repeat after the
-                   first), timed to the first frame the viewer draws with the slide's tiles (its ``data-drawn``)
+slide-first        Slide page, its first visit in the browser session (and the server's: the slide not yet planned,
+                   the Dask cluster not yet started): the sidebar radio "View" to "Slide" (once per session), timed
+                   to the first frame the viewer draws with the slide's tiles (its ``data-drawn``)
+slide-view         Slide page, visited again: the radio "View" to "Patch" (untimed), then to "Slide", timed as
+                   slide-first
 slide-change       Slide page: the sidebar selectbox "Slide" to its next option, timed to the new slide's first
                    frame drawn with tiles
 slide-pan          Slide page: a 240-pixel mouse drag across the viewer, timed from the mouse's release to the
@@ -66,6 +69,10 @@ websocket frames received and sent between the mark and the still page
 (Streamlit's protobuf messages; pictures Streamlit serves over HTTP, such as
 ``st.image``'s, are not counted). Iframes (v1 components) are not observed.
 
+With ``--sessions N`` all of it runs N times, each time with a new server and a new browser, and each action's
+repeats of every session are reported together: the once-a-session actions (first-cold, slide-first,
+slide-analyse) then have N samples.
+
 Reported: median, min and max over the repeats, and the median kilobytes
 received and sent; ``--json`` also keeps every repeat (:data:`RESULT_KEYS`).
 The exit status is 0 when every available action was measured without an
@@ -76,6 +83,7 @@ Run from the repository root::
 
     python -m benchmarks.browser_latency
     python -m benchmarks.browser_latency --page he --actions first-warm,quarter-turn --repeats 5
+    python -m benchmarks.browser_latency --page slide --sessions 5
     python -m benchmarks.browser_latency --checkpoints /tmp/ckpts --page he --json out/browser_latency.json
 """
 
@@ -230,7 +238,8 @@ ACTIONS = (
     Action("watch-turn", "Watch it turn, first frame", ("he",)),
     Action("new-upload", "new upload", ("he",)),  # last on its page: it leaves the image source on "upload"
     Action("angle-step", "arbitrary-angle step", ("rot_mnist",)),
-    Action("slide-view", "slide view, first tiles drawn", ("slide",)),
+    Action("slide-first", "first visit, first tiles drawn", ("slide",)),
+    Action("slide-view", "visited again, first tiles drawn", ("slide",)),
     Action("slide-change", "another slide, first tiles drawn", ("slide",)),
     Action("slide-pan", "pan, settled", ("slide",)),
     Action("slide-zoom", "zoom, settled", ("slide",)),
@@ -519,13 +528,17 @@ def slide_viewer(session: Session):
     return viewer.first
 
 
-def slide_view(session: Session, repeat: int) -> tuple[str, Callable]:
+def slide_first(session: Session, repeat: int) -> tuple[str, Callable]:
     views = session.radio("View")
     if not views.get_by_text("Slide", exact=True).count():
         raise NotAvailable("no view 'Slide' in the sidebar")
-    if repeat:
-        session.measure(views.get_by_text("Patch", exact=True).click)
     return "sidebar radio 'View'", views.get_by_text("Slide", exact=True).click
+
+
+def slide_view(session: Session, repeat: int) -> tuple[str, Callable]:
+    control, act = slide_first(session, repeat)
+    session.measure(session.radio("View").get_by_text("Patch", exact=True).click)  # away from it, untimed
+    return control, act
 
 
 def slide_change(session: Session, repeat: int) -> tuple[str, Callable]:
@@ -579,7 +592,7 @@ def slide_analyse(session: Session, repeat: int) -> tuple[str, Callable]:
 
 def open_slide_page(session: Session) -> None:
     """Switch to the view "Slide" and wait for its first tiles (not timed)."""
-    _, act = slide_view(session, 0)
+    _, act = slide_first(session, 0)
     session.measure_until(act, slide_drawn())
 
 
@@ -597,6 +610,9 @@ def open_rot_mnist(session: Session) -> None:
         session.measure(option.first.click)
 
 
+ONCE = ("first-cold", "slide-first", "slide-analyse")  # measured once a session: what they time happens once
+
+
 def run_action(session: Session, page_name: str, action: Action, repeats: int, url: str,
                upload_folder: Path) -> ActionResult:
     """``repeats`` measurements of ``action``; a missing control or a failure is recorded, not raised."""
@@ -607,10 +623,11 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
         "layer-change": selectbox_action("Layer", "main"),
         "reading-change": selectbox_action("Attention shown", "main"),
         "tab-switch": tab_switch, "angle-step": angle_step, "watch-turn": watch_turn,
-        "slide-view": slide_view, "slide-change": slide_change, "slide-pan": slide_pan, "slide-zoom": slide_zoom,
+        "slide-first": slide_first, "slide-view": slide_view, "slide-change": slide_change, "slide-pan": slide_pan,
+        "slide-zoom": slide_zoom,
         "slide-analyse": slide_analyse,
     }
-    for repeat in range(1 if action.key in ("first-cold", "slide-analyse") else repeats):
+    for repeat in range(1 if action.key in ONCE else repeats):
         try:
             if action.key == "first-cold":
                 result.control = "navigation"
@@ -621,7 +638,7 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
             elif action.key == "watch-turn":
                 result.control, act = preparers[action.key](session, repeat)
                 result.samples.append(session.measure_until(act, FIRST_FRAME))
-            elif action.key == "slide-view":
+            elif action.key in ("slide-first", "slide-view"):
                 result.control, act = preparers[action.key](session, repeat)
                 result.samples.append(session.measure_until(act, slide_drawn()))
             elif action.key == "slide-change":
@@ -662,12 +679,37 @@ def warm_up(folder: Path) -> float:
 
 
 def run(folder: Path, pages: list[str], keys: list[str], repeats: int, quiet_ms: float, timeout_s: float,
-        chromium: Path, port: int, workdir: Path, warm: bool = True) -> dict:
-    """Every requested action on every requested page, in :data:`ACTIONS`' order; the report as a dict."""
+        chromium: Path, port: int, workdir: Path, warm: bool = True, sessions: int = 1) -> dict:
+    """Every requested action on every requested page, in :data:`ACTIONS`' order, in each of ``sessions`` sessions
+    (a new server and browser each); the report as a dict, each action's repeats of every session together."""
     from benchmarks.train_step import instruction_sets
 
-    results = []
     warm_s = warm_up(folder) if warm else None
+    results: dict[tuple[str, str], ActionResult] = {}
+    for number in range(sessions):
+        folder_of_session = workdir / f"session-{number}"
+        folder_of_session.mkdir()
+        found, chromium_version = run_session(folder, pages, keys, repeats, quiet_ms, timeout_s, chromium, port,
+                                              folder_of_session)
+        for result in found:
+            if sessions > 1:
+                result.errors = [f"session {number + 1}, {error}" for error in result.errors]
+            kept = results.setdefault((result.page, result.action.key), result)
+            if kept is not result:
+                kept.samples += result.samples
+                kept.errors += result.errors
+    return dict(cpu=cpu_model(), cpus=os.cpu_count(), instruction_set=instruction_sets(),
+                streamlit=importlib.metadata.version("streamlit"), chromium=chromium_version,
+                checkpoints=str(folder), warm_up_s=warm_s, sessions=sessions,
+                viewport=VIEWPORT, quiet_ms=quiet_ms, timeout_s=timeout_s, repeats=repeats,
+                results=[r.as_dict() for r in results.values()])
+
+
+def run_session(folder: Path, pages: list[str], keys: list[str], repeats: int, quiet_ms: float, timeout_s: float,
+                chromium: Path, port: int, workdir: Path) -> tuple[list[ActionResult], str]:
+    """One session: a new server and a new browser, every requested action measured; the results and Chromium's
+    version."""
+    results = []
     with contextlib.ExitStack() as stack:
         playwright = stack.enter_context(sync_playwright())
         browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
@@ -683,7 +725,7 @@ def run(folder: Path, pages: list[str], keys: list[str], repeats: int, quiet_ms:
         for page_name in pages:
             wanted = [a for a in ACTIONS[1:] if page_name in a.pages and a.key in keys]
             opening = {"rot_mnist": open_rot_mnist, "slide": open_slide_page}.get(page_name)
-            if opening and wanted and not (page_name == "slide" and wanted[0].key == "slide-view"):
+            if opening and wanted and wanted[0].key != "slide-first":  # the first visit opens the page itself
                 try:
                     opening(session)
                 except NotAvailable as why:
@@ -691,12 +733,7 @@ def run(folder: Path, pages: list[str], keys: list[str], repeats: int, quiet_ms:
                     continue
             results += [run_action(session, page_name, a, repeats, url, workdir) for a in wanted]
         results = ([cold] if "first-cold" in keys and "he" in pages else []) + results
-        chromium_version = browser.version
-    return dict(cpu=cpu_model(), cpus=os.cpu_count(), instruction_set=instruction_sets(),
-                streamlit=importlib.metadata.version("streamlit"), chromium=chromium_version,
-                checkpoints=str(folder), warm_up_s=warm_s,
-                viewport=VIEWPORT, quiet_ms=quiet_ms, timeout_s=timeout_s, repeats=repeats,
-                results=[r.as_dict() for r in results])
+        return results, browser.version
 
 
 def markdown(report: dict) -> str:
@@ -707,7 +744,8 @@ def markdown(report: dict) -> str:
 
     lines = [f"CPU: {report['cpu']}, {report['cpus']} CPUs | {report['instruction_set']}",
              f"Streamlit {report['streamlit']} | Chromium {report['chromium']} | checkpoints {report['checkpoints']}"
-             f" | still = {report['quiet_ms']:.0f} ms without a change | {report['repeats']} repeats",
+             f" | still = {report['quiet_ms']:.0f} ms without a change | {report['repeats']} repeats"
+             f" | {report.get('sessions', 1)} session(s)",
              "warm-up before the server (python -m app.warm, as make run): "
              + ("none (--no-warm)" if report.get("warm_up_s") is None else f"{report['warm_up_s']:.1f} s"),
              "", "| action | median s | min | max | KB received (median) | KB sent |", "|---|---|---|---|---|---|"]
@@ -732,7 +770,10 @@ def main(argv: list[str] | None = None) -> int:
                              "all three")
     parser.add_argument("--actions", default=",".join(a.key for a in ACTIONS),
                         help="comma-separated, of: " + ", ".join(a.key for a in ACTIONS))
-    parser.add_argument("--repeats", type=int, default=3, help="measurements per action (first-cold: one)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="measurements per action and session (first-cold, slide-first, slide-analyse: one)")
+    parser.add_argument("--sessions", type=int, default=1,
+                        help="times to run it all, each with a new server and browser (default 1)")
     parser.add_argument("--quiet-ms", type=float, default=QUIET_MS, help="still: this long without a change")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per action at most")
     parser.add_argument("--port", type=int, default=0, help="the server's port (default: a free one)")
@@ -746,8 +787,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(keys) - {a.key for a in ACTIONS})
     if unknown:
         parser.error(f"unknown actions {unknown}; known: {[a.key for a in ACTIONS]}")
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    if args.repeats < 1 or args.sessions < 1:
+        parser.error("--repeats and --sessions must be at least 1")
     if sync_playwright is None:
         parser.error("the playwright package is missing (pip install -r requirements-dev.txt)")
     if not args.chromium.exists():
@@ -755,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     pages = {"both": ["he", "rot_mnist"], "all": ["he", "rot_mnist", "slide"]}.get(args.page, [args.page])
     with tempfile.TemporaryDirectory(prefix="browser_latency-") as workdir:
         report = run(args.checkpoints, pages, keys, args.repeats, args.quiet_ms, args.timeout, args.chromium,
-                     args.port, Path(workdir), warm=not args.no_warm)
+                     args.port, Path(workdir), warm=not args.no_warm, sessions=args.sessions)
     print(markdown(report))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -24,12 +24,16 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
     monkeypatch.setenv("APP_SLIDE_UPLOADS", str(tmp_path / "uploads"))
     monkeypatch.setenv("APP_SLIDE_STORE", str(tmp_path / "store"))
     with app_page(REPO / "checkpoints", tmp_path) as page:
+        asked = []
+        page.on("request", lambda request: asked.append(request.url))
         page.get_by_text("What the model sees").wait_for()
         sidebar = page.locator('[data-testid="stSidebar"]')
         sidebar.get_by_text("Slide", exact=True).click()
         # The CMU demo slide, listed first, is drawn from its tiles.
         cmu = next(entry for entry in list_slides() if entry.name == "CMU-1-Small-Region.svs")
         page.locator(f".slide-viewer[data-dzi='slides/{cmu.slide_id}.dzi'][data-drawn]").wait_for()
+        # Its descriptor came with the page and the viewer's buttons are its own: the first tiles waited for neither.
+        assert not [url for url in asked if url.endswith(".dzi") or "/openseadragon/images/" in url]
         # Uploaded, the slide is kept in the uploads folder and chosen.
         uploader = sidebar.locator('[data-testid="stFileUploader"] input[type="file"]')
         uploader.set_input_files(str(tmp_path / "mosaic.tif"))
@@ -53,6 +57,13 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         after = viewer.evaluate(centre)
         zoom = viewer.evaluate("(v) => v.viewer.viewport.viewportToImageZoom(v.viewer.viewport.getZoom(true))")
         assert after[0] - before[0] == pytest.approx(100 / zoom / 288, rel=0.05) and after[1] == before[1]
+        # The viewer's buttons (the slide fills the view: zoomed in as far as it goes, 1.1 screen pixels a pixel).
+        zooms = []
+        for control in ("Zoom out", "Zoom in", "The whole slide"):
+            viewer.locator(f"[data-control='{control}']").click()
+            page.wait_for_function("(v) => !v.viewer.isAnimating()", arg=viewer.element_handle())
+            zooms.append(viewer.evaluate("(v) => v.viewer.viewport.getZoom() / v.viewer.viewport.getHomeZoom()"))
+        assert zooms[0] < 1 and zooms[1] > zooms[0] and zooms[2] == pytest.approx(1)
         page.get_by_role("button", name="Analyse the slide").click()
         page.locator("[data-opacity]").wait_for()  # the heatmap's opacity slider: the analysis is shown
         assert "cells evaluated" in viewer.locator(".status").inner_text()

@@ -3,14 +3,17 @@ not analysed until one is given, and an empty listing or a missing viewer said i
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import numpy as np
 import pytest
 from PIL import Image
+from starlette.requests import Request
 
+import app.slides.tiles as tiles
 import app.ui.slide_page as slide_page
-from app.slides.library import DEMO_FOLDER
+from app.slides.library import DEMO_FOLDER, list_slides
 from tests.conftest import REPO, require_shared
 
 AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
@@ -140,3 +143,23 @@ def test_an_image_is_a_slide_whose_scale_is_asked_for_and_the_mosaic_is_scored_a
     assert not at.exception and at.sidebar.selectbox(key="slide").options[0] == "region.png (uploaded)"
     assert any("region.png is an image, which records no scale" in i.value for i in at.info)
     assert not at.button, "nothing to analyse without a scale"
+
+
+def test_a_slide_is_planned_once_the_viewer_has_its_first_tile(tmp_path, monkeypatch):
+    """The plan waits for the slide's first tile served (its CPU would share two cores with the first tiles), and is
+    made at once after it."""
+    require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path / "no_slides_here"))
+    monkeypatch.setattr(slide_page, "STORE", tmp_path / "store")
+    monkeypatch.setattr(slide_page, "PLAN_WAIT_S", 600.0)
+    monkeypatch.setattr(tiles, "_served", {})  # no tile of any slide served yet in this process
+    cmu = next(e for e in list_slides() if e.name == "CMU-1-Small-Region.svs")
+    checkpoint = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
+    planning = slide_page._planning.__wrapped__(cmu.slide_id, str(cmu.path), str(checkpoint), None)
+    with pytest.raises(TimeoutError):
+        planning.result(timeout=2)  # the plan takes 0.5 s once started: it has not started
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": [],
+             "path_params": dict(slide_id=cmu.slide_id, level=8, col=0, row=0)}
+    assert asyncio.run(tiles.tile(Request(scope))).status_code == 200
+    plan = planning.result(timeout=60)
+    assert plan.chunks and plan.tissue.any()

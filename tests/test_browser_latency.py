@@ -26,7 +26,7 @@ from benchmarks import browser_latency as bl
 ARCH = "p4cnn"
 ACTIONS = ("first-warm", "quarter-turn", "tab-switch")
 REPORT_KEYS = {"cpu", "cpus", "instruction_set", "streamlit", "chromium", "checkpoints", "warm_up_s", "viewport",
-               "quiet_ms", "timeout_s", "repeats", "results"}
+               "quiet_ms", "timeout_s", "repeats", "sessions", "results"}
 
 
 def test_three_actions_are_measured_in_chromium(tmp_path, capsys):

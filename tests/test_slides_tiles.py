@@ -9,13 +9,14 @@ import io
 import time
 import urllib.error
 import urllib.request
+from xml.etree import ElementTree
 
 import pytest
 from PIL import Image
 
 from app.slides.library import DEMO_FOLDER, find_slide, list_slides, save_upload
 from app.slides.reader import SlideError
-from app.slides.tiles import VENDOR
+from app.slides.tiles import VENDOR, VENDOR_CACHE, inline_descriptor
 from benchmarks.concurrent_sessions import free_port, streamlit_server
 from tests.conftest import REPO, require_shared
 
@@ -94,8 +95,27 @@ def test_no_path_reaches_a_file_outside_the_listing(served):
         assert status != 200 or b"torch==" not in body and b"root:" not in body, path
 
 
-def test_openseadragon_is_served_where_make_installed_it(served):
+def test_openseadragon_is_served_where_make_installed_it_and_kept_a_day(served):
     if not (VENDOR / "openseadragon").is_dir():
         pytest.skip("make vendor has not installed OpenSeadragon here")
     status, _, body = fetch(f"{served}vendor/openseadragon/openseadragon.min.js")
     assert status == 200 and b"OpenSeadragon" in body[:2000]
+    request = urllib.request.Request(f"{served}vendor/openseadragon/openseadragon.min.js",
+                                     headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.headers["Cache-Control"] == VENDOR_CACHE
+        assert response.headers["Content-Encoding"] == "gzip" and len(response.read()) < len(body) / 2
+
+
+def test_the_inline_descriptor_is_the_dzi_routes(served):
+    """The Slide page hands the viewer the descriptor the .dzi route serves, with the URL of the same tiles."""
+    cmu = next(e for e in list_slides() if e.name == "CMU-1-Small-Region.svs")
+    _, _, body = fetch(f"{served}slides/{cmu.slide_id}.dzi")
+    served_image = ElementTree.fromstring(body)
+    image = inline_descriptor(cmu.slide_id)["Image"]
+    assert served_image.tag == "{" + image["xmlns"] + "}Image"
+    assert {name: image[name] for name in ("TileSize", "Overlap", "Format")} == served_image.attrib
+    assert image["Size"] == served_image.find("{*}Size").attrib == {"Width": "2220", "Height": "2967"}
+    status, kind, _ = fetch(f"{served}{image['Url']}12/4_5.jpeg")
+    assert (status, kind) == (200, "image/jpeg") and image["Url"] == f"slides/{cmu.slide_id}_files/"
+    assert inline_descriptor("0123456789abcdef") is None

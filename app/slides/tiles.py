@@ -6,7 +6,10 @@ Routes (Starlette):
   tiles with a 1-pixel overlap, JPEG);
 - ``/slides/{id}_files/{level}/{col}_{row}.jpeg``: one tile;
 - ``/vendor/openseadragon/...``: OpenSeadragon itself, installed by ``make`` (``npm pack openseadragon``) into
-  :data:`VENDOR`, never committed.
+  :data:`VENDOR`, never committed; kept by the browser for a day (Streamlit's middleware compresses it).
+
+The Slide page hands the viewer the descriptor itself (:func:`inline_descriptor`), so that its first tiles are asked
+for without a round trip; the viewer's first tiles served also start the slide's plan (:func:`wait_for_tiles`).
 
 A slide is named by its id in the listing (:mod:`app.slides.library`): an unknown id, a level, column or row that
 does not exist, or a file that cannot be read answers 404 with a sentence, never a traceback or a file outside
@@ -21,6 +24,7 @@ from __future__ import annotations
 import functools
 import io
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +39,8 @@ from .library import REPO, find_slide
 from .moved import moved_slide
 from .reader import open_slide
 
-__all__ = ["slide_routes", "deep_zoom", "tile_bytes", "moved_id", "parse_slide_id", "VENDOR", "TILE_SIZE",
-           "OVERLAP", "JPEG_QUALITY"]
+__all__ = ["slide_routes", "deep_zoom", "inline_descriptor", "tile_bytes", "wait_for_tiles", "moved_id",
+           "parse_slide_id", "VENDOR", "TILE_SIZE", "OVERLAP", "JPEG_QUALITY"]
 
 VENDOR = REPO / "app" / "ui" / "vendor"  # `make vendor` unpacks openseadragon here (git ignores it)
 TILE_SIZE, OVERLAP, JPEG_QUALITY = 254, 1, 85
@@ -82,6 +86,11 @@ class _OpenSlideView:
 
     def close(self) -> None:
         self._slide.close()
+# OpenSeadragon changes only with `make vendor`: a browser asks again after a day (the ETag then says it is the same).
+VENDOR_CACHE = "public, max-age=86400"
+DZI_NAMESPACE = "http://schemas.microsoft.com/deepzoom/2008"
+_served: dict[str, threading.Event] = {}  # slide id -> set once a tile of it has been served
+_served_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=16)
@@ -108,6 +117,39 @@ def _generator(slide_id: str):
     if entry is None:
         return None
     return deep_zoom(str(entry.path), entry.path.stat().st_mtime_ns, element)
+
+
+def inline_descriptor(slide_id: str) -> dict | None:
+    """The Deep Zoom descriptor of the listed slide ``slide_id`` in OpenSeadragon's inline form (the ``.dzi`` route's
+    XML as an object, with the tiles' URL relative to the page), or None where no slide has that id.
+
+    The viewer opens it without fetching the ``.dzi``: the first tiles are asked for as soon as OpenSeadragon runs,
+    and the generator the tiles need is made here, during the page's run, not when they are asked for.
+
+    Raises:
+        openslide.OpenSlideError: the slide cannot be read.
+    """
+    generator = _generator(slide_id)
+    if generator is None:
+        return None
+    width, height = generator.level_dimensions[-1]
+    return {"Image": {"xmlns": DZI_NAMESPACE, "Url": f"slides/{slide_id}_files/", "Format": "jpeg",
+                      "Overlap": str(OVERLAP), "TileSize": str(TILE_SIZE),
+                      "Size": {"Width": str(width), "Height": str(height)}}}
+
+
+def _tiles_event(slide_id: str) -> threading.Event:
+    with _served_lock:
+        return _served.setdefault(slide_id, threading.Event())
+
+
+def wait_for_tiles(slide_id: str, timeout_s: float) -> bool:
+    """Wait until a tile of ``slide_id`` has been served by this process (True), at most ``timeout_s`` (False).
+
+    Work that can wait for a viewer's first tiles (the slide's plan) waits on this: on a machine of two cores it
+    would otherwise share them with the tiles while the user looks at an empty viewer.
+    """
+    return _tiles_event(slide_id).wait(timeout_s)
 
 
 def _not_found(what: str) -> PlainTextResponse:
@@ -150,7 +192,18 @@ async def tile(request: Request) -> Response:
         return _not_found(f"a tile of slide {params['slide_id']} cannot be read")
     if isinstance(found, str):
         return _not_found(found)
+    _tiles_event(params["slide_id"]).set()
     return Response(found, media_type="image/jpeg", headers={"Cache-Control": CACHE})
+
+
+class _Vendor(StaticFiles):
+    """OpenSeadragon's files, kept by the browser for a day (Starlette's ``StaticFiles`` sends no ``Cache-Control``):
+    a second visit of the Slide page in another session does not ask for the script again."""
+
+    def file_response(self, *args, **kwargs) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = VENDOR_CACHE
+        return response
 
 
 def slide_routes(vendor: Path = VENDOR) -> list:
@@ -158,5 +211,5 @@ def slide_routes(vendor: Path = VENDOR) -> list:
     routes = [Route("/slides/{slide_id:str}.dzi", descriptor),
               Route("/slides/{slide_id:str}_files/{level:int}/{col:int}_{row:int}.jpeg", tile)]
     if (vendor / "openseadragon").is_dir():
-        routes.append(Mount("/vendor", app=StaticFiles(directory=vendor), name="vendor"))
+        routes.append(Mount("/vendor", app=_Vendor(directory=vendor), name="vendor"))
     return routes

@@ -40,7 +40,7 @@ from ..slides.proof import compare_moved, move_cells
 from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide, start_slide
 from ..slides.scale import slide_scale
-from ..slides.tiles import VENDOR, moved_id
+from ..slides.tiles import VENDOR, inline_descriptor, moved_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
@@ -51,6 +51,7 @@ VIEWER_HEIGHT_PX = 620
 TUMOUR = "tumour"
 REFRESH_S = 0.5  # how often a running analysis's finished chunks are looked for
 PLANNING_LOOK_S = 0.2  # how often the page looks whether a slide's plan is made
+PLAN_WAIT_S = 2.0  # the longest a slide's plan waits for the viewer's first tiles (none come without a browser)
 WORKER_NICENESS = 10  # of the local cluster's worker process, against the server's
 OPENED = "slide-cell-opened"
 UPLOADS = "slide-uploads"  # this session's uploaded slides: upload file id -> entry
@@ -130,9 +131,25 @@ _PLANNER = ThreadPoolExecutor(2, thread_name_prefix="slide-plan")
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0) -> Future:
-    """The plan of the slide moved by ``element`` (its scale, grid, thumbnail and tissue: 0.5 s on the CMU slide),
-    made in the background: the viewer shows the slide's tiles meanwhile, which need no plan."""
-    return _PLANNER.submit(plan_slide, Path(path), Path(checkpoint), STORE, mpp, element=element)
+    """The plan of the slide moved by ``element`` (its scale, grid, thumbnail and tissue: 0.5 s of CPU on the CMU
+    slide), made in the background once the viewer has its first tiles, which need no plan: on two cores the plan
+    made beside them delayed the first tiles of the page's first visit by seconds."""
+
+    def plan() -> SlidePlan:
+        wait_for_tiles(moved_id(slide_id, element), PLAN_WAIT_S)
+        return plan_slide(Path(path), Path(checkpoint), STORE, mpp, element=element)
+
+    return _PLANNER.submit(plan)
+
+
+def _descriptor(route: str) -> dict | None:
+    """The Deep Zoom descriptor of the slide the tile routes name ``route`` (:func:`app.slides.tiles.moved_id`), for
+    the viewer to open without asking for it; None where it cannot be read (the viewer then asks the ``.dzi``
+    route, which says why)."""
+    try:
+        return inline_descriptor(route)
+    except Exception:  # OpenSlide's errors for a file it cannot read: the page has said so already
+        return None
 
 
 def _transform_ui(group: Group) -> int:
@@ -306,10 +323,10 @@ def slide_page(loaded: LoadedModel) -> None:
         st.info(f"{entry.name} " + ("is an image, which records no scale" if image else
                                     "records neither its scale nor its objective power")
                 + ": it is not analysed until its scale (µm per pixel) is given in the sidebar.")
-    dzi = f"slides/{moved_id(entry.slide_id, element)}.dzi"
+    route = moved_id(entry.slide_id, element)  # what the tile routes call the slide moved by ``element``
     planning = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0, element)
     if not planning.done():
-        _view_while_planning(entry, mpp, planning, dzi)
+        _view_while_planning(entry, mpp, planning, route)
         return
     try:
         plan = planning.result()
@@ -347,7 +364,7 @@ def slide_page(loaded: LoadedModel) -> None:
     for run in runs:
         if run.errors:
             st.error(f"{len(run.errors)} chunk(s) failed: {run.errors[0]}")
-    _live_view(plan, entry, mpp, caption, active, dzi, original)
+    _live_view(plan, entry, mpp, caption, active, route, original)
 
 
 def _where() -> str:
@@ -386,21 +403,22 @@ def running_analyses() -> dict[str, Analysis]:
     return {}
 
 
-def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: Future, dzi: str) -> None:
+def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: Future, route: str) -> None:
     """The slide in the viewer, without overlays, while its plan is made; the page again once it is."""
 
     @st.fragment(run_every=PLANNING_LOOK_S)
     def view() -> None:
         if planning.done():
             st.rerun(scope="app")
-        _VIEWER(key=f"slide-viewer-{dzi}", height="content",
-                data=dict(dzi=dzi, height=VIEWER_HEIGHT_PX, pictures=[], cells=None,
-                          caption="Finding the tissue ...", overlay=None, micronsPerPixel=mpp))
+        _VIEWER(key=f"slide-viewer-{route}", height="content",
+                data=dict(dzi=f"slides/{route}.dzi", descriptor=_descriptor(route), height=VIEWER_HEIGHT_PX,
+                          pictures=[], cells=None, caption="Finding the tissue ...", overlay=None,
+                          micronsPerPixel=mpp))
 
     view()
 
 
-def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: str, active: bool, dzi: str,
+def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: str, active: bool, route: str,
                original: SlidePlan | None) -> None:
     """The viewer with what is analysed so far; while an analysis runs, drawn again every :data:`REFRESH_S`
     seconds with the chunks finished since (the viewer keeps its place and zoom), until the last is in. For a moved
@@ -425,10 +443,10 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
             overlay = dict(opacity=OVERLAY_OPACITY, low=low, high=high, units=units)
             text += (f"; {int(arrays['evaluated'].sum()):,} cells evaluated. Hover a cell for its P(tumour), click "
                      "it to open it in the patch page.")
-        state_key = f"slide-viewer-{dzi}"
+        state_key = f"slide-viewer-{route}"
         _VIEWER(key=state_key, height="content",
-                data=dict(dzi=dzi, height=VIEWER_HEIGHT_PX, caption=text,
-                          pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
+                data=dict(dzi=f"slides/{route}.dzi", descriptor=_descriptor(route), height=VIEWER_HEIGHT_PX,
+                          caption=text, pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
                 on_cell_change=lambda: _open_cell(plan, entry, state_key))
         if st.session_state.pop(OPENED, False):
             st.rerun(scope="app")

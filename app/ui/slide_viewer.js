@@ -3,7 +3,9 @@
 // the page to open a cell. Panning and zooming fetch tiles over HTTP and never rerun the page.
 //
 // OpenSeadragon is loaded once per page from the server (/vendor/openseadragon/, installed by `make`), as a script
-// that defines window.OpenSeadragon.
+// that defines window.OpenSeadragon. The page hands the viewer the slide's Deep Zoom descriptor (data.descriptor),
+// so that the first tiles are asked for as soon as the script runs, and the viewer's buttons are its own, drawn
+// without images: OpenSeadragon's 14 button images took the browser's six connections before the first tiles.
 //
 // One viewer per slide outlives the page's reruns: new data for the same slide (the outline once the tissue is
 // found, an analysis's new chunks, another overlay) changes its pictures, bar and cells in place, without opening
@@ -130,12 +132,48 @@ function cellAt(entry, position) {
   return i >= 0 && j >= 0 && i < rows && j < cols ? [i, j] : null;
 }
 
+// The descriptor the page sent, its tiles' URL made absolute; else the slide's .dzi, fetched.
+function tileSource(data) {
+  if (!data.descriptor) return new URL(data.dzi, document.baseURI).href;
+  const image = data.descriptor.Image;
+  return { Image: { ...image, Url: new URL(image.Url, document.baseURI).href } };
+}
+
+// Zoom in, zoom out, the whole slide and full screen: what OpenSeadragon's own buttons did, as text buttons.
+function drawControls(entry) {
+  const controls = element("div", "controls");
+  const buttons = [
+    ["+", "Zoom in", (viewer) => viewer.viewport.zoomBy(2)],
+    ["\u2212", "Zoom out", (viewer) => viewer.viewport.zoomBy(0.5)],
+    ["\u2302", "The whole slide", (viewer) => viewer.viewport.goHome()],
+    ["\u26f6", "Full screen", () => (document.fullscreenElement ? document.exitFullscreen()
+      : entry.root.requestFullscreen())],
+  ];
+  for (const [text, title, act] of buttons) {
+    const button = element("button");
+    Object.assign(button, { type: "button", textContent: text, title });
+    button.setAttribute("aria-label", title);
+    button.dataset.control = title;
+    button.addEventListener("click", () => {
+      if (!entry.viewer) return;
+      act(entry.viewer);
+      entry.viewer.viewport.applyConstraints();
+    });
+    controls.append(button);
+  }
+  return controls;
+}
+
 function open(entry, OpenSeadragon) {
   const { root, view, data } = entry;
   const viewer = OpenSeadragon({
     element: view,
-    tileSources: new URL(data.dzi, document.baseURI).href,
-    prefixUrl: new URL("vendor/openseadragon/images/", document.baseURI).href,
+    tileSources: tileSource(data),
+    showNavigationControl: false,
+    // Only the level that fits the view is fetched, not each coarser one first: a coarse tile of a slide with few
+    // levels is made from all of its pixels (the CMU slide's 1:16 tile from 6.6 million), and the first view's
+    // coarser tiles shared the two cores with the ones it shows.
+    immediateRender: true,
     showNavigator: true,
     navigatorPosition: "TOP_RIGHT",
     gestureSettingsMouse: { clickToZoom: false },
@@ -211,9 +249,9 @@ function create(data) {
   const bar = element("div", "bar");
   const view = element("div", "view");
   const scaleBar = element("div", "scale-bar");
-  view.append(scaleBar);
   root.append(bar, view);
   const entry = { root, bar, view, scaleBar, data, viewer: null, items: {}, shown: new Map(), opacity: null };
+  view.append(scaleBar, drawControls(entry));
   loadOpenSeadragon(document.baseURI).then((OpenSeadragon) => {
     if (!entry.gone) open(entry, OpenSeadragon);
   }).catch((error) => {
