@@ -325,18 +325,18 @@ def slide_page(loaded: LoadedModel) -> None:
                 + ": it is not analysed until its scale (µm per pixel) is given in the sidebar.")
     route = moved_id(entry.slide_id, element)  # what the tile routes call the slide moved by ``element``
     planning = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0, element)
-    if not planning.done():
-        _view_while_planning(entry, mpp, planning, route)
+    # A moved slide's page needs the slide as scanned too (its maps are compared with it, and analysed with it).
+    scanned = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0) \
+        if element else None
+    if not (planning.done() and (scanned is None or scanned.done())):
+        _view_while_planning(entry, mpp, [planning] + ([scanned] if scanned else []), route)
         return
     try:
         plan = planning.result()
+        original = scanned.result() if scanned else None  # the slide as scanned, for the proof
     except SlideError as err:
         st.error(str(err))
         return
-    original = None  # the slide as scanned, which a moved slide's maps are compared with
-    if element:
-        scanned = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0)
-        original = scanned.result() if scanned.done() and scanned.exception() is None else None
     caption = (f"{plan.grid.cells.rows * plan.grid.cells.cols:,} cells of 32 px at "
                f"{plan.grid.model_microns_per_pixel} µm/px; {len(plan.chunks)} chunks with tissue")
     plans = [plan] + ([original] if original is not None else [])
@@ -403,12 +403,12 @@ def running_analyses() -> dict[str, Analysis]:
     return {}
 
 
-def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: Future, route: str) -> None:
-    """The slide in the viewer, without overlays, while its plan is made; the page again once it is."""
+def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: list[Future], route: str) -> None:
+    """The slide in the viewer, without overlays, while its plans are made; the page again once they are."""
 
     @st.fragment(run_every=PLANNING_LOOK_S)
     def view() -> None:
-        if planning.done():
+        if all(each.done() for each in planning):
             st.rerun(scope="app")
         _VIEWER(key=f"slide-viewer-{route}", height="content",
                 data=dict(dzi=f"slides/{route}.dzi", descriptor=_descriptor(route), height=VIEWER_HEIGHT_PX,
