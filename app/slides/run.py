@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from models import load_checkpoint
-from models.cpu.allocator import freed_memory_environ
 
 from ..analysis.pathology import model_microns_per_pixel
 from .engine import ATTENTION_POOL, ChunkResult, SlideGrid, class_count, evaluate_chunk, slide_grid
@@ -33,7 +32,8 @@ from .tissue import tissue_mask
 from .workers import prepare_device, worker_device
 
 __all__ = ["SlidePlan", "plan_slide", "start_slide", "chunk_key", "submit_chunk", "assemble", "local_client",
-           "close_client", "chunk_task", "tissue_share", "timed_chunk_task", "SCHEDULER_ENV", "THUMBNAIL_SIDE"]
+           "close_client", "worker_environ", "chunk_task", "tissue_share", "timed_chunk_task", "SCHEDULER_ENV",
+           "THUMBNAIL_SIDE"]
 
 SCHEDULER_ENV = "AAGC_DASK_SCHEDULER"
 # The tissue mask's thumbnail: 16 um/px for a 1.6 cm slide, an 8-cell chunk still 15 pixels or more across; the
@@ -172,14 +172,24 @@ def local_client(workers: int = 1, threads: int = 2, **options):
     import dask
     from dask.distributed import Client, LocalCluster
 
-    # The workers keep freed memory for the next batch, in one malloc arena (models.cpu.allocator): Dask's own
-    # default hands every block above 128 KiB back to the system when freed, and the page faults of the next
-    # batch took 40 % of a worker's CPU time. Read by glibc when a worker starts, so set before it is spawned.
-    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ"), **freed_memory_environ()}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
                                dashboard_address=None, **options)
     return Client(cluster)
+
+
+def worker_environ() -> dict:
+    """The environment a local cluster's worker processes start with: Dask's own (``distributed.nanny.pre-spawn-
+    environ``: one PyTorch thread per task, ...) and freed memory kept for the next batch in one malloc arena
+    (:func:`models.cpu.allocator.freed_memory_environ`). Dask's own setting for glibc hands every block above 128 KiB
+    back to the system when freed: each batch faulted its activations in afresh, 40 % of a worker's CPU time. glibc
+    reads these when the process starts, so they are set before Dask spawns it."""
+    import dask
+    import distributed  # noqa: F401  (its import loads the nanny's settings into dask.config)
+
+    from models.cpu.allocator import freed_memory_environ
+
+    return {**dask.config.get("distributed.nanny.pre-spawn-environ"), **freed_memory_environ()}
 
 
 def close_client(client) -> None:
