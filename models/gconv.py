@@ -271,11 +271,15 @@ class LiftingConv(_GConvBase):
         uniform_init_(self.weight, in_channels * kernel_size**2, wscale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_input(x)
+        return convolve_and_pool(self._convolve, x, self.pool, self.pointwise)
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """Raise a clear error unless x is ``(B, C_in, X, Y)``."""
         if x.dim() != 4 or x.shape[1] != self.in_channels:
             raise ValueError(
                 f"LiftingConv expects (B, {self.in_channels}, X, Y), got {tuple(x.shape)}"
             )
-        return convolve_and_pool(self._convolve, x, self.pool, self.pointwise)
 
     def _expand(self, weight: torch.Tensor) -> torch.Tensor:
         return lifting_bank(weight, self.group)
@@ -300,8 +304,12 @@ class GroupConv(_GConvBase):
         uniform_init_(self.weight, in_channels * kernel_size**2, wscale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_group_input(x, self.in_channels, self.group, type(self).__name__)
+        self.check_input(x)
         return convolve_and_pool(self._convolve, x, self.pool, self.pointwise)
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """Raise a clear error unless x is ``(B, C_in, G, X, Y)``."""
+        check_group_input(x, self.in_channels, self.group, type(self).__name__)
 
     def _expand(self, weight: torch.Tensor) -> torch.Tensor:
         return group_bank(weight, self.group)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from models.attention.statistics import maximum
-from models.cpu.allocator import retain_freed_memory
+from models.cpu.allocator import freed_memory_environ, retain_freed_memory
 from models.gconv import conv2d
 from models.pooling import spatial_avg_pool
 
@@ -90,3 +90,11 @@ def test_retain_freed_memory_is_accepted_by_glibc_and_idempotent():
 def test_keeping_freed_memory_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("AAGC_KEEP_FREED_MEMORY", "0")
     assert retain_freed_memory() is False
+
+
+def test_the_environment_for_worker_processes_says_what_retain_freed_memory_does_with_one_arena(monkeypatch):
+    monkeypatch.delenv("AAGC_KEEP_FREED_MEMORY", raising=False)
+    assert freed_memory_environ() == {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0",
+                                      "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
+    monkeypatch.setenv("AAGC_KEEP_FREED_MEMORY", "0")
+    assert freed_memory_environ() == {}

@@ -143,3 +143,43 @@ def test_spatial_argmax_is_the_first_maximum_wherever_it_lies(dtype):
     input_attention_kernels._run("input_spatial_stats", geometry, f, mean, peak, where)
     assert where.flatten().tolist() == [at[0] for at in places]
     torch.testing.assert_close(peak, f.amax(dim=-1, keepdim=True).view_as(peak))
+
+
+def pooled_layer(group: str | None, channels: int = 6, pool: int = 2) -> torch.nn.Module:
+    """A pointwise alpha_F layer whose output is average-pooled, as the DenseNets' transitions."""
+    lifting = group is None
+    channel = InputChannelAttention(channels, 2, group=None if lifting else "p4m")
+    spatial = InputSpatialAttention("p4m", 5, lifting=lifting, dilation=2)
+    cls = InputAttentiveLiftingConv if lifting else InputAttentiveGroupConv
+    return cls("p4m", channels, 4, 1, pool=pool, channel_attention=channel, spatial_attention=spatial)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("group", [None, "p4m"], ids=["lifting", "group"])
+@pytest.mark.parametrize("pool, side", [(2, 12), (2, 94), (3, 15)])
+def test_the_gate_that_pools_gives_the_layer_its_output_bit_for_bit(dtype, group, pool, side, monkeypatch):
+    """In inference a pooled pointwise layer reads the attended input pooled by the kernels' gate: the same numbers,
+    bit for bit, as the gate's full output pooled by pooling.spatial_avg_pool and then convolved."""
+    torch.manual_seed(0)
+    module = pooled_layer(group, pool=pool).to(dtype).eval()
+    x = torch.relu(torch.randn(3, 6, *(() if group is None else (8,)), side, side, dtype=dtype))
+    with torch.inference_mode():
+        assert module._pools_in_the_gate(x)
+        out, parts = module(x, return_attention=True)
+        monkeypatch.setattr(type(module), "_pools_in_the_gate", lambda self, x: False)
+        expected, expected_parts = module(x, return_attention=True)
+    assert out.shape == expected.shape == (3, 4, 8, side // pool, side // pool)
+    assert torch.equal(out, expected)
+    assert torch.equal(parts.effective(), expected_parts.effective())
+
+
+def test_the_gate_pools_only_without_gradients_and_on_planes_the_tiles_cover():
+    module = pooled_layer("p4m")
+    x = torch.randn(1, 6, 8, 10, 10)
+    assert not module._pools_in_the_gate(x)  # the weights want gradients
+    with torch.no_grad():
+        assert module._pools_in_the_gate(x)
+        assert not module._pools_in_the_gate(torch.randn(1, 6, 8, 9, 10))  # avg_pool2d's floor, not tiles
+        assert not pooled_layer("p4m", pool=1)._pools_in_the_gate(x)
+    with pytest.raises(ValueError, match="no gradient"):
+        input_attention_kernels.attend(module, x, pool=2)

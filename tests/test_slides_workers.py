@@ -4,6 +4,8 @@ choice is tested by telling PyTorch it sees one."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,7 @@ from app.slides.engine import evaluate_chunk, slide_grid
 from app.slides.reader import open_slide
 from app.slides.workers import describe_cluster, prepare_device, worker_device
 from models import load_checkpoint
+from models.cpu.allocator import freed_memory_environ
 from tests.conftest import require_shared
 
 
@@ -69,3 +72,17 @@ def test_the_workers_path_gives_the_cpus_probabilities_exactly(tmp_path, monkeyp
 ])
 def test_a_cluster_in_words(devices, address, sentence):
     assert describe_cluster(devices, address) == sentence
+
+
+def test_a_local_clusters_workers_start_with_freed_memory_kept_in_one_arena(monkeypatch):
+    """glibc reads these when a worker starts (models.cpu.allocator): set by the time the worker runs anything."""
+    monkeypatch.delenv("AAGC_KEEP_FREED_MEMORY", raising=False)
+    saved = dict(os.environ)  # Dask's nanny writes its workers' start-up variables into this process's environment
+    client = run.local_client(1, 1)
+    try:
+        seen = client.run(lambda: {key: os.environ.get(key) for key in freed_memory_environ()})
+    finally:
+        run.close_client(client)
+        os.environ.clear()
+        os.environ.update(saved)
+    assert list(seen.values()) == [freed_memory_environ()]

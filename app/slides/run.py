@@ -38,7 +38,8 @@ from .tissue import tissue_mask
 from .workers import prepare_device, worker_device
 
 __all__ = ["SlidePlan", "plan_slide", "start_slide", "chunk_key", "submit_chunk", "assemble", "local_client",
-           "close_client", "chunk_task", "tissue_share", "timed_chunk_task", "SCHEDULER_ENV", "THUMBNAIL_SIDE"]
+           "close_client", "worker_environ", "chunk_task", "tissue_share", "timed_chunk_task", "SCHEDULER_ENV",
+           "THUMBNAIL_SIDE"]
 
 SCHEDULER_ENV = "AAGC_DASK_SCHEDULER"
 # The tissue mask's thumbnail: 16 um/px for a 1.6 cm slide, an 8-cell chunk still 15 pixels or more across; the
@@ -192,11 +193,27 @@ def local_client(workers: int = 1, threads: int = 2, **options):
     """A ``dask.distributed`` client on a ``LocalCluster`` of ``workers`` processes of ``threads`` threads each,
     on this machine only (127.0.0.1), without a dashboard; ``options`` go to the ``LocalCluster`` (the command line
     gives ``silence_logs``: its workers' logs are its own stderr)."""
+    import dask
     from dask.distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
-                           dashboard_address=None, **options)
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
+                               dashboard_address=None, **options)
     return Client(cluster)
+
+
+def worker_environ() -> dict:
+    """The environment a local cluster's worker processes start with: Dask's own (``distributed.nanny.pre-spawn-
+    environ``: one PyTorch thread per task, ...) and freed memory kept for the next batch in one malloc arena
+    (:func:`models.cpu.allocator.freed_memory_environ`). Dask's own setting for glibc hands every block above 128 KiB
+    back to the system when freed: each batch faulted its activations in afresh, 40 % of a worker's CPU time. glibc
+    reads these when the process starts, so they are set before Dask spawns it."""
+    import dask
+    import distributed  # noqa: F401  (its import loads the nanny's settings into dask.config)
+
+    from models.cpu.allocator import freed_memory_environ
+
+    return {**dask.config.get("distributed.nanny.pre-spawn-environ"), **freed_memory_environ()}
 
 
 def close_client(client) -> None:

@@ -40,9 +40,23 @@ class _InputAttention(AttentiveLayer):
         return super().attend(f)
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
-        attended, parts = self.attend(x)
-        out = super().forward(attended)
+        if self._pools_in_the_gate(x):
+            # A pointwise convolution runs on the pooled input (gconv.convolve_and_pool): the kernels' gate writes
+            # the attended input pooled, in one pass over it instead of three (the DenseNets' transitions).
+            self.check_input(x)
+            pooled, channel, spatial = input_attention_kernels.attend(self, x, pool=self.pool)
+            out, parts = self._convolve(pooled), AttentionParts(channel, spatial, self.attention_group_axes)
+        else:
+            attended, parts = self.attend(x)
+            out = super().forward(attended)
         return (out, parts) if return_attention else out
+
+    def _pools_in_the_gate(self, x: torch.Tensor) -> bool:
+        """Inference (no gradient wanted) of a pooled pointwise convolution the kernels cover, on planes that the
+        pooling tiles exactly (as pooling.spatial_avg_pool's tiles)."""
+        return (self.pool > 1 and self.pointwise and x.shape[-1] > self.pool
+                and x.shape[-2] % self.pool == 0 and x.shape[-1] % self.pool == 0
+                and kernels_cover(self, x) and not input_attention_kernels.wants_graph(self, x))
 
 
 class InputAttentiveLiftingConv(_InputAttention, LiftingConv):

@@ -24,7 +24,7 @@ import torch
 
 from .native_build import build_library
 
-__all__ = ["supported", "attend"]
+__all__ = ["supported", "attend", "wants_graph"]
 
 SOURCE = Path(__file__).with_name("input_attention_kernels.cpp")
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
@@ -44,12 +44,24 @@ def _run(name: str, geometry: torch.Tensor, *tensors: torch.Tensor) -> None:
              *(ctypes.c_void_p(t.data_ptr()) for t in tensors))
 
 
-def attend(layer, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def wants_graph(layer, f: torch.Tensor) -> bool:
+    """Whether :func:`attend` must record what its backward pass needs: gradients are on and reach ``f`` or a
+    parameter of the layer's attention."""
+    params = [*layer.channel_attention.parameters(), *layer.spatial_attention.parameters()]
+    return torch.is_grad_enabled() and (f.requires_grad or any(p.requires_grad for p in params))
+
+
+def attend(layer, f: torch.Tensor, pool: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``layer.attend(f)`` through the kernels (see :func:`supported`).
 
-    Shape: f planar ``(B, C, X, Y)`` or group ``(B, C, G, X, Y)`` -> the attended f, same shape, and the
-    channel ``(B, C[, G], 1, 1)`` and spatial ``(B, 1[, G], X, Y)`` parts as the PyTorch path gives them (the
-    layer wraps them in its ``AttentionParts``).
+    ``pool`` > 1 (only where no gradient is wanted, :func:`wants_graph`; the plane's sides multiples of it): the
+    attended f averaged over ``pool`` x ``pool`` tiles of its planes, with :func:`models.pooling.spatial_avg_pool`'s
+    additions, written in the gate's own pass: what a pointwise convolution with pooling after it reads
+    (:func:`models.gconv.convolve_and_pool`), without the full-size attended f and the pooling's passes over it.
+
+    Shape: f planar ``(B, C, X, Y)`` or group ``(B, C, G, X, Y)`` -> the attended f, same shape (``(..., X / pool,
+    Y / pool)`` when pooled), and the channel ``(B, C[, G], 1, 1)`` and spatial ``(B, 1[, G], X, Y)`` parts as the
+    PyTorch path gives them (the layer wraps them in its ``AttentionParts``).
     """
     if f.dtype == torch.bfloat16:
         f = f.float()  # the kernels' dtype; the convolution after casts back under autocast
@@ -57,10 +69,13 @@ def attend(layer, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     b, c, plane = f.shape[0], f.shape[1], f.shape[-2:]
     h = 1 if planar else f.shape[2]
     params = [*layer.channel_attention.parameters(), *layer.spatial_attention.parameters()]
-    graph = torch.is_grad_enabled() and (f.requires_grad or any(p.requires_grad for p in params))
+    graph = wants_graph(layer, f)
+    if pool > 1 and (graph or plane[0] % pool or plane[1] % pool):
+        raise ValueError(f"pooling in the gate needs no gradient and sides that are multiples of {pool}")
     flat = f.contiguous().view(b, c, h, -1)  # (B, C, H, P)
-    out, channel, spatial = _InputAttention.apply(flat, layer, graph, tuple(plane), *params)
-    return (out.view(f.shape), channel.view(b, c, *(() if planar else (h,)), 1, 1),
+    out, channel, spatial = _InputAttention.apply(flat, layer, graph, tuple(plane), pool, *params)
+    pooled = tuple(side // pool for side in plane)
+    return (out.view(*f.shape[:-2], *pooled), channel.view(b, c, *(() if planar else (h,)), 1, 1),
             spatial.view(b, 1, *(() if planar else (h,)), *plane))
 
 
@@ -74,7 +89,7 @@ def _small_graph(graph: bool):
 
 class _InputAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, f, layer, graph, plane, *params):
+    def forward(ctx, f, layer, graph, plane, pool, *params):
         b, c, h, p = f.shape
         planar = layer.channel_attention.group is None
         geometry = torch.tensor([b, c, h, p], dtype=torch.int64)
@@ -96,8 +111,15 @@ class _InputAttention(torch.autograd.Function):
             stacked.requires_grad_(graph)
             alpha_s = layer.spatial_attention.from_statistics(stacked)  # (B, 1[, H], X, Y)
         spatial = alpha_s.detach().reshape(b, h, p).contiguous()
-        out = torch.empty_like(f)
-        _run("input_gate", geometry, f, channel, spatial, out)
+        if pool > 1:
+            out = f.new_empty(b, c, h, p // pool**2)  # (B, C, H, X / pool * Y / pool)
+            gate_pool = getattr(build_library(SOURCE), f"input_gate_pool_{_SUFFIX[f.dtype]}")
+            gate_pool(ctypes.c_void_p(geometry.data_ptr()), ctypes.c_int64(torch.get_num_threads()),
+                      ctypes.c_int64(plane[0]), ctypes.c_int64(pool),
+                      *(ctypes.c_void_p(t.data_ptr()) for t in (f, channel, spatial, out)))
+        else:
+            out = torch.empty_like(f)
+            _run("input_gate", geometry, f, channel, spatial, out)
         if graph:
             ctx.save_for_backward(f, channel, spatial, where, winner)
             ctx.small = (mean, peak, alpha_c, stacked, alpha_s)
@@ -125,4 +147,4 @@ class _InputAttention(torch.autograd.Function):
         grad_mean, grad_peak, *grad_channel_params = torch.autograd.grad(
             alpha_c, [mean, peak, *ctx.params[:n_channel]], grad_channel.view_as(alpha_c), allow_unused=True)
         _run("input_spatial_stats_backward", geometry, grad_mean.contiguous(), grad_peak.contiguous(), where, grad_f)
-        return (grad_f, None, None, None, *grad_channel_params, *grad_spatial_params)
+        return (grad_f, None, None, None, None, *grad_channel_params, *grad_spatial_params)
