@@ -30,7 +30,7 @@ import numpy as np
 from models import P4M
 
 from ..analysis.transforms import apply_element
-from .reader import Slide
+from .reader import Slide, SlideLevels
 
 __all__ = ["MovedSlide", "moved_slide", "move_rectangle", "ELEMENTS"]
 
@@ -63,7 +63,7 @@ def _move_pixels(pixels: np.ndarray, g: int) -> np.ndarray:
     return np.ascontiguousarray(apply_element(planes, g).transpose(1, 2, 0))
 
 
-class MovedSlide:
+class MovedSlide(SlideLevels):
     """A :class:`app.slides.reader.Slide` moved by element ``element`` (1..7), with the slide's interface; its
     coordinates are the moved slide's. Closing it closes the original.
 
@@ -85,15 +85,6 @@ class MovedSlide:
         odd = P4M.parts(element)[0] % 2
         self.level_dimensions = tuple((h, w) if odd else (w, h) for w, h in original.level_dimensions)
         self.properties = MappingProxyType(_moved_properties(original.properties, original.dimensions, element))
-
-    @property
-    def dimensions(self) -> tuple[int, int]:
-        """``(width, height)`` of level 0."""
-        return self.level_dimensions[0]
-
-    @property
-    def level_count(self) -> int:
-        return len(self.level_dimensions)
 
     def read_region(self, left: int, top: int, level: int, width: int, height: int) -> np.ndarray:
         """RGB uint8 ``(height, width, 3)`` of level ``level`` whose top-left corner is the moved slide's level-0
@@ -128,12 +119,6 @@ class MovedSlide:
 
     def close(self) -> None:
         self.original.close()
-
-    def __enter__(self) -> MovedSlide:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def moved_slide(slide: Slide, element: int) -> Slide | MovedSlide:

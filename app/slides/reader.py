@@ -22,7 +22,7 @@ from types import MappingProxyType
 import numpy as np
 from PIL import Image
 
-__all__ = ["Slide", "SlideError", "open_slide", "MAX_IMAGE_PIXELS"]
+__all__ = ["Slide", "SlideLevels", "SlideError", "open_slide", "MAX_IMAGE_PIXELS"]
 
 # Names that promise a slide: a file so named that OpenSlide cannot read is refused, not read as an image.
 SLIDE_SUFFIXES = frozenset({".svs", ".svslide", ".ndpi", ".vms", ".vmu", ".scn", ".mrxs", ".bif", ".dcm"})
@@ -35,8 +35,33 @@ class SlideError(ValueError):
     """A file that cannot be read as a slide; the message is meant for the user."""
 
 
+class SlideLevels:
+    """What a slide, or a view of one (:class:`app.slides.moved.MovedSlide`), derives from its levels, and its use
+    in a ``with`` block (closed at its end)."""
+
+    level_dimensions: tuple[tuple[int, int], ...]
+
+    @property
+    def dimensions(self) -> tuple[int, int]:
+        """``(width, height)`` of level 0."""
+        return self.level_dimensions[0]
+
+    @property
+    def level_count(self) -> int:
+        return len(self.level_dimensions)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 @dataclass
-class Slide:
+class Slide(SlideLevels):
     """An open slide: its levels, its properties and associated images, and its pixels by region.
 
     Attributes:
@@ -58,15 +83,6 @@ class Slide:
     associated: tuple[str, ...]
     _handle: object = field(repr=False)
     colour: bool = True
-
-    @property
-    def dimensions(self) -> tuple[int, int]:
-        """``(width, height)`` of level 0."""
-        return self.level_dimensions[0]
-
-    @property
-    def level_count(self) -> int:
-        return len(self.level_dimensions)
 
     def read_region(self, left: int, top: int, level: int, width: int, height: int) -> np.ndarray:
         """RGB uint8 ``(height, width, 3)`` of level ``level`` whose top-left corner is level-0 pixel
@@ -117,12 +133,6 @@ class Slide:
     def close(self) -> None:
         if not isinstance(self._handle, np.ndarray):
             self._handle.close()
-
-    def __enter__(self) -> Slide:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def open_slide(path: str | Path) -> Slide:

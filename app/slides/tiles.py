@@ -63,7 +63,7 @@ def parse_slide_id(slide_id: str) -> tuple[str, int]:
 
 
 class _OpenSlideView:
-    """A slide of :mod:`app.slides.reader` (a moved one) with the interface of an OpenSlide object that
+    """A slide of :mod:`app.slides.reader` (a moved one, or an image) with the interface of an OpenSlide object that
     ``DeepZoomGenerator`` reads: its levels, properties (the scanned area's bounds, moved) and regions as RGBA
     images (opaque: the reader has put transparent pixels over white already)."""
 
