@@ -119,3 +119,32 @@ def test_a_slide_whose_chunks_fail_on_a_worker_is_recorded_and_the_others_finish
     assert told == [cut, whole] and (counts.slides, counts.slides_done) == (1, 1)
     assert counts.chunks == counts.chunks_done == len(list((tmp_path / "store").glob("*/chunk-*.npz"))), \
         "the cut slide's chunks left the counts"
+
+
+def test_a_scheduler_lost_while_chunks_are_submitted_is_named_as_lost(tmp_path):
+    """A scheduler can go while the cohort still submits (a fast first chunk, then the scheduler killed): the closed
+    connection is the same sentence as a task cancelled by a lost scheduler, not the connection's own words."""
+    import numpy as np
+    from dask.distributed import Client
+    from distributed.comm.core import CommClosedError
+    from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
+
+    from app.region.demo import PCAM_MPP, pcam_test_mosaic
+    from app.slides.cohort import SchedulerLost, run_cohort
+    from app.slides.run import plan_slide
+    from tests.conftest import require_shared
+
+    require_shared(PCAM / "labels.csv", f"{PCAM} not found (pcam_public lives in ../shared/data)")
+    write_pyramid(tmp_path / "a.tif", np.round(pcam_test_mosaic({}, PCAM, count=4).image.transpose(1, 2, 0) * 255)
+                  .astype(np.uint8), PCAM_MPP)
+
+    def gone(*args, **kwargs):
+        raise CommClosedError("in <TCP (closed) local=tcp://127.0.0.1:1 remote=tcp://127.0.0.1:2>: "
+                              "ConnectionResetError: [Errno 104] Connection reset by peer")
+
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        client.submit = gone
+        with pytest.raises(SchedulerLost, match=r"^the Dask scheduler at tcp://127.0.0.1:2 stopped answering during "
+                                                r"the run; the chunks finished so far are stored"):
+            run_cohort([SlideRun(tmp_path / "a.tif")], lambda: client,
+                       lambda path: plan_slide(path, CHECKPOINT, tmp_path / "s"), address="tcp://127.0.0.1:2")

@@ -159,6 +159,7 @@ def run_cohort(runs: list[SlideRun], connect: Callable[[], object], planner: Cal
         SchedulerLost: the scheduler (at ``address``) stopped answering; the chunks stored so far stay.
     """
     from dask.distributed import as_completed
+    from distributed.comm.core import CommClosedError
 
     counts = CohortProgress(len(runs), 0, 0)
     client, arriving = None, None
@@ -167,42 +168,53 @@ def run_cohort(runs: list[SlideRun], connect: Callable[[], object], planner: Cal
     # the task; two slides of one store in the cohort (a file and its copy) share it here (``owners``).
     pending: dict[str, object] = {}
     owners: dict[str, list[SlideRun]] = {}
-    for run in runs:
-        plan_run(run, planner)
-        if run.error is not None:
-            counts.slides -= 1
-            if finished:
-                finished(run)
-            continue
-        plan = run.plan
-        counts.chunks += len(plan.chunks)
-        counts.cells += sum(_cells(plan, index) for index in plan.chunks)
-        for index in plan.chunks:
-            stored = plan.store.get(*index)
-            if stored is not None:
-                run.results[index] = stored
-                counts.chunks_done += 1
-                counts.cells_done += _cells(plan, index)
-                counts.cells_read_back += _cells(plan, index)
-        for ci, cj in (index for index in plan.chunks if index not in run.results):
-            key = chunk_key(plan, ci, cj)
-            if key not in owners:
-                if client is None:
-                    client, arriving = connect(), as_completed()
-                pending[key] = submit_chunk(client, plan, ci, cj)
-                arriving.add(pending[key])
-                owners[key] = []
-            owners[key].append(run)
-        if len(run.results) == len(plan.chunks):
-            _finish(run, counts, finished)
-        for future in arriving.next_batch(block=False) if arriving is not None and arriving.has_ready() else ():
-            _take(future, pending, owners, counts, client, address, finished)
-        if progress:
-            progress(counts)
-    for future in arriving if arriving is not None else ():
-        if _take(future, pending, owners, counts, client, address, finished) and progress:
-            progress(counts)
+    try:
+        for run in runs:
+            plan_run(run, planner)
+            if run.error is not None:
+                counts.slides -= 1
+                if finished:
+                    finished(run)
+                continue
+            plan = run.plan
+            counts.chunks += len(plan.chunks)
+            counts.cells += sum(_cells(plan, index) for index in plan.chunks)
+            for index in plan.chunks:
+                stored = plan.store.get(*index)
+                if stored is not None:
+                    run.results[index] = stored
+                    counts.chunks_done += 1
+                    counts.cells_done += _cells(plan, index)
+                    counts.cells_read_back += _cells(plan, index)
+            for ci, cj in (index for index in plan.chunks if index not in run.results):
+                key = chunk_key(plan, ci, cj)
+                if key not in owners:
+                    if client is None:
+                        client, arriving = connect(), as_completed()
+                    pending[key] = submit_chunk(client, plan, ci, cj)
+                    arriving.add(pending[key])
+                    owners[key] = []
+                owners[key].append(run)
+            if len(run.results) == len(plan.chunks):
+                _finish(run, counts, finished)
+            for future in arriving.next_batch(block=False) if arriving is not None and arriving.has_ready() else ():
+                _take(future, pending, owners, counts, client, address, finished)
+            if progress:
+                progress(counts)
+        for future in arriving if arriving is not None else ():
+            if _take(future, pending, owners, counts, client, address, finished) and progress:
+                progress(counts)
+    except (CommClosedError, ConnectionError) as err:  # the scheduler went away while chunks were submitted
+        if isinstance(err, SchedulerLost):
+            raise
+        raise SchedulerLost(_lost(address)) from err
     return counts
+
+
+def _lost(address: str | None) -> str:
+    """What to say when the scheduler stops answering, whether a task was cancelled or a connection closed."""
+    return (f"the Dask scheduler at {address or 'the local cluster'} stopped answering during the run; the chunks "
+            "finished so far are stored, and the same command resumes")
 
 
 def _take(future, pending: dict, owners: dict[str, list[SlideRun]], counts: CohortProgress, client,
@@ -212,8 +224,7 @@ def _take(future, pending: dict, owners: dict[str, list[SlideRun]], counts: Coho
     pending.pop(future.key, None)
     waiting = [run for run in owners[future.key] if run.error is None]  # a failed slide's chunks are dropped
     if waiting and future.status == "cancelled":
-        raise SchedulerLost(f"the Dask scheduler at {address or 'the local cluster'} stopped answering during the "
-                            "run; the chunks finished so far are stored, and the same command resumes")
+        raise SchedulerLost(_lost(address))
     if waiting and future.status == "error":
         for run in waiting:
             _fail(run, _sentence(run, future.exception()), counts, finished)
