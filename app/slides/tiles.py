@@ -36,7 +36,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .library import REPO, find_slide
-from .moved import moved_slide
+from .moved import ELEMENTS, moved_slide
 from .reader import open_slide
 
 __all__ = ["slide_routes", "deep_zoom", "inline_descriptor", "tile_bytes", "wait_for_tiles", "moved_id",
@@ -50,7 +50,7 @@ MOVED = re.compile(r"(?P<slide_id>.+)-g(?P<element>[1-7])")  # a listed id, then
 
 def moved_id(slide_id: str, element: int) -> str:
     """The id under which the tile routes serve slide ``slide_id`` moved by ``element`` (0..7; 0: the slide)."""
-    if element not in range(8):
+    if element not in ELEMENTS:
         raise ValueError(f"a slide is moved by an element of p4m, 0 to 7, not {element}")
     return f"{slide_id}-g{element}" if element else slide_id
 
@@ -86,6 +86,8 @@ class _OpenSlideView:
 
     def close(self) -> None:
         self._slide.close()
+
+
 # OpenSeadragon changes only with `make vendor`: a browser asks again after a day (the ETag then says it is the same).
 VENDOR_CACHE = "public, max-age=86400"
 DZI_NAMESPACE = "http://schemas.microsoft.com/deepzoom/2008"
@@ -99,7 +101,6 @@ def deep_zoom(path: str, mtime_ns: int, element: int = 0):
     own object; an image and a moved slide through the slide reader), kept while the file is unchanged."""
     import openslide
     from openslide.deepzoom import DeepZoomGenerator
-
 
     del mtime_ns  # part of the key only
     slide = open_slide(path)

@@ -324,10 +324,12 @@ def slide_page(loaded: LoadedModel) -> None:
                                     "records neither its scale nor its objective power")
                 + ": it is not analysed until its scale (µm per pixel) is given in the sidebar.")
     route = moved_id(entry.slide_id, element)  # what the tile routes call the slide moved by ``element``
-    planning = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0, element)
+    def planned(g: int) -> Future:
+        return _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0, g)
+
+    planning = planned(element)
     # A moved slide's page needs the slide as scanned too (its maps are compared with it, and analysed with it).
-    scanned = _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0) \
-        if element else None
+    scanned = planned(0) if element else None
     if not (planning.done() and (scanned is None or scanned.done())):
         _view_while_planning(entry, mpp, [planning] + ([scanned] if scanned else []), route)
         return
@@ -403,6 +405,17 @@ def running_analyses() -> dict[str, Analysis]:
     return {}
 
 
+def _viewer(route: str, mpp: float | None, caption: str, pictures: list[dict], cells: dict | None = None,
+            overlay: dict | None = None, opened=None) -> None:
+    """The slide the tile routes call ``route`` in the deep-zoom viewer (its state under ``slide-viewer-{route}``),
+    with ``pictures`` over it; ``opened`` is called when a cell is clicked."""
+    callbacks = {} if opened is None else {"on_cell_change": opened}
+    _VIEWER(key=f"slide-viewer-{route}", height="content",
+            data=dict(dzi=f"slides/{route}.dzi", descriptor=_descriptor(route), height=VIEWER_HEIGHT_PX,
+                      caption=caption, pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
+            **callbacks)
+
+
 def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: list[Future], route: str) -> None:
     """The slide in the viewer, without overlays, while its plans are made; the page again once they are."""
 
@@ -410,10 +423,7 @@ def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: list[Fu
     def view() -> None:
         if all(each.done() for each in planning):
             st.rerun(scope="app")
-        _VIEWER(key=f"slide-viewer-{route}", height="content",
-                data=dict(dzi=f"slides/{route}.dzi", descriptor=_descriptor(route), height=VIEWER_HEIGHT_PX,
-                          pictures=[], cells=None, caption="Finding the tissue ...", overlay=None,
-                          micronsPerPixel=mpp))
+        _viewer(route, mpp, "Finding the tissue ...", pictures=[])
 
     view()
 
@@ -443,11 +453,8 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
             overlay = dict(opacity=OVERLAY_OPACITY, low=low, high=high, units=units)
             text += (f"; {int(arrays['evaluated'].sum()):,} cells evaluated. Hover a cell for its P(tumour), click "
                      "it to open it in the patch page.")
-        state_key = f"slide-viewer-{route}"
-        _VIEWER(key=state_key, height="content",
-                data=dict(dzi=f"slides/{route}.dzi", descriptor=_descriptor(route), height=VIEWER_HEIGHT_PX,
-                          caption=text, pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
-                on_cell_change=lambda: _open_cell(plan, entry, state_key))
+        _viewer(route, mpp, text, pictures, cells, overlay,
+                opened=lambda: _open_cell(plan, entry, f"slide-viewer-{route}"))
         if st.session_state.pop(OPENED, False):
             st.rerun(scope="app")
         if arrays is not None:
