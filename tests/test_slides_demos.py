@@ -35,8 +35,14 @@ def test_the_mosaic_is_written_once_lossless_with_its_truth_on_the_slides_grid(t
 
 
 def test_the_cmu_region_has_the_gallerys_scale_and_an_unwritable_cache_lists_no_mosaic(monkeypatch):
+    import app.region.demo
+
+    made = []
+    monkeypatch.setattr(app.region.demo, "pcam_test_mosaic", lambda *args, **kwargs: made.append(1) or
+                        pcam_test_mosaic(*args, **kwargs))
     monkeypatch.setenv("APP_SLIDE_DEMOS", "/proc/no-such-folder/demos")
     entries = demo_images()
+    assert demo_images() == entries and len(made) <= 1, "a mosaic that cannot be kept is not made again each listing"
     assert [(e.name, e.microns_per_pixel, e.path.name) for e in entries] == [
         ("CMU-1 region", 0.499, "region_cmu1.jpg")]
     assert "not lymph-node tissue" in entries[0].note and entries[0].truth is None

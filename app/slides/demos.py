@@ -28,6 +28,9 @@ __all__ = ["demo_images", "mosaic_entry", "MOSAIC_PATCHES", "CMU_NOTE"]
 # 100 patches: a 10 x 10 mosaic of 960 pixels, 784 cells (100 of them labelled) analysed in about 20 s on 2 cores;
 # the page evaluates every cell with tissue, the seams between patches too (shown, not scored).
 MOSAIC_PATCHES = 100
+# Mosaics that could not be made in this process (no labelled patch, or a cache that cannot be written): the listing
+# runs on every tile request, and must not build a mosaic of 100 patches again each time.
+_UNMADE: set[tuple[Path, int]] = set()
 CMU_NOTE = ("CMU-1 is not lymph-node tissue like PCam's (Camelyon16) patches: the model was never trained on such "
             "tissue, and its output here is not a diagnosis. It shows the machinery on a real slide.")
 
@@ -54,6 +57,8 @@ def mosaic_entry(folder: Path | None = None, count: int = MOSAIC_PATCHES) -> Sli
     from ..region.demo import PCAM_MPP, SEED, pcam_test_mosaic
 
     folder = folder or demos_folder()
+    if (folder, count) in _UNMADE:
+        return None
     path = folder / f"pcam-test-mosaic-{count}-seed{SEED}.png"
     if not path.is_file() and len(test_patches(public_folder())) < count:
         path = folder / "pcam-gallery-mosaic.png"  # pcam_public is not reachable: the gallery's test patches
@@ -63,6 +68,7 @@ def mosaic_entry(folder: Path | None = None, count: int = MOSAIC_PATCHES) -> Sli
             mosaic = pcam_test_mosaic({}, count=count)  # the gallery's patches where pcam_public lacks them
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:  # no labelled patch reachable, or a cache that cannot be written: no mosaic, the rest listed
+            _UNMADE.add((folder, count))
             return None
         partial = f".{os.getpid()}"  # each file whole before it is seen: two servers may build it at once
         with open(labels.with_name(labels.name + partial), "wb") as handle:  # np.save would append ".npy"
