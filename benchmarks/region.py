@@ -7,7 +7,7 @@ nominally ``--mpp`` 1 um/px; the patches are really at PCam's 0.972 um/px, a 3 %
 matter for timing. Almost all of it is tissue, so nearly every cell is evaluated (the paler patches leave a few
 cells under the tissue threshold; the table says how many): close to the worst case for a region of that size.
 
-:func:`app.region.evaluation.evaluate_region` runs it with both methods, for two networks:
+:func:`app.cells.evaluation.evaluate_region` runs it with both methods, for two networks:
 
 * the shipped attentive model (``--checkpoint``, by default ``fa_p4m_densenet``): ``"tiles"`` (the trunk once
   over tiles of ``--tile-cells`` cells) is not the model's own function there, since alpha_F's attention pools
@@ -61,9 +61,9 @@ import models  # noqa: E402
 from app.analysis.frames import InputFrame  # noqa: E402
 from app.analysis.images import read_image  # noqa: E402
 from app.analysis.transforms import apply_element  # noqa: E402
+from app.cells.evaluation import RegionError, evaluate_region  # noqa: E402
+from app.cells.mosaic import pcam_test_mosaic, score_cells  # noqa: E402
 from app.gallery import list_gallery  # noqa: E402
-from app.region.demo import pcam_test_mosaic, score_cells  # noqa: E402
-from app.region.evaluation import RegionError, evaluate_region  # noqa: E402
 from benchmarks.train_step import describe_failure, max_rss_mib  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -295,7 +295,7 @@ def print_tables(runs: dict[tuple[str, str], dict], comparisons: list[dict]) -> 
 
 
 def mosaic_scores(checkpoint: str | Path, threads: int, tile_cells: int) -> dict:
-    """The attentive model on the PCam test mosaic (:mod:`app.region.demo`), both methods, scored against the truth.
+    """The attentive model on the PCam test mosaic (:mod:`app.cells.mosaic`), both methods, scored against the truth.
 
     Crops evaluate each patch's centre cell in exactly that patch, so their AUC is the card's test AUC; tiles show
     what the shared trunk's different function does to the score.

@@ -12,7 +12,8 @@
 
 The runs themselves come from ``python -m training`` (train, sweep); nothing here trains. The cards and records
 made before these commands moved here name them as ``python -m experiments report|table3|intervals ...``, the
-form they had then; that form still runs them (``training/__main__.py`` hands it over).
+form they had then; that form still runs them (``training/__main__.py`` runs this command in a process of its own,
+importing nothing of it).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .table1_claims import claims_table
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-# The subcommands; ``python -m training`` hands these over under their former names (the same ones).
+# The subcommands; ``python -m training`` runs these under their former names (training.cli.MOVED, the same ones).
 COMMANDS = ("report", "table3", "intervals")
 
 

@@ -9,7 +9,7 @@ import pytest
 from test_app_browser import app_page
 from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
-from app.region.demo import PCAM_MPP, pcam_test_mosaic
+from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
 from app.slides.library import list_slides
 from models import load_checkpoint
 from tests.conftest import REPO, require_shared

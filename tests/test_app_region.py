@@ -17,9 +17,7 @@ from app.analysis.images import read_image
 from app.analysis.pcam_public import public_folder
 from app.analysis.pcam_public import test_patches as pcam_test_patches
 from app.analysis.transforms import apply_element
-from app.gallery import list_gallery
-from app.region.demo import MOSAIC_PATCHES, pcam_test_mosaic, roc_auc, score_cells
-from app.region.evaluation import (
+from app.cells.evaluation import (
     TILES_AT_CHANCE,
     RegionError,
     cell_tissue,
@@ -32,6 +30,8 @@ from app.region.evaluation import (
     tile_spans,
     to_model_scale,
 )
+from app.cells.mosaic import MOSAIC_PATCHES, pcam_test_mosaic, roc_auc, score_cells
+from app.gallery import list_gallery
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"

@@ -86,7 +86,7 @@ def test_an_image_is_a_slide_whose_scale_is_asked_for_and_the_mosaic_is_scored_a
     """Region mode on the Slide page: an uploaded PNG waits for its scale; the PCam test mosaic (here of four test
     patches, analysed beforehand by the engine into the page's store) has its scale and its score against PCam's
     labels of the patch centres, turned too, with the proof that its heatmap turns with it."""
-    from app.region.demo import score_cells
+    from app.cells.mosaic import score_cells
     from app.slides.demos import mosaic_entry
     from app.slides.run import assemble, chunk_task, plan_slide
 

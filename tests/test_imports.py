@@ -30,6 +30,18 @@ def test_no_import_loops_anywhere():
     assert not loops, "import loops:\n" + "\n".join(loops)
 
 
+def test_regions_and_slides_import_one_way_over_the_cells_below_both():
+    """One path (issue 68): region mode may read through the slide reader, the slides never import region mode, and
+    the cells' evaluator both run imports neither."""
+    imports = [imp for imp in project_imports(REPO) if imp.internal]
+    upwards = [f"{imp.where()}: {imp.source} imports {imp.target}" for imp in imports
+               if imp.source.startswith(("app.slides.", "app.cells.")) and imp.target.startswith("app.region")
+               or imp.source.startswith("app.cells.") and imp.target.startswith("app.slides")]
+    assert not upwards, "\n".join(upwards)
+    assert ("app.slides.engine", "app.cells.evaluation") in {(imp.source, imp.target) for imp in imports}
+    assert ("app.region.cli", "app.slides.reader") in {(imp.source, imp.target) for imp in imports}
+
+
 def _stale(root: Path) -> list[tuple[str, str]]:
     """(where, named) of each import naming a project module or package that does not exist under ``root``."""
     modules = project_modules(root)
@@ -49,10 +61,11 @@ def test_the_reader_sees_the_imports_the_app_is_known_to_have():
     assert ("app.main", "app.ui.page") in imports and ("app.ui.page", "app.ui.views") in imports
     assert ("app.ui.comparison", "app.ui.inputs") in imports
     assert ("app.region.cli", "app.region.figures") in imports
-    assert ("app.region.demo", "app.gallery") in imports
+    assert ("app.cells.mosaic", "app.gallery") in imports
     assert ("app.ui.views", "streamlit") in imports
     assert ("tests.test_models", "tests.equivariance_helpers") in imports
-    assert ("training.__main__", "experiments.cli") in imports and ("experiments.table3", "training.sweep") in imports
+    assert ("experiments.table3", "training.sweep") in imports
+    assert not [pair for pair in imports if pair[0].startswith("training") and pair[1].startswith("experiments")]
 
 
 def _copy_project(root: Path) -> Path:
@@ -88,16 +101,18 @@ def test_planted_imports_against_the_rule_are_named(tmp_path):
     root = _copy_project(tmp_path)
     upwards = _plant(root / "app" / "analysis" / "padding.py", "from ..pictures.plots import image_rgb")
     streamlit = _plant(root / "app" / "pictures" / "plots.py", "import streamlit as st")
-    training = _plant(root / "app" / "region" / "evaluation.py", "from training.metrics import roc_auc")
+    training = _plant(root / "app" / "cells" / "evaluation.py", "from training.metrics import roc_auc")
     library = _plant(root / "models" / "registry.py", "import app.analysis.compute")
-    picture = _plant(root / "app" / "region" / "demo.py", "from .figures import render_region_png")
+    picture = _plant(root / "app" / "cells" / "mosaic.py", "from ..region.figures import render_region_png")
+    region = _plant(root / "app" / "slides" / "engine.py", "from ..region.overlays import probability_field")
     experiment = _plant(root / "training" / "loop.py", "from experiments.table3 import MODELS")
     violations = rule_violations(project_imports(root))
     expected = [f"app/analysis/padding.py:{upwards}: app.analysis.padding imports app.pictures.plots",
                 f"app/pictures/plots.py:{streamlit}: app.pictures.plots imports streamlit",
-                f"app/region/evaluation.py:{training}: app.region.evaluation imports training.metrics",
+                f"app/cells/evaluation.py:{training}: app.cells.evaluation imports training.metrics",
                 f"models/registry.py:{library}: models.registry imports app.analysis.compute",
-                f"app/region/demo.py:{picture}: app.region.demo imports app.region.figures",
+                f"app/cells/mosaic.py:{picture}: app.cells.mosaic imports app.region.figures",
+                f"app/slides/engine.py:{region}: app.slides.engine imports app.region.overlays",
                 f"training/loop.py:{experiment}: training.loop imports experiments.table3"]
     for start in expected:
         assert sum(v.startswith(start) for v in violations) == 1, (start, violations)

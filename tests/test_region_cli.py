@@ -195,7 +195,7 @@ TILES_REFUSED = (
 
 
 def test_tiles_are_refused_for_a_model_with_attention_before_any_work(mosaic, tmp_path, capsys, monkeypatch):
-    import app.region.evaluation as evaluation
+    import app.cells.evaluation as evaluation
 
     monkeypatch.setattr(evaluation, "evaluate_region", lambda *args, **kwargs: pytest.fail("must not evaluate"))
     out = tmp_path / "heatmap.png"
@@ -210,7 +210,7 @@ def test_tiles_run_for_the_model_without_attention(mosaic, capsys):
 
 
 def test_the_docs_give_the_numbers_the_refusal_quotes():
-    from app.region.evaluation import TILES_AT_CHANCE
+    from app.cells.evaluation import TILES_AT_CHANCE
 
     assert "AUC 0.458 with tiles" in TILES_AT_CHANCE and "0.956 with crops" in TILES_AT_CHANCE
     assert "the attentive model scores AUC 0.956 with crops and 0.458 with tiles" in " ".join(
@@ -225,7 +225,7 @@ def test_default_checkpoint_is_the_shipped_he_model():
 
 def _synthetic_result(rows: int, cols: int, evaluated: np.ndarray, p: np.ndarray, image: np.ndarray):
     """A RegionResult without a network: the image, the cells' probabilities and a matching attention map."""
-    from app.region.evaluation import RegionResult, make_grid
+    from app.cells.evaluation import RegionResult, make_grid
 
     grid = make_grid(rows, cols)
     top, left = grid.cell_origin(0, 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.region.evaluation import RegionResult, make_grid
+from app.cells.evaluation import RegionResult, make_grid
 from app.region.overlays import probability_contour, probability_field
 
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
-from app.region.demo import PCAM_MPP, pcam_test_mosaic
+from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
 from benchmarks.gigapixel_slide import SOURCE
 from benchmarks.slides import main
 from models import load_checkpoint

@@ -10,12 +10,14 @@ import re
 
 import numpy as np
 import pytest
+import shapely.geometry
 from PIL import Image
 from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
-from app.region.demo import PCAM_MPP, pcam_test_mosaic
-from app.slides.cli import main, tumour_regions
+from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
+from app.slides.cli import main
 from app.slides.engine import ChunkResult
+from app.slides.regions import AREA
 from app.slides.store import ChunkStore
 from models import load_checkpoint
 from tests.conftest import REPO, require_shared
@@ -63,6 +65,10 @@ def test_a_slide_gives_its_cells_heatmap_and_regions_and_resumes_from_its_chunks
     tumour = cells["evaluated"] & (np.nan_to_num(cells["probability"]) >= 0.5)
     assert sum(f["properties"]["measurements"]["Cells"] for f in regions["features"]) == tumour.sum()
     assert all(f["properties"]["classification"]["name"] == "Tumor" for f in regions["features"])
+    for feature in regions["features"]:  # one valid polygon per region, of its cells' area (32 px of 0.972 um)
+        assert feature["geometry"]["type"] == "Polygon" and shapely.geometry.shape(feature["geometry"]).is_valid
+        measurements = feature["properties"]["measurements"]
+        assert measurements[AREA] == pytest.approx(measurements["Cells"] * (32 * PCAM_MPP) ** 2, rel=1e-9)
 
     # Again: every chunk is read back, none computed.
     assert main(argv) == 0
@@ -107,19 +113,6 @@ def test_the_store_refuses_bytes_that_do_not_match_their_checksum(tmp_path):
     path = tmp_path / "key" / "chunk-2-3.npz"
     path.write_bytes(path.read_bytes()[:-10])
     assert store.get(2, 3) is None and store.done() == set()
-
-
-def test_tumour_regions_are_4_connected_cells_with_their_mean():
-    probability = np.array([[0.9, 0.8, 0.1], [0.1, 0.1, 0.7], [0.6, 0.2, 0.95]])
-    evaluated = np.ones((3, 3), dtype=bool)
-    corners = np.stack(np.meshgrid(np.arange(3) * 10.0, np.arange(3) * 10.0, indexing="ij"), -1)
-    regions = tumour_regions(probability, evaluated, corners, (10.0, 10.0))["features"]
-    found = sorted((f["properties"]["measurements"]["Cells"], round(f["properties"]["measurements"][
-        "Mean tumour probability"], 3)) for f in regions)
-    assert found == [(1, 0.6), (2, 0.825), (2, 0.85)]
-    first = next(f for f in regions if f["properties"]["measurements"]["Cells"] == 2
-                 and f["geometry"]["coordinates"][0][0][0] == [0.0, 0.0])
-    assert first["geometry"]["coordinates"][1][0][:2] == [[10.0, 0.0], [20.0, 0.0]], "x is the column, y the row"
 
 
 def test_a_slide_named_twice_runs_once_and_a_copy_shares_its_chunks(mosaic_slide, tmp_path, capsys):

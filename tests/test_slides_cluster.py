@@ -28,7 +28,7 @@ import pytest
 from dask_processes import DaskProcesses, wait_for
 from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
-from app.region.demo import PCAM_MPP, pcam_test_mosaic
+from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
 from app.slides.cli import main
 from models import load_checkpoint
 from tests.conftest import REPO, require_shared

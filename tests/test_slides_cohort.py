@@ -90,7 +90,7 @@ def test_a_slide_whose_chunks_fail_on_a_worker_is_recorded_and_the_others_finish
     from dask.distributed import Client
     from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
-    from app.region.demo import PCAM_MPP, pcam_test_mosaic
+    from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
     from app.slides.cohort import run_cohort
     from app.slides.run import plan_slide
     from models import load_checkpoint
@@ -129,7 +129,7 @@ def test_a_scheduler_lost_while_chunks_are_submitted_is_named_as_lost(tmp_path):
     from distributed.comm.core import CommClosedError
     from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
-    from app.region.demo import PCAM_MPP, pcam_test_mosaic
+    from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
     from app.slides.cohort import SchedulerLost, run_cohort
     from app.slides.run import plan_slide
     from tests.conftest import require_shared

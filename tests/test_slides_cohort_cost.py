@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
-from app.region.demo import PCAM_MPP, pcam_test_mosaic
+from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
 from benchmarks.cohort_cost import cohort_estimate
 from benchmarks.slides import main
 from models import load_checkpoint

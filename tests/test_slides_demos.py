@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from test_slides_engine import PCAM
 
-from app.region.demo import PCAM_MPP, pcam_test_mosaic
+from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
 from app.slides.demos import demo_images, mosaic_entry
 from app.slides.engine import slide_grid
 from app.slides.reader import open_slide
@@ -35,10 +35,10 @@ def test_the_mosaic_is_written_once_lossless_with_its_truth_on_the_slides_grid(t
 
 
 def test_the_cmu_region_has_the_gallerys_scale_and_an_unwritable_cache_lists_no_mosaic(monkeypatch):
-    import app.region.demo
+    import app.cells.mosaic
 
     made = []
-    monkeypatch.setattr(app.region.demo, "pcam_test_mosaic", lambda *args, **kwargs: made.append(1) or
+    monkeypatch.setattr(app.cells.mosaic, "pcam_test_mosaic", lambda *args, **kwargs: made.append(1) or
                         pcam_test_mosaic(*args, **kwargs))
     monkeypatch.setenv("APP_SLIDE_DEMOS", "/proc/no-such-folder/demos")
     entries = demo_images()

@@ -1,5 +1,5 @@
 """The slide engine (:mod:`app.slides.engine`) on a real pyramidal TIFF of known truth: PCam test patches laid side
-by side (:func:`app.region.demo.pcam_test_mosaic`) and written as a tiled, two-level TIFF with its scale in its
+by side (:func:`app.cells.mosaic.pcam_test_mosaic`) and written as a tiled, two-level TIFF with its scale in its
 resolution tags, which OpenSlide reads as a generic TIFF. Evaluated a chunk of cells at a time, the slide gives
 region mode's probabilities over the same pixels, each patch-centre cell the model's own prediction on that patch,
 and a quarter-turned slide the quarter-turned heatmap."""
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from app.analysis.pathology import model_microns_per_pixel
-from app.region.demo import PCAM_MPP, pcam_test_mosaic
-from app.region.evaluation import default_method, evaluate_region
+from app.cells.evaluation import default_method, evaluate_region
+from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
 from app.slides.engine import evaluate_chunk, slide_grid
 from app.slides.reader import open_slide
 from app.slides.scale import slide_scale

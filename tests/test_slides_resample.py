@@ -1,12 +1,12 @@
 """A block of a slide at the model's scale is the same block of region mode's whole resampling
-(:func:`app.region.evaluation.to_model_scale`), read from just the pixels it needs (:mod:`app.slides.resample`)."""
+(:func:`app.cells.evaluation.to_model_scale`), read from just the pixels it needs (:mod:`app.slides.resample`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from app.region.evaluation import to_model_scale
+from app.cells.evaluation import to_model_scale
 from app.slides.resample import input_span, model_side, resample_block
 
 PCAM_MPP = 0.972

@@ -13,7 +13,7 @@ from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
 import app.slides.run as run
 from app.analysis.pathology import model_microns_per_pixel
-from app.region.demo import PCAM_MPP, pcam_test_mosaic
+from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
 from app.slides.engine import evaluate_chunk, slide_grid
 from app.slides.reader import open_slide
 from app.slides.workers import describe_cluster, prepare_device, worker_device

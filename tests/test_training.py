@@ -46,6 +46,24 @@ def run_cli(args, **kwargs):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
+def test_the_commands_that_moved_to_experiments_still_run_under_their_former_name():
+    """``python -m training report ...``, as the shipped cards name it, prints what ``python -m experiments report
+    ...`` prints, and a bad argument is refused by it in its words and exit status; training imports nothing of
+    experiments (tests/test_imports.py)."""
+    from experiments.cli import COMMANDS
+    from training.cli import MOVED
+
+    assert MOVED == COMMANDS
+    former = run_cli(["report", "checkpoints"])
+    out, err = former.communicate(timeout=120)
+    assert former.returncode == 0, err
+    assert out == results_table("checkpoints") + "\n" and "fa_p4m_densenet_pcam" in out
+    refused = run_cli(["intervals"])
+    _, err = refused.communicate(timeout=120)
+    assert refused.returncode == 2
+    assert "python -m experiments intervals: error: the following arguments are required: CARD" in err
+
+
 def final_weights(run_dir):
     return load_file(str(Path(run_dir) / "best.safetensors"))
 

@@ -30,6 +30,7 @@ BOXES = (
     ("ui", "app.ui", "Streamlit widgets and pages"),
     ("region", "app.region", "a whole H&E region, cell by cell"),
     ("slides", "app.slides", "whole slides: reading, scale, tissue, the engine"),
+    ("cells", "app.cells", "the cells' evaluator, for regions and slides"),
     ("pictures", "app.pictures", "what the numbers look like"),
     ("gallery", "app.gallery", "the built-in images"),
     ("analysis", "app.analysis", "numbers from images and models"),

@@ -5,9 +5,11 @@ entry lists (the longest entry that names it applies), and a third-party module 
 :data:`THIRD_PARTY` allows it. Together they say: the library (``models``) stands alone, its CPU fast paths
 (``models.cpu``) below everything else in it; ``training`` and the app build on it and never on each other;
 ``experiments`` (the paper's tables from the runs) builds on ``training`` and ``models``, and no package below
-imports it (the one exception: ``python -m training``'s entry hands the commands that moved there over to it);
-inside the app, imports run ``ui -> region -> pictures -> analysis -> models``, the gallery sits beside the
-pictures, and only ``app.ui`` (and the entries ``app/main.py``, ``app/server.py``) touches Streamlit.
+imports it (``python -m training`` runs the commands that moved there as a process of ``python -m experiments``);
+inside the app, imports run ``ui -> region -> pictures -> analysis -> models`` and ``ui -> region -> slides ->
+cells -> analysis`` (region's command reads through the slide reader; no module of ``app.slides`` imports
+``app.region``: the cell evaluator both run is ``app.cells``, below both), the gallery sits beside the pictures,
+and only ``app.ui`` (and the entries ``app/main.py``, ``app/server.py``) touches Streamlit.
 Benchmarks and tests may use everything, but nothing imports them.
 
 A cycle is a loop of imports among project modules, whatever the rule allows; each is reported with the file
@@ -22,7 +24,8 @@ from .imports import Import
 
 __all__ = ["ALLOWED", "THIRD_PARTY", "allowed_prefixes", "rule_violations", "import_cycles", "describe_loop"]
 
-_APP_BELOW_UI = ("app.region", "app.slides", "app.pictures", "app.gallery", "app.analysis", "models")
+_APP_BELOW_UI = ("app.region", "app.slides", "app.cells", "app.pictures", "app.gallery", "app.analysis",
+                 "models")
 
 # Importing module prefix -> the project prefixes it may import (besides itself, where listed).
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -30,25 +33,24 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # The optional CPU fast paths, the library's bottom layer: the concepts import them, never the other way.
     "models.cpu": ("models.cpu",),
     "training": ("training", "models"),
-    # The entry of python -m training runs the commands that moved to experiments under their former form.
-    "training.__main__": ("training", "experiments.cli"),
     "experiments": ("experiments", "training", "models"),
     "app": (),
     "app.analysis": ("app.analysis", "models"),
     "app.pictures": ("app.pictures", "app.analysis", "models"),
     "app.gallery": ("app.gallery", "app.analysis"),
-    "app.region": ("app.region", "app.pictures", "app.gallery", "app.analysis", "models"),
-    # Whole slides' pure part: reading, scale, tissue, the engine over cells (region mode's evaluation, one place
-    # for both); numbers, no pictures.
-    "app.slides": ("app.slides", "app.region.evaluation", "app.analysis", "models"),
-    # Region mode's pure part: its numbers draw nothing.
-    "app.region.evaluation": ("app.analysis", "models"),
-    "app.region.demo": ("app.region.evaluation", "app.gallery", "app.analysis", "models"),
-    # One path (issue 59): the region command reads its image through the slide reader; the demo images beside the
-    # demo slides are the gallery's region and region mode's scored mosaic.
-    "app.region.cli": ("app.region", "app.slides.reader", "app.pictures", "app.gallery", "app.analysis", "models"),
-    "app.slides.demos": ("app.slides", "app.region.evaluation", "app.region.demo", "app.gallery", "app.analysis",
-                         "models"),
+    # One path for regions and slides (issue 68): the cells below both, slides below region, never the other way.
+    # The cell evaluator and the scored PCam mosaic: numbers, no pictures, over the analysis and the library.
+    "app.cells": ("app.cells", "app.gallery", "app.analysis", "models"),
+    "app.cells.evaluation": ("app.analysis", "models"),
+    # Whole slides' pure part: reading, scale, tissue, the engine over the cells' evaluator; numbers, no pictures,
+    # and nothing of region mode.
+    "app.slides": ("app.slides", "app.cells", "app.analysis", "models"),
+    # The demo images beside the demo slides: the gallery's region and the scored mosaic.
+    "app.slides.demos": ("app.slides", "app.cells", "app.gallery", "app.analysis", "models"),
+    # Region mode: the cells' evaluator with its pictures; its command reads its image through the slide reader.
+    "app.region": ("app.region", "app.cells", "app.pictures", "app.gallery", "app.analysis", "models"),
+    "app.region.cli": ("app.region", "app.slides.reader", "app.cells", "app.pictures", "app.gallery", "app.analysis",
+                       "models"),
     "app.ui": ("app.ui",) + _APP_BELOW_UI,
     "app.main": ("app.ui",) + _APP_BELOW_UI,
     # The server around the page: prepares the first visit (app.ui.first_visit) before it answers.

@@ -2,7 +2,7 @@
 
 Reads an H&E region (PNG, JPEG, TIFF, BMP, WebP, or a slide; at most 4096 pixels a side) through slide mode's
 reader (:func:`app.slides.reader.open_slide`: 8-bit RGB, EXIF orientation applied), evaluates it cell by cell
-with a PCam model (:func:`app.region.evaluation.evaluate_region`) and writes what was asked for: the tumour probability
+with a PCam model (:func:`app.cells.evaluation.evaluate_region`) and writes what was asked for: the tumour probability
 over the tissue as a PNG (``--out``), the first attention layer's map as a PNG (``--attention-out``, in the reading
 ``--reading`` names: ``spatial``, alpha_s as the paper's figures draw it, by default), and the cells as an ``.npz``
 (``--npz``). ``--method tiles`` is refused for a model with attention, where it is not the model's function
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.images import FORMATS, ImageError
-from .evaluation import DEFAULT_READING, MAX_SIDE, METHODS, READINGS, RegionError, RegionResult
+from ..cells.evaluation import DEFAULT_READING, MAX_SIDE, METHODS, READINGS, RegionError, RegionResult
 
 __all__ = ["main", "build_parser", "DEFAULT_CHECKPOINT", "MAX_FILE_BYTES"]
 
@@ -170,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
     from models import load_checkpoint
     from models.checkpoint import CheckpointError
 
-    from .evaluation import check_region, default_method, evaluate_region, first_attentive_layer, inexact_method
+    from ..cells.evaluation import check_region, default_method, evaluate_region, first_attentive_layer, inexact_method
     from .figures import render_region_png
 
     if args.threads is not None:

@@ -23,8 +23,8 @@ from PIL import Image
 from ..analysis.images import to_channels
 from ..analysis.pathology import scale_bar_microns
 from ..analysis.readings import BRIGHT
+from ..cells.evaluation import RegionResult
 from ..pictures.figures import png_bytes
-from .evaluation import RegionResult
 from .overlays import (
     ATTENTION_OPACITY,
     PROBABILITY_OPACITY,
@@ -96,7 +96,7 @@ def render_region_png(
     """The region with its tumour probability surface, or its stitched attention map, over it.
 
     Args:
-        result: from :func:`app.region.evaluation.evaluate_region`.
+        result: from :func:`app.cells.evaluation.evaluate_region`.
         show: ``"probability"`` (the last class, interpolated between cell centres, on tissue only, colours fixed
             at 0..1, with its 0.5 contour) or ``"attention"`` (the first attentive layer's map in
             ``result.reading``, colours over the 2nd to 98th percentile of its values on tissue).

@@ -20,8 +20,8 @@ import numpy as np
 
 from models.stain import region_tissue_mask
 
+from ..cells.evaluation import RegionResult
 from ..pictures.map_style import PERCENTILES, colour_lut
-from .evaluation import RegionResult
 
 __all__ = ["PROBABILITY_OPACITY", "ATTENTION_OPACITY", "filled_cells", "probability_field", "display_tissue", "blend",
            "probability_contour", "cell_outline", "attention_range"]

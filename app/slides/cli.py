@@ -6,8 +6,9 @@ For each slide: ``DIR/<stem>.npz`` with the per-cell arrays of ``python -m app.r
 pixels, ``microns_per_pixel``, ``model_microns_per_pixel``, ``method``, ``class_names``, ``checkpoint``), the
 tumour heatmap over the slide's thumbnail as ``DIR/<stem>.png``, and the tumour regions at 0.5 as
 ``DIR/<stem>.geojson`` that QuPath imports (each 4-connected region of cells one annotation classified "Tumor",
-a MultiPolygon of its cells in level-0 pixels, its mean tumour probability a measurement). For the cohort,
-``DIR/summary.csv``: a row per slide (:data:`app.slides.cohort.SUMMARY_COLUMNS`), its numbers or its error.
+one valid polygon with its holes in level-0 pixels, :mod:`app.slides.regions`; its mean tumour probability, its
+cells and its area in µm² as measurements). For the cohort, ``DIR/summary.csv``: a row per slide
+(:data:`app.slides.cohort.SUMMARY_COLUMNS`), its numbers or its error.
 Finished chunks are kept in ``DIR/.chunks/`` as they finish: the same command again resumes.
 
 One progress bar over the cohort on stderr (cells, slides, chunks, time left), and Dask's dashboard address where
@@ -27,7 +28,6 @@ import json
 import logging
 import os
 import sys
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -46,12 +46,12 @@ from .cohort import (
 )
 from .provenance import code_sha256
 from .reader import SlideError
+from .regions import tumour_regions
 from .run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide
 
-__all__ = ["main", "tumour_regions", "DEFAULT_CHECKPOINT"]
+__all__ = ["main", "DEFAULT_CHECKPOINT"]
 
 DEFAULT_CHECKPOINT = "checkpoints/fa_p4m_densenet_pcam.safetensors"
-TUMOUR_COLOUR = (200, 0, 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,43 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2, help="local cluster: threads per worker (default 2)")
     parser.add_argument("--chunk", type=int, default=None, help="cells per chunk side (default 16)")
     return parser
-
-
-def tumour_regions(probability: np.ndarray, evaluated: np.ndarray, corners: np.ndarray, size: tuple[float, float],
-                   threshold: float = 0.5) -> dict:
-    """A GeoJSON FeatureCollection of the 4-connected regions of evaluated cells at or above ``threshold``.
-
-    Args:
-        probability: ``(rows, cols)`` tumour probability per cell.
-        corners: ``(rows, cols, 2)`` each cell's top-left (row, col) in level-0 pixels; ``size``: a cell's
-            (rows, cols) there.
-    """
-    tumour = evaluated & (np.nan_to_num(probability) >= threshold)
-    label = np.zeros(tumour.shape, dtype=np.int64)
-    features = []
-    for start in map(tuple, np.argwhere(tumour)):
-        if label[start]:
-            continue
-        label[start] = len(features) + 1
-        region, queue = [], deque([start])
-        while queue:
-            i, j = queue.popleft()
-            region.append((i, j))
-            for a, b in ((i - 1, j), (i + 1, j), (i, j - 1), (i, j + 1)):
-                if 0 <= a < tumour.shape[0] and 0 <= b < tumour.shape[1] and tumour[a, b] and not label[a, b]:
-                    label[a, b] = label[start]
-                    queue.append((a, b))
-        squares = []
-        for i, j in region:
-            top, left = (float(v) for v in corners[i, j])
-            bottom, right = top + size[0], left + size[1]
-            squares.append([[[left, top], [right, top], [right, bottom], [left, bottom], [left, top]]])
-        mean = float(np.mean([probability[i, j] for i, j in region]))
-        features.append(dict(type="Feature", geometry=dict(type="MultiPolygon", coordinates=squares),
-                             properties=dict(objectType="annotation",
-                                             classification=dict(name="Tumor", color=list(TUMOUR_COLOUR)),
-                                             measurements={"Mean tumour probability": mean, "Cells": len(region)})))
-    return dict(type="FeatureCollection", features=features)
 
 
 def heatmap_png(plan: SlidePlan, probability: np.ndarray, evaluated: np.ndarray) -> Image.Image:
@@ -141,7 +104,7 @@ def write_outputs(plan: SlidePlan, arrays: dict, out: Path) -> dict:
                         model_microns_per_pixel=plan.grid.model_microns_per_pixel, method="crops",
                         class_names=np.array(plan.card.get("class_names") or []), checkpoint=str(plan.checkpoint))
     heatmap_png(plan, probability, evaluated).save(out / f"{stem}.png")
-    regions = tumour_regions(probability, evaluated, corners, size)
+    regions = tumour_regions(probability, evaluated, corners, size, plan.scale.microns_per_pixel)
     (out / f"{stem}.geojson").write_text(json.dumps(regions) + "\n")
     return dict(cells=int(evaluated.sum()), tumour=int((np.nan_to_num(probability) >= 0.5).sum()),
                 regions=len(regions["features"]))

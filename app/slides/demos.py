@@ -3,7 +3,7 @@ regions that region mode offered are listed with the slides.
 
 - The CMU-1 region of the gallery (``app/gallery/region_cmu1.jpg``), at the scale the gallery records for it.
 - The PCam test mosaic: :data:`MOSAIC_PATCHES` held-out PCam test patches side by side
-  (:func:`app.region.demo.pcam_test_mosaic`), written once as a lossless PNG into the user cache with its cells'
+  (:func:`app.cells.mosaic.pcam_test_mosaic`), written once as a lossless PNG into the user cache with its cells'
   true labels beside it (``.labels.npy``): the cell at each patch's centre is judged in exactly that patch, so the
   heatmap is scored against PCam's own labels. Where pcam_public is not reachable (the Docker image) the mosaic is
   made of the gallery's twelve test patches, under another name.
@@ -54,7 +54,7 @@ def mosaic_entry(folder: Path | None = None, count: int = MOSAIC_PATCHES) -> Sli
     """The PCam test mosaic's entry, its PNG, labels and source written into ``folder`` (default
     :func:`demos_folder`) the first time; None where no labelled patch is reachable or the folder cannot be made."""
     from ..analysis.pcam_public import public_folder, test_patches
-    from ..region.demo import PCAM_MPP, SEED, pcam_test_mosaic
+    from ..cells.mosaic import PCAM_MPP, SEED, pcam_test_mosaic
 
     folder = folder or demos_folder()
     if (folder, count) in _UNMADE:

@@ -2,7 +2,7 @@
 
 One rule for regions and slides (issue 59): the slide, resampled to the model's micrometres per pixel with its
 sides made even (:func:`app.slides.resample.model_side`, region mode's rounding), is cut into region mode's grid
-of 32-pixel cells, each judged in its 96-pixel context, centred (:func:`app.region.evaluation.make_grid`). The
+of 32-pixel cells, each judged in its 96-pixel context, centred (:func:`app.cells.evaluation.make_grid`). The
 grid is fixed by the slide's size and scale alone, so chunks and stored results line up from one run to the
 next, and a quarter turn or a mirror of the slide maps the grid onto itself, as in region mode.
 
@@ -11,8 +11,8 @@ A chunk is at most :data:`CHUNK_CELLS` x :data:`CHUNK_CELLS` cells, the chunks' 
 just the margin its contexts need and resampled by :func:`app.slides.resample.resample_block`, which gives every
 pixel exactly as the whole slide's resampling would: so a chunk's cells, their tissue and their probabilities do not
 depend on how the slide was cut, and equal region mode's on the same pixels. Cells with too little tissue are not
-evaluated (:func:`app.region.evaluation.cell_tissue`, the same share); the network runs over the rest through
-:func:`app.region.evaluation.evaluate_cells`, one place for regions and slides. The attention kept per chunk is each
+evaluated (:func:`app.cells.evaluation.cell_tissue`, the same share); the network runs over the rest through
+:func:`app.cells.evaluation.evaluate_cells`, one place for regions and slides. The attention kept per chunk is each
 evaluated cell's own centre (pooled, :data:`ATTENTION_POOL`), which no other chunk's contexts change.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from models import Network
 
-from ..region.evaluation import (
+from ..cells.evaluation import (
     TISSUE_SHARE,
     RegionGrid,
     cell_tissue,
@@ -73,7 +73,7 @@ class SlideGrid:
     @property
     def chunk_spans(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """``(start, length)`` of the chunks along the rows and along the columns: at most :attr:`chunk` cells, an
-        odd number of them, their lengths a palindrome (:func:`app.region.evaluation.tile_spans`), so that a quarter
+        odd number of them, their lengths a palindrome (:func:`app.cells.evaluation.tile_spans`), so that a quarter
         turn or a mirror of the slide maps chunks onto chunks, and a moved slide's run evaluates exactly the moved
         cells (which chunks are evaluated is decided per chunk, from the tissue mask)."""
         return tile_spans(self.cells.rows, self.chunk), tile_spans(self.cells.cols, self.chunk)
@@ -178,7 +178,7 @@ def read_block(slide: Slide, grid: SlideGrid, block: tuple[int, int, int, int]) 
 def evaluate_chunk(model: Network, card: dict, slide: Slide, grid: SlideGrid, ci: int, cj: int, *,
                    batch: int = 16, method: str | None = None) -> ChunkResult:
     """Chunk (ci, cj) of ``slide``'s cells through ``model`` (eval mode), by ``method``: by default the fastest that
-    is the model's own function (:func:`app.region.evaluation.default_method`): each cell in its own context
+    is the model's own function (:func:`app.cells.evaluation.default_method`): each cell in its own context
     (``"crops"``) for a model with attention; for one without, the shared trunk over the chunk (``"tiles"``, the
     same function up to round-off and about 5 times less work, as region mode measured)."""
     image = read_chunk(slide, grid, ci, cj)

@@ -1,6 +1,6 @@
 """Any block of a slide at the model's scale, equal to the same block of the whole slide resampled at once.
 
-Region mode resamples a whole region to the model's scale in one call (:func:`app.region.evaluation.to_model_scale`:
+Region mode resamples a whole region to the model's scale in one call (:func:`app.cells.evaluation.to_model_scale`:
 PyTorch's antialiased bilinear interpolation, ``align_corners=False``, in float64, each side rounded to an even
 number of pixels). A slide is too large for that, and is read and evaluated a chunk of cells at a time; for the
 chunks to agree with each other and with region mode, every output pixel must be the same weighted sum of the same

@@ -2,7 +2,7 @@
 then a morphological opening and closing (as TIAToolbox's and histolab's tissue masks do).
 
 Only tissue is analysed, so this mask decides which chunks of cells the engine evaluates at all; each cell is then
-judged on its own pixels at the model's scale, as region mode judges them (:func:`app.region.evaluation.cell_tissue`).
+judged on its own pixels at the model's scale, as region mode judges them (:func:`app.cells.evaluation.cell_tissue`).
 
 The steps, on an RGB thumbnail of a few micrometres per pixel:
 1. optical density (:func:`models.stain.optical_density`), its largest over R, G, B per pixel, averaged over

@@ -31,8 +31,8 @@ from models.cpu.user_cache import cache_root
 from ..analysis.compute import display_group
 from ..analysis.readings import BRIGHT, LABELS
 from ..analysis.transforms import element_name
+from ..cells.mosaic import score_cells
 from ..pictures.encode import png_data_url
-from ..region.demo import score_cells
 from ..slides.engine import cell_context
 from ..slides.library import IMAGE_SUFFIXES, UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
 from ..slides.moved import moved_slide

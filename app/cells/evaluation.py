@@ -1,4 +1,5 @@
-"""Region mode: tumour probability and first-layer attention over a whole H&E region, cell by cell.
+"""The cells of a region or a slide: tumour probability and first-layer attention, cell by cell (region mode's
+rule, which the slide engine runs a chunk at a time).
 
 Geometry. PCam's label refers to the central 32 x 32 pixels of a 96 x 96 patch. A region, resampled to the
 model's micrometres per pixel, is cut into a grid of 32 x 32 *cells*; cell (i, j) is judged in its 96 x 96
