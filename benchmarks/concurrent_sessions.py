@@ -202,18 +202,23 @@ def machine_busy_seconds() -> float | None:
 
 
 class MemorySampler:
-    """A thread reading a process's ``VmRSS`` every ``every`` seconds; ``peak_mib`` is the largest seen."""
+    """A thread reading a process's memory (:meth:`now_mib`: its ``VmRSS``) every ``every`` seconds; ``peak_mib`` is
+    the largest seen."""
 
     def __init__(self, pid: int, every: float = SAMPLE_EVERY_S):
         self.pid, self.every, self.peak_mib, self.samples = pid, every, 0.0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def now_mib(self) -> float | None:
+        """The process's resident memory now, MiB (None once it has ended)."""
+        return proc_status(self.pid).get("VmRSS")
+
     def _run(self) -> None:
         while not self._stop.wait(self.every):
-            rss = proc_status(self.pid).get("VmRSS")
-            if rss is not None:
-                self.peak_mib, self.samples = max(self.peak_mib, rss), self.samples + 1
+            now = self.now_mib()
+            if now is not None:
+                self.peak_mib, self.samples = max(self.peak_mib, now), self.samples + 1
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()

@@ -18,17 +18,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.patch_records import (  # noqa: F401  (re-exported: the shipped checkpoints' tests read them here)
-    BATCH_SIZE,
-    CARD_METRICS,
-    card_metrics,
-    data_identity,
-    decode,
-    encode,
-    prediction_record,
-    tumour_probability,
-    write_record,
-)
+from experiments.patch_records import data_identity, prediction_record, write_record
 from models import load_checkpoint
 from training.data import load_dataset
 

@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +47,7 @@ from app.slides.tiles import TILE_SIZE
 from benchmarks.concurrent_sessions import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    MemorySampler,
     environment,
     free_port,
     proc_status,
@@ -146,16 +146,15 @@ def _viewport(generator, level: int, x: float, y: float) -> list[tuple[int, int,
             for c in range(max(c0, 0), min(c1, cols - 1) + 1)]
 
 
-class ServerMemory:
+class ServerMemory(MemorySampler):
     """A thread summing the resident memory of a process and its children every :data:`SAMPLE_EVERY_S`;
     ``peak_mib`` is the largest sum seen."""
 
     def __init__(self, pid: int):
         import psutil  # installed with dask's distributed, which the slides need
 
-        self.process, self.peak_mib, self.samples = psutil.Process(pid), 0.0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(pid, SAMPLE_EVERY_S)
+        self.process = psutil.Process(pid)
 
     def now_mib(self) -> float:
         import psutil
@@ -165,18 +164,6 @@ class ServerMemory:
             with contextlib.suppress(psutil.Error):  # a child may end between the listing and the reading
                 total += process.memory_info().rss
         return total / 2**20
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_EVERY_S):
-            self.peak_mib, self.samples = max(self.peak_mib, self.now_mib()), self.samples + 1
-
-    def __enter__(self) -> ServerMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def server_while_viewed(slide: Path, count: int) -> dict:

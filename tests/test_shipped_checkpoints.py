@@ -17,15 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.pcam_test_record import (
-    RECORD_COMMAND,
-    card_metrics,
-    data_identity,
-    decode,
-    record_path,
-    tumour_probability,
-)
-from experiments.patch_records import card_tolerances
+from benchmarks.pcam_test_record import RECORD_COMMAND, record_path
+from experiments.patch_records import card_metrics, card_tolerances, data_identity, decode, tumour_probability
 from experiments.results_tables import PAPER_TABLE1, seed_table, spread_text, table1_summary
 from models import load_checkpoint
 from tests.recorded_numbers import assert_same_numbers

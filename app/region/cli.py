@@ -9,6 +9,12 @@ over the tissue as a PNG (``--out``), the first attention layer's map as a PNG (
 (at chance on the PCam test mosaic). A short summary goes to stdout, progress to stderr. A region, scale, file or
 checkpoint that cannot be used ends with ``error: <message>`` on stderr and exit status 2, no traceback.
 
+Not an alias of ``python -m app.slides IMAGE --mpp X``, which gives the same cells (the same grid, tissue and
+probabilities: ``tests/test_slides_cli.py``) but keeps the attention pooled over 4 x 4 pixels and draws over a
+thumbnail: this command adds the full-resolution pictures (the probability surface with its 0.5 contour, the
+attention map in each reading), the shared trunk over tiles for a model without attention, and one process without
+Dask.
+
 The ``.npz`` holds, per cell (``rows x cols``): ``probability`` (of the last class, tumour; NaN where not
 evaluated), ``probabilities`` (every class), ``evaluated``, ``tissue`` (share of stained pixels) and
 ``cell_top_left_px`` (row, column of the cell's top-left corner in the ORIGINAL image's pixels, as pixel-edge

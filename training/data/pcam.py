@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import DataError, DatasetSpec, Splits
 
-__all__ = ["load_pcam", "read_patch", "H5Split", "ImageFolderSplit", "CLASS_NAMES"]
+__all__ = ["load_pcam", "pcam_spec", "read_patch", "H5Split", "ImageFolderSplit", "CLASS_NAMES", "LABEL_NOTE"]
 
 CLASS_NAMES = ("no_tumor", "tumor")
 # Per-channel normalisation of [0, 1] pixels, as the paper's code (its transforms.Normalize constants).
@@ -26,6 +26,7 @@ MEAN = (0.701, 0.538, 0.692)
 STD = (0.235, 0.277, 0.213)
 SPLITS = ("train", "valid", "test")
 SIZE = 96
+LABEL_NOTE = "label: tumour tissue in the central 32x32 pixels"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
 _H5_PREFIX = "camelyonpatch_level_2_split_"
 
@@ -199,15 +200,13 @@ def load_pcam(root: Path) -> Splits:
     else:
         raise DataError(f"no PCam data in {root}: expected the files {_h5_name('train', 'x')} (and the other five "
                         f"splits/parts), or folders train/, valid/, test/ each with {' and '.join(CLASS_NAMES)}/")
-    spec = DatasetSpec(
-        name="pcam",
-        num_classes=2,
-        channels=3,
-        size=SIZE,
-        mean=MEAN,
-        std=STD,
-        class_names=CLASS_NAMES,
-        source=f"{source} ({', '.join(f'{len(s):,} {n}' for n, s in splits.items())})",
-        notes="label: tumour tissue in the central 32x32 pixels",
-    )
+    spec = pcam_spec("pcam", f"{source} ({', '.join(f'{len(s):,} {n}' for n, s in splits.items())})")
     return Splits(spec=spec, **splits)
+
+
+def pcam_spec(name: str, source: str, notes: str = LABEL_NOTE, mean: tuple[float, ...] = MEAN,
+              std: tuple[float, ...] = STD, **more) -> DatasetSpec:
+    """The spec of a dataset of PCam patches (this one, or pcam_public): two classes (:data:`CLASS_NAMES`), 96 x 96
+    RGB patches labelled by PCam's rule (:data:`LABEL_NOTE`); ``more``: the other fields of :class:`DatasetSpec`."""
+    return DatasetSpec(name=name, num_classes=2, channels=3, size=SIZE, mean=mean, std=std, class_names=CLASS_NAMES,
+                       source=source, notes=notes, **more)

@@ -29,8 +29,8 @@ import numpy as np
 
 from models.cpu.user_cache import cache_root
 
-from .base import ArraySplit, DataError, DatasetSpec, Splits
-from .pcam import CLASS_NAMES, SIZE, read_patch
+from .base import ArraySplit, DataError, Splits
+from .pcam import LABEL_NOTE, SIZE, pcam_spec, read_patch
 
 __all__ = ["load_pcam_public", "read_labels", "PatchRecord", "PublicSplit", "decode_all", "CACHE_FORMAT"]
 
@@ -217,19 +217,9 @@ def load_pcam_public(root: Path, cache: Path | None | str = "default") -> Splits
         splits[split] = PublicSplit(images[index], [records[i] for i in index])
     del images  # the splits hold their own copies
     mean, std = _channel_stats(splits["train"].images)
-    spec = DatasetSpec(
-        name="pcam_public",
-        num_classes=2,
-        channels=3,
-        size=SIZE,
-        mean=mean,
-        std=std,
-        class_names=CLASS_NAMES,
-        source=_source(records, root),
-        notes=("label: tumour tissue in the central 32x32 pixels. Test = a random sample of PCam's test split "
-               "(1,944 of 32,768) as JPEG copies, where the paper's Table 3 used all of it losslessly: "
-               "compare with its 95 % interval"),
-        test_files=splits["test"].names,
-    )
+    spec = pcam_spec("pcam_public", _source(records, root), mean=mean, std=std, test_files=splits["test"].names,
+                     notes=f"{LABEL_NOTE}. Test = a random sample of PCam's test split (1,944 of 32,768) as JPEG "
+                           "copies, where the paper's Table 3 used all of it losslessly: compare with its 95 % "
+                           "interval")
     return Splits(spec=spec, **splits)
 
