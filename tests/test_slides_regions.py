@@ -19,7 +19,7 @@ from test_slides_engine import CHECKPOINT
 from app.cells.evaluation import TISSUE_SHARE, RegionGrid, cell_tissue
 from app.slides.engine import read_chunk
 from app.slides.reader import open_slide
-from app.slides.regions import AREA, connected_regions, region_outline, tumour_regions
+from app.slides.regions import AREA, cell_runs, connected_regions, connected_runs, region_outline, tumour_regions
 from app.slides.run import plan_slide
 from tests.conftest import REPO, require_shared
 
@@ -29,6 +29,25 @@ CMU = REPO.parent / "shared" / "data" / "slides" / "CMU-1-Small-Region.svs"
 def unit_grid(rows: int, cols: int, side: float = 10.0) -> np.ndarray:
     """``(rows, cols, 2)`` top-left corners of cells ``side`` pixels a side, from (0, 0)."""
     return np.stack(np.meshgrid(np.arange(rows) * side, np.arange(cols) * side, indexing="ij"), -1)
+
+
+def flood_fill_regions(selected: np.ndarray) -> list[list[tuple[int, int]]]:
+    """The 4-connected regions cell by cell, by a flood fill (the plain way, against the runs' labelling), each
+    region's cells in row-major order, the regions in the order of their first cell."""
+    seen, regions = np.zeros(selected.shape, dtype=bool), []
+    for start in zip(*np.nonzero(selected), strict=True):
+        if seen[start]:
+            continue
+        seen[start], stack, region = True, [start], []
+        while stack:
+            i, j = stack.pop()
+            region.append((int(i), int(j)))
+            for a, b in ((i - 1, j), (i + 1, j), (i, j - 1), (i, j + 1)):
+                if 0 <= a < selected.shape[0] and 0 <= b < selected.shape[1] and selected[a, b] and not seen[a, b]:
+                    seen[a, b] = True
+                    stack.append((a, b))
+        regions.append(sorted(region))
+    return regions
 
 
 def no_vertex_on_a_straight_edge(ring) -> bool:
@@ -70,10 +89,23 @@ def test_a_ring_of_tumour_cells_is_a_polygon_with_its_hole():
 
 
 def test_a_hole_that_touches_the_outline_at_a_corner_is_still_valid():
-    cells = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]  # the hole (1, 1) meets the outside at (2, 2)
-    outline = region_outline(cells)
+    selected = np.array([[1, 1, 1], [1, 0, 1], [1, 1, 0]], dtype=bool)  # the hole (1, 1) meets the outside at (2, 2)
+    runs = cell_runs(selected)
+    assert runs.tolist() == [[0, 0, 3], [1, 0, 1], [1, 2, 3], [2, 0, 2]], "(row, first column, column after the last)"
+    assert [len(region) for region in connected_runs(runs)] == [4]
+    outline = region_outline(runs)
     assert outline.is_valid and isinstance(outline, shapely.Polygon) and len(outline.interiors) == 1
-    assert outline.area == len(cells) and shapely.is_ccw(outline.exterior)
+    assert outline.area == selected.sum() and shapely.is_ccw(outline.exterior)
+
+
+def test_regions_that_touch_only_at_a_corner_are_two():
+    selected = np.array([[1, 1, 0, 0], [1, 0, 1, 0], [0, 1, 1, 0], [0, 0, 0, 1]], dtype=bool)
+    assert connected_regions(selected) == [[(0, 0), (0, 1), (1, 0)], [(1, 2), (2, 1), (2, 2)], [(3, 3)]]
+    evaluated = np.ones(selected.shape, dtype=bool)
+    features = tumour_regions(selected * 0.75, evaluated, unit_grid(4, 4), (10.0, 10.0), 1.0)["features"]
+    assert [f["properties"]["measurements"]["Cells"] for f in features] == [3, 3, 1]
+    assert all(shape(f["geometry"]).is_valid and f["geometry"]["type"] == "Polygon" for f in features)
+    assert [f["properties"]["measurements"]["Mean tumour probability"] for f in features] == [0.75] * 3
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +140,8 @@ def test_the_cmu_slides_regions_are_valid_polygons_of_their_cells(cmu_cells):
     assert size[0] != round(size[0]), "a cell is not a whole number of level-0 pixels: the float case"
     exported = json.loads(json.dumps(tumour_regions(probability, evaluated, corners, size, mpp)))["features"]
     tumour = evaluated & (probability >= 0.5)
-    regions = connected_regions(tumour)
+    regions = flood_fill_regions(tumour)
+    assert connected_regions(tumour) == regions
     assert len(exported) == len(regions) >= 10
     holes, squares_invalid = 0, 0
     for feature, cells in zip(exported, regions, strict=True):
@@ -130,3 +163,10 @@ def test_the_cmu_slides_regions_are_valid_polygons_of_their_cells(cmu_cells):
         squares_invalid += not old.is_valid
     assert holes >= 1, "the field makes islands with holes: the case of interiors is exercised"
     assert squares_invalid >= len(regions) // 2, "the squares of a region with shared edges are invalid"
+
+
+def test_the_runs_labelling_is_the_flood_fills_on_random_masks():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        selected = rng.random((rng.integers(1, 30), rng.integers(1, 30))) < rng.random()
+        assert connected_regions(selected) == flood_fill_regions(selected)

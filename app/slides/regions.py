@@ -13,57 +13,85 @@ self-intersecting MultiPolygon to shapely and JTS.
 from __future__ import annotations
 
 import json
-from collections import deque
 
 import numpy as np
 import shapely
 from shapely import affinity
-from shapely.geometry import box, mapping
+from shapely.geometry import mapping
 from shapely.geometry.polygon import orient
 
-__all__ = ["tumour_regions", "region_outline", "connected_regions", "AREA", "TUMOUR_COLOUR"]
+__all__ = ["tumour_regions", "region_outline", "cell_runs", "connected_runs", "connected_regions", "AREA",
+           "TUMOUR_COLOUR"]
 
 TUMOUR_COLOUR = (200, 0, 0)
 AREA = "Area µm^2"  # QuPath's own name for an annotation's area in micrometres squared
 
 
-def connected_regions(selected: np.ndarray) -> list[list[tuple[int, int]]]:
-    """The 4-connected regions of the ``(rows, cols)`` bool ``selected``, each as its cells ``(i, j)``, in the order
-    of their first cell in row-major order."""
-    label = np.zeros(selected.shape, dtype=bool)
-    regions = []
-    for start in map(tuple, np.argwhere(selected)):
-        if label[start]:
+def cell_runs(selected: np.ndarray) -> np.ndarray:
+    """``(n, 3)`` int64: each row's runs of consecutive cells of the ``(rows, cols)`` bool ``selected``, as (row,
+    first column, column after the last), in row-major order."""
+    rows, cols = selected.shape
+    padded = np.zeros((rows, cols + 2), dtype=np.int8)
+    padded[:, 1:-1] = selected
+    steps = np.diff(padded, axis=1)  # (rows, cols + 1): +1 where a run starts, -1 just after it ends
+    run_rows, starts = np.nonzero(steps == 1)
+    _, stops = np.nonzero(steps == -1)  # row-major, as the starts: the k-th stop ends the k-th run
+    return np.stack([run_rows, starts, stops], axis=1).astype(np.int64)
+
+
+def connected_runs(runs: np.ndarray) -> list[np.ndarray]:
+    """The 4-connected regions of the cells in ``runs`` (:func:`cell_runs`), each as its runs, in the order of their
+    first cell in row-major order. Two runs of neighbouring rows are of one region where their columns overlap
+    (a shared edge; a shared corner is not enough)."""
+    parent = list(range(len(runs)))
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    first_of_row = {}  # row -> its first run; a row's runs are consecutive and sorted by column
+    for k, row in enumerate(runs[:, 0].tolist()):
+        first_of_row.setdefault(row, k)
+    for row, first in first_of_row.items():
+        below = first_of_row.get(row + 1)
+        if below is None:
             continue
-        label[start] = True
-        region, queue = [], deque([start])
-        while queue:
-            i, j = queue.popleft()
-            region.append((int(i), int(j)))
-            for a, b in ((i - 1, j), (i + 1, j), (i, j - 1), (i, j + 1)):
-                if 0 <= a < selected.shape[0] and 0 <= b < selected.shape[1] and selected[a, b] and not label[a, b]:
-                    label[a, b] = True
-                    queue.append((a, b))
-        regions.append(region)
-    return regions
+        a, b = first, below
+        while a < len(runs) and runs[a, 0] == row and b < len(runs) and runs[b, 0] == row + 1:
+            if runs[a, 1] < runs[b, 2] and runs[b, 1] < runs[a, 2]:
+                parent[root(b)] = root(a)
+            if runs[a, 2] <= runs[b, 2]:  # the run that ends first meets nothing further on
+                a += 1
+            else:
+                b += 1
+    labels = np.array([root(k) for k in range(len(runs))], dtype=np.int64)
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # regions in the order of their first run, which holds their first cell
+    return [runs[inverse == label] for label in order]
 
 
-def region_outline(cells: list[tuple[int, int]]) -> shapely.Polygon | shapely.MultiPolygon:
-    """The union of cells ``(i, j)`` in grid coordinates (x the column, y the row): a valid polygon with its holes
-    for a 4-connected region, its exterior counter-clockwise in (x, y) as numbers (GeoJSON's rule), no vertex in
-    the middle of a straight edge."""
-    runs = []  # each row's runs of consecutive cells as one rectangle: fewer pieces for the union
-    for i in sorted({i for i, _ in cells}):
-        columns = sorted(j for row, j in cells if row == i)
-        first = previous = columns[0]
-        for j in columns[1:] + [None]:
-            if j is not None and j == previous + 1:
-                previous = j
-                continue
-            runs.append(box(first, i, previous + 1, i + 1))
-            if j is not None:
-                first = previous = j
-    union = shapely.simplify(shapely.union_all(runs), 0)  # tolerance 0 drops only the vertices on straight edges
+def connected_regions(selected: np.ndarray) -> list[list[tuple[int, int]]]:
+    """The 4-connected regions of the ``(rows, cols)`` bool ``selected``, each as its cells ``(i, j)`` in row-major
+    order, the regions in the order of their first cell."""
+    return [[(int(i), j) for i, start, stop in region.tolist() for j in range(start, stop)]
+            for region in connected_runs(cell_runs(selected))]
+
+
+def region_outline(runs: np.ndarray) -> shapely.Polygon | shapely.MultiPolygon:
+    """The union of the cells of ``runs`` (:func:`cell_runs`) in grid coordinates (x the column, y the row): a valid
+    polygon with its holes for a 4-connected region, its exterior counter-clockwise in (x, y) as numbers (GeoJSON's
+    rule), no vertex in the middle of a straight edge."""
+    rows, starts, stops = runs.T
+    lengths = stops - starts
+    i = np.repeat(rows, lengths)
+    j = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+    # The cells' squares are a coverage (they meet only along whole edges, at shared vertices), whose union GEOS
+    # makes by dropping the edges two squares share: 8 times faster than a general union of the squares (or of the
+    # rows' runs), measured on 64,000 cells.
+    union = shapely.coverage_union_all(shapely.box(j, i, j + 1, i + 1))
+    union = shapely.simplify(union, 0)  # tolerance 0 drops only the vertices on straight edges
     if isinstance(union, shapely.Polygon):
         return orient(union)
     return shapely.MultiPolygon([orient(part) for part in union.geoms])
@@ -85,12 +113,15 @@ def tumour_regions(probability: np.ndarray, evaluated: np.ndarray, corners: np.n
     tumour = evaluated & (np.nan_to_num(probability) >= threshold)
     top, left = (float(v) for v in corners[0, 0])
     height, width = (float(v) for v in size)
+    # Each row's running sum of probabilities: a run's sum is two lookups.
+    sums = np.concatenate([np.zeros((tumour.shape[0], 1)), np.cumsum(np.where(tumour, probability, 0), axis=1)], 1)
     features = []
-    for region in connected_regions(tumour):
-        outline = affinity.affine_transform(region_outline(region), [width, 0, 0, height, left, top])
-        mean = float(np.mean([probability[i, j] for i, j in region]))
-        measurements = {"Mean tumour probability": mean, "Cells": len(region),
-                        AREA: outline.area * microns_per_pixel ** 2}
+    for runs in connected_runs(cell_runs(tumour)):
+        outline = affinity.affine_transform(region_outline(runs), [width, 0, 0, height, left, top])
+        rows, starts, stops = runs.T
+        cells = int((stops - starts).sum())
+        mean = float((sums[rows, stops] - sums[rows, starts]).sum() / cells)
+        measurements = {"Mean tumour probability": mean, "Cells": cells, AREA: outline.area * microns_per_pixel ** 2}
         geometry = json.loads(json.dumps(mapping(outline)))  # shapely's tuples as GeoJSON's lists
         features.append(dict(type="Feature", geometry=geometry,
                              properties=dict(objectType="annotation",
