@@ -126,14 +126,18 @@ class Watch:
 
 
 def fetch(url: str, timeout: float = 60) -> tuple[int, float, str, dict]:
-    """``(status, seconds, body as text for an error or '' for an image, headers)`` of a GET."""
+    """``(status, seconds, body as text for an error or '' for an image, headers by lower-case name)`` of a GET."""
     started = time.perf_counter()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             response.read()
-            return response.status, time.perf_counter() - started, "", dict(response.headers)
+            return response.status, time.perf_counter() - started, "", _lower(response.headers)
     except urllib.error.HTTPError as err:
-        return err.code, time.perf_counter() - started, err.read().decode(errors="replace"), dict(err.headers)
+        return err.code, time.perf_counter() - started, err.read().decode(errors="replace"), _lower(err.headers)
+
+
+def _lower(headers) -> dict:
+    return {name.lower(): value for name, value in headers.items()}
 
 
 def coarse_tiles(base: str, slide_id: str, count: int, parallel: int) -> list[tuple[int, float, str, dict]]:

@@ -94,8 +94,10 @@ def _write(out: Path, levels: list[np.ndarray], colour: bool) -> None:
     try:
         with tifffile.TiffWriter(partial, bigtiff=True) as tiff:
             for i, level in enumerate(levels):
-                tiff.write(level, tile=(TILE, TILE), compression="zlib", photometric="rgb", metadata=None,
-                           subfiletype=1 if i else 0, description=DESCRIPTION.format(colour=int(colour)))
+                # zlib's fastest level: exact pixels, written twice as fast as its default; tiles compress anyway
+                tiff.write(level, tile=(TILE, TILE), compression="zlib", compressionargs={"level": 1},
+                           photometric="rgb", metadata=None, subfiletype=1 if i else 0,
+                           description=DESCRIPTION.format(colour=int(colour)))
         os.replace(partial, out)
     finally:
         partial.unlink(missing_ok=True)
