@@ -197,8 +197,10 @@ def open_slide(path: str | Path) -> Slide:
     except openslide.OpenSlideError as err:
         raise SlideError(f"{path.name} is a slide OpenSlide cannot read ({err}); the file may be truncated or "
                          "damaged") from err
+    from . import pyramid
+
     vendor = handle.properties.get("openslide.vendor", "unknown")
-    if vendor == "generic-tiff" and handle.level_count == 1 and max(handle.dimensions) <= 4096:
+    if vendor == "generic-tiff" and handle.level_count == 1 and max(handle.dimensions) <= pyramid.PYRAMID_ABOVE:
         # A small plain TIFF is an ordinary image: read it whole, as other images are.
         handle.close()
         return _image_slide(path)
@@ -227,7 +229,8 @@ def _bounded_levels(path: Path, handle):
     """
     import openslide
 
-    from .pyramid import PYRAMID_ABOVE, LevelsWithPyramid, build_from_level
+    from . import pyramid
+    from .pyramid import LevelsWithPyramid, build_from_level
 
     dimensions, downsamples = handle.level_dimensions, handle.level_downsamples
     for finer, coarser in zip(downsamples[:-1], downsamples[1:], strict=True):
@@ -235,7 +238,7 @@ def _bounded_levels(path: Path, handle):
             raise SlideError(f"{path.name} has levels {coarser / finer:,.0f} times apart (at most "
                              f"{MAX_LEVEL_STEP} are read here): {PYRAMID_ADVICE}")
     width, height = dimensions[-1]
-    if max(width, height) <= PYRAMID_ABOVE:
+    if max(width, height) <= pyramid.PYRAMID_ABOVE:
         return handle, None
     if width * height > MAX_LEVEL_PIXELS:
         coarsest = "its only level" if len(dimensions) == 1 else "its coarsest level"
@@ -279,7 +282,8 @@ def _image_slide(path: Path) -> Slide:
     (:func:`app.slides.pyramid.build_from_pixels`) and read through OpenSlide from then on."""
     import openslide
 
-    from .pyramid import PYRAMID_ABOVE, build_from_pixels, pyramid_path
+    from . import pyramid
+    from .pyramid import build_from_pixels, pyramid_path
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is judged here, from the header
@@ -298,7 +302,7 @@ def _image_slide(path: Path) -> Slide:
                          f"which this server converts only up to {MAX_FLOAT_IMAGE_PIXELS / 1e6:,.0f} MP: save it as "
                          f"8-bit RGB, or {PYRAMID_ADVICE}")
     stat = path.stat()
-    if max(width, height) <= PYRAMID_ABOVE:
+    if max(width, height) <= pyramid.PYRAMID_ABOVE:
         pixels, colour = _decoded(str(path), stat.st_size, stat.st_mtime_ns)
         return Slide(path.name, "image", ((pixels.shape[1], pixels.shape[0]),), (1.0,), MappingProxyType({}), (),
                      pixels, colour)

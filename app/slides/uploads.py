@@ -97,7 +97,7 @@ def admit(name: str, path: Path, size: int, session: str | None) -> None:
             count, total = len(mine) + 1, sum(mine.values()) + size
             if count > limit("APP_SESSION_UPLOADS_MAX_COUNT") or total > limit("APP_SESSION_UPLOADS_MAX_BYTES"):
                 raise SlideError(
-                    f"{name}: this session has kept {len(mine)} uploads ({sum(mine.values()) / 2**20:,.0f} MB); "
+                    f"{name}: this session has kept {len(mine)} uploads ({sum(mine.values()) / 2**20:,.1f} MB); "
                     f"a session may keep {limit('APP_SESSION_UPLOADS_MAX_COUNT'):,.0f} of "
                     f"{limit('APP_SESSION_UPLOADS_MAX_BYTES') / 2**20:,.0f} MB in all: open a new session, or ask "
                     "the server's keeper to put the slide in its slides folder")
@@ -106,7 +106,7 @@ def admit(name: str, path: Path, size: int, session: str | None) -> None:
         most_count, most_bytes = limit("APP_UPLOADS_MAX_COUNT"), limit("APP_UPLOADS_MAX_BYTES")
         if size > most_bytes or most_count < 1:
             raise SlideError(f"{name}: this server keeps {most_bytes / 2**20:,.0f} MB of uploads in all, less than "
-                             f"{size / 2**20:,.0f} MB: put it in the server's slides folder instead")
+                             f"{size / 2**20:,.1f} MB: put it in the server's slides folder instead")
         by_use = sorted(index["by_path"], key=lambda p: _last_used.get(p, 0.0))
         count, total = len(by_use), sum(_size(p) for p in by_use)
         for oldest in by_use:
