@@ -36,7 +36,7 @@ def test_a_session_over_its_quota_is_refused_with_a_sentence(folder, monkeypatch
     monkeypatch.setenv("APP_SESSION_UPLOADS_MAX_COUNT", "2")
     first, second = save_upload("a.png", png(1), 2**20, "s1"), save_upload("b.png", png(2), 2**20, "s1")
     assert save_upload("a.png", png(1), 2**20, "s1").slide_id == first.slide_id, "the same bytes again: no new one"
-    with pytest.raises(SlideError, match=r"c.png: this session has kept 2 uploads \(0 MB\); a session may keep 2 "):
+    with pytest.raises(SlideError, match=r"c.png: this session has kept 2 uploads \(0.0 MB\); a session may keep 2 "):
         save_upload("c.png", png(3), 2**20, "s1")
     assert save_upload("c.png", png(3), 2**20, "s2").path.is_file(), "another session has its own quota"
     monkeypatch.setenv("APP_SESSION_UPLOADS_MAX_BYTES", str(len(png(4)) - 1))

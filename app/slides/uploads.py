@@ -105,7 +105,7 @@ def admit(name: str, path: Path, size: int, session: str | None) -> None:
             return
         most_count, most_bytes = limit("APP_UPLOADS_MAX_COUNT"), limit("APP_UPLOADS_MAX_BYTES")
         if size > most_bytes or most_count < 1:
-            raise SlideError(f"{name}: this server keeps {most_bytes / 2**20:,.0f} MB of uploads in all, less than "
+            raise SlideError(f"{name}: this server keeps {most_bytes / 2**20:,.1f} MB of uploads in all, less than "
                              f"{size / 2**20:,.1f} MB: put it in the server's slides folder instead")
         by_use = sorted(index["by_path"], key=lambda p: _last_used.get(p, 0.0))
         count, total = len(by_use), sum(_size(p) for p in by_use)
