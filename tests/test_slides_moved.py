@@ -203,6 +203,6 @@ def test_a_moved_slides_tiles_are_the_moved_slides_and_bad_suffixes_are_404(crop
             assert tile_bytes(moved_id(entry.slide_id, g), deepest, col, row) == jpeg(exact), "the same JPEG"
     for bad in ("-g0", "-g8", "-g9", "-g-1", "-g01", "-g1x", "-G1", "-g1-g2", "-g", "g1", "-g1/../"):
         for response in (call(descriptor, slide_id=entry.slide_id + bad),
-                         call(tile, slide_id=entry.slide_id + bad, level=10, col=0, row=0)):
+                         call(tile, slide_id=entry.slide_id + bad, level="10", col="0", row="0")):
             assert response.status_code == 404 and b"is listed" in response.body, bad
     assert call(descriptor, slide_id="../" + moved_id(entry.slide_id, 1)).status_code == 404

@@ -79,7 +79,7 @@ def test_a_slide_is_served_as_deep_zoom_tiles(served):
 
 
 @pytest.mark.parametrize(("path", "sentence"), [
-    ("slides/0123456789abcdef.dzi", b"no slide 0123456789abcdef is listed"),
+    ("slides/0123456789abcdef.dzi", b"no slide is listed under this id"),
     ("slides/{cmu}_files/40/0_0.jpeg", b"has deep-zoom levels 0 to 12, not 40"),
     ("slides/{cmu}_files/12/99_0.jpeg", b"has 9 x 12 tiles, not (99, 0)"),
 ])

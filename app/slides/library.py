@@ -14,15 +14,18 @@ slide; it is listed to the session that uploaded it only (the page keeps its id)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import secrets
+import threading
+import time
 from pathlib import Path
-
-from models.cpu.user_cache import cache_root
 
 from .demos import demo_images
 from .entries import SlideEntry, entry_of
 from .reader import SlideError, open_slide
+from .uploads import admit, find_upload, kept, uploads_folder
 
 __all__ = ["SlideEntry", "list_slides", "find_slide", "slides_folder", "uploads_folder", "save_upload", "DEMO_FOLDER",
            "SUFFIXES", "UPLOAD_SUFFIXES", "IMAGE_SUFFIXES", "entry_of"]
@@ -42,10 +45,6 @@ def slides_folder() -> Path:
     return Path(os.environ.get("APP_SLIDES") or REPO / "slides")
 
 
-def uploads_folder() -> Path:
-    return Path(os.environ.get("APP_SLIDE_UPLOADS") or cache_root() / "slide-uploads")
-
-
 def _entries(folder: Path, demo: bool) -> list[SlideEntry]:
     if not folder.is_dir():
         return []
@@ -61,21 +60,55 @@ def list_slides(folder: Path | None = None, demo_folder: Path | None = DEMO_FOLD
 
 
 def find_slide(slide_id: str, entries: list[SlideEntry] | None = None) -> SlideEntry | None:
-    """The slide with ``slide_id`` in ``entries`` (default: the listed slides and the uploads), or None."""
-    if entries is None:
-        entries = list_slides() + _entries(uploads_folder(), False)
-    return next((entry for entry in entries if entry.slide_id == slide_id), None)
+    """The slide with ``slide_id`` in ``entries``, or None; by default among the listed slides and the uploads, by
+    an index (a dict, O(1): :mod:`app.slides.uploads` for the uploads, the listing kept for
+    :data:`LISTING_TTL_S` seconds and while its folders are unchanged)."""
+    if entries is not None:
+        return next((entry for entry in entries if entry.slide_id == slide_id), None)
+    upload = find_upload(slide_id)
+    if upload is not None:
+        return upload
+    return _listed_index().get(slide_id)
 
 
-def save_upload(name: str, data: bytes | memoryview, limit_bytes: int) -> SlideEntry:
+LISTING_TTL_S = 5.0  # a listing is made again after this, or at once where a folder's own mtime changed
+_listing: dict = {"key": None, "at": 0.0, "by_id": {}}
+_listing_lock = threading.Lock()
+
+
+def _listed_index() -> dict[str, SlideEntry]:
+    """The listed slides by id, made again where older than :data:`LISTING_TTL_S` or where the slides folder or
+    the demo folder changed (a file added, renamed or removed changes its folder's mtime)."""
+    folders = (slides_folder(), DEMO_FOLDER)
+    key = tuple((str(folder), _mtime(folder)) for folder in folders)
+    with _listing_lock:
+        if _listing["key"] == key and time.monotonic() - _listing["at"] < LISTING_TTL_S:
+            return _listing["by_id"]
+    by_id = {entry.slide_id: entry for entry in list_slides()}
+    with _listing_lock:
+        _listing.update(key=key, at=time.monotonic(), by_id=by_id)
+    return by_id
+
+
+def _mtime(folder: Path) -> int | None:
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def save_upload(name: str, data: bytes | memoryview, limit_bytes: int, session: str | None = None) -> SlideEntry:
     """Keep an uploaded slide named ``name`` in the uploads folder and return its entry (shown as ``name``).
 
     The file is named by its bytes' digest (an upload of the same slide again is the same file and the same id, its
-    analyses kept), written whole before it is visible, and opened once to prove it is a slide.
+    analyses kept), written whole under a name of its own before it is visible (two identical uploads at once are
+    both served, one file kept), and opened once to prove it is a slide. The quotas (:mod:`app.slides.uploads`:
+    ``session``'s count and bytes, where given, and the server's) are checked first; the server's are kept by
+    letting the least recently used uploads go.
 
     Raises:
-        SlideError: a name of no single-file slide format, more than ``limit_bytes``, or bytes that are not a slide
-            (the sentence of :func:`app.slides.reader.open_slide`); nothing is kept.
+        SlideError: a name of no single-file slide format, more than ``limit_bytes``, over a quota, or bytes that
+            are not a slide (the sentence of :func:`app.slides.reader.open_slide`); nothing is kept.
     """
     suffix = Path(name).suffix.lower()
     if suffix not in UPLOAD_SUFFIXES:
@@ -88,14 +121,18 @@ def save_upload(name: str, data: bytes | memoryview, limit_bytes: int) -> SlideE
     folder = uploads_folder()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()[:32]}{suffix}"  # the user's name is the session's only
+    admit(name, path, len(data), session)
     if not path.exists():
-        partial = path.with_name(f".{os.getpid()}-{path.name}")  # hidden from the listing; the suffix kept
+        partial = path.with_name(f".{os.getpid()}-{secrets.token_hex(6)}-{path.name}")  # hidden; its own name
         partial.write_bytes(data)
         try:
             open_slide(partial).close()
         except SlideError as err:
-            partial.unlink()
             raise SlideError(str(err).replace(partial.name, name)) from None
-        os.replace(partial, path)
-    entry = next(e for e in _entries(folder, False) if e.path == path)
+        else:
+            with contextlib.suppress(FileExistsError):  # the same bytes kept meanwhile: that file is this one
+                os.link(partial, path)  # never replaces: a file kept keeps its mtime, so its id
+        finally:
+            partial.unlink(missing_ok=True)
+    entry = kept(path, session)
     return SlideEntry(entry.slide_id, name, path, False)

@@ -31,13 +31,14 @@ import numpy as np
 from PIL import Image
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .http import nosniff, path_number, sentence
 from .library import REPO, find_slide
 from .moved import ELEMENTS, moved_slide
-from .reader import open_slide
+from .reader import SlideError, open_slide
 
 __all__ = ["slide_routes", "deep_zoom", "inline_descriptor", "tile_bytes", "wait_for_tiles", "moved_id",
            "parse_slide_id", "VENDOR", "TILE_SIZE", "OVERLAP", "JPEG_QUALITY"]
@@ -104,10 +105,11 @@ def deep_zoom(path: str, mtime_ns: int, element: int = 0):
 
     del mtime_ns  # part of the key only
     slide = open_slide(path)
-    if element == 0 and slide.vendor != "image":
+    if element == 0 and slide.vendor != "image" and slide.pyramid is None:
         slide.close()
         source = openslide.open_slide(path)
-    else:  # a moved slide, or an image as the engine reads it (EXIF orientation applied), not as OpenSlide would
+    else:  # a moved slide, an image as the engine reads it (EXIF orientation applied, not as OpenSlide would), or a
+        # slide read with the coarser levels built for it (app.slides.pyramid): through the slide reader
         source = _OpenSlideView(moved_slide(slide, element))
     return DeepZoomGenerator(source, tile_size=TILE_SIZE, overlap=OVERLAP, limit_bounds=True)
 
@@ -153,19 +155,18 @@ def wait_for_tiles(slide_id: str, timeout_s: float) -> bool:
     return _tiles_event(slide_id).wait(timeout_s)
 
 
-def _not_found(what: str) -> PlainTextResponse:
-    return PlainTextResponse(f"{what}\n", status_code=404)
-
-
 async def descriptor(request: Request) -> Response:
     slide_id = request.path_params["slide_id"]
     try:
         generator = await run_in_threadpool(_generator, slide_id)
+    except SlideError as err:  # a slide refused (too large, levels too far apart): the reader's sentence
+        return sentence(str(err))
     except Exception:  # OpenSlide's errors for a file it cannot read: a sentence, not a traceback
-        return _not_found(f"slide {slide_id} cannot be read")
+        return sentence("this slide cannot be read")
     if generator is None:
-        return _not_found(f"no slide {slide_id} is listed")
-    return Response(generator.get_dzi("jpeg"), media_type="application/xml", headers={"Cache-Control": CACHE})
+        return sentence("no slide is listed under this id")
+    return nosniff(Response(generator.get_dzi("jpeg"), media_type="application/xml",
+                            headers={"Cache-Control": CACHE}))
 
 
 def tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
@@ -173,12 +174,12 @@ def tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
     saying why there is none."""
     generator = _generator(slide_id)
     if generator is None:
-        return f"no slide {slide_id} is listed"
+        return "no slide is listed under this id"
     if not 0 <= level < generator.level_count:
-        return f"slide {slide_id} has deep-zoom levels 0 to {generator.level_count - 1}, not {level}"
+        return f"this slide has deep-zoom levels 0 to {generator.level_count - 1}, not {level}"
     cols, rows = generator.level_tiles[level]
     if not (0 <= col < cols and 0 <= row < rows):
-        return f"level {level} of slide {slide_id} has {cols} x {rows} tiles, not ({col}, {row})"
+        return f"level {level} of this slide has {cols} x {rows} tiles, not ({col}, {row})"
     buffer = io.BytesIO()
     generator.get_tile(level, (col, row)).convert("RGB").save(buffer, format="JPEG", quality=JPEG_QUALITY)
     return buffer.getvalue()
@@ -186,15 +187,19 @@ def tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
 
 async def tile(request: Request) -> Response:
     params = request.path_params
+    level, col, row = (path_number(params[key]) for key in ("level", "col", "row"))
+    if level is None or col is None or row is None:  # a number too long to be a tile's: no such tile
+        return sentence("no such tile: a level, column and row are numbers of at most 9 digits")
     try:
-        found = await run_in_threadpool(tile_bytes, params["slide_id"], params["level"], params["col"],
-                                        params["row"])
+        found = await run_in_threadpool(tile_bytes, params["slide_id"], level, col, row)
+    except SlideError as err:  # a slide refused (too large, levels too far apart): the reader's sentence
+        return sentence(str(err))
     except Exception:  # a tile the file cannot decode: a damaged slide
-        return _not_found(f"a tile of slide {params['slide_id']} cannot be read")
+        return sentence("a tile of this slide cannot be read: the file may be damaged")
     if isinstance(found, str):
-        return _not_found(found)
+        return sentence(found)
     _tiles_event(params["slide_id"]).set()
-    return Response(found, media_type="image/jpeg", headers={"Cache-Control": CACHE})
+    return nosniff(Response(found, media_type="image/jpeg", headers={"Cache-Control": CACHE}))
 
 
 class _Vendor(StaticFiles):
@@ -204,13 +209,13 @@ class _Vendor(StaticFiles):
     def file_response(self, *args, **kwargs) -> Response:
         response = super().file_response(*args, **kwargs)
         response.headers["Cache-Control"] = VENDOR_CACHE
-        return response
+        return nosniff(response)
 
 
 def slide_routes(vendor: Path = VENDOR) -> list:
     """The routes above, for ``st.App(routes=...)``; OpenSeadragon's files only where ``make`` installed them."""
     routes = [Route("/slides/{slide_id:str}.dzi", descriptor),
-              Route("/slides/{slide_id:str}_files/{level:int}/{col:int}_{row:int}.jpeg", tile)]
+              Route("/slides/{slide_id:str}_files/{level:str}/{col:str}_{row:str}.jpeg", tile)]
     if (vendor / "openseadragon").is_dir():
         routes.append(Mount("/vendor", app=_Vendor(directory=vendor), name="vendor"))
     return routes

@@ -182,7 +182,11 @@ def _upload_ui() -> None:
     if upload is None or upload.file_id in kept:
         return
     try:
-        entry = save_upload(upload.name, upload.getbuffer(), limit_mb * 2**20)
+        from secrets import token_hex  # here: this function is the only part of the page the quotas change
+
+        # The session's own quota counts its uploads under a name of its own (app.slides.uploads).
+        session = st.session_state.setdefault("upload_session", token_hex(8))
+        entry = save_upload(upload.name, upload.getbuffer(), limit_mb * 2**20, session=session)
     except SlideError as err:
         st.sidebar.error(str(err))
         return
