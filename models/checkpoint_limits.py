@@ -153,7 +153,7 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, tuple[str, tuple[int,
         try:
             header = json.loads(handle.read(length))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise CheckpointError(f"{path} is not a readable safetensors file (its header is not JSON: {err})") from None
+            raise CheckpointError(f"{path} is not a readable safetensors file (header not JSON: {err})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path} is not a readable safetensors file (its header is not a JSON object)")
     metadata = header.pop("__metadata__", None) or {}
