@@ -5,9 +5,9 @@ A model card's ``config`` says how large a network to build, and a file of a few
 
 1. :func:`check_config`: every config field within :data:`CONFIG_LIMITS` and the input within
    :data:`MAX_INPUT_SIZE` / :data:`MAX_INPUT_CHANNELS`, before the registry builds anything.
-2. :func:`planned_state`: the network built on PyTorch's ``meta`` device, which allocates nothing (a few
-   milliseconds): its exact tensor names, shapes and dtypes, and so its parameter count and bytes, held to
-   :data:`MAX_PARAMETERS` and :data:`MAX_MODEL_BYTES`.
+2. :func:`planned_state`: the network built on PyTorch's ``meta`` device, which allocates nothing, its random
+   initialisation skipped (a few milliseconds): its exact tensor names, shapes and dtypes, and so its parameter
+   count and bytes, held to :data:`MAX_PARAMETERS` and :data:`MAX_MODEL_BYTES`.
 3. :func:`read_safetensors_header`: the weights file's own tensor table, read from its header alone (8 bytes of
    length, then JSON), its offsets checked to tile the file exactly; :func:`check_header_fits` then holds it to the
    planned tensors. Only then are the weights read and the model built.
@@ -114,7 +114,7 @@ def planned_state(card: dict, where: str) -> dict[str, tuple[str, tuple[int, ...
         CheckpointError: a config the architecture refuses, or a network beyond the bounds.
     """
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _NoRandomInit():
             model = build_model(card["arch"], **card["config"])
     except Exception as err:  # an untrusted config: whatever the builder raises means it cannot be built
         raise CheckpointError(f"{where}: cannot build its architecture ({_first_line(err)})") from None
@@ -126,6 +126,23 @@ def planned_state(card: dict, where: str) -> dict[str, tuple[str, tuple[int, ...
                               f"({nbytes / 2**20:,.0f} MB); this server builds at most {MAX_PARAMETERS:,} "
                               f"({MAX_MODEL_BYTES / 2**20:.0f} MB)")
     return {name: (_TORCH_DTYPES.get(t.dtype, str(t.dtype)), tuple(t.shape)) for name, t in state.items()}
+
+
+class _NoRandomInit(torch.overrides.TorchFunctionMode):
+    """Random initialisation skipped: on the meta device it means nothing, and PyTorch runs it through its Python
+    references there, whose first use imports its compiler (8-17 s on these cores for one planar All-CNN-C)."""
+
+    _SKIPPED = frozenset({torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.bernoulli_,
+                          torch.Tensor.exponential_, torch.Tensor.log_normal_, torch.Tensor.cauchy_,
+                          torch.Tensor.geometric_, torch.Tensor.random_, torch.Tensor.erfinv_,
+                          torch.nn.init.normal_, torch.nn.init.uniform_, torch.nn.init.trunc_normal_,
+                          torch.nn.init.kaiming_normal_, torch.nn.init.kaiming_uniform_,
+                          torch.nn.init.xavier_normal_, torch.nn.init.xavier_uniform_})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self._SKIPPED:  # each fills its first argument in place and returns it
+            return args[0] if args else (kwargs or {}).get("tensor")
+        return func(*args, **(kwargs or {}))
 
 
 def read_safetensors_header(path: Path) -> tuple[dict[str, tuple[str, tuple[int, ...]]], dict]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from crafted_checkpoints import card_only_checkpoint, card_with, deflate_bomb
 from safetensors.torch import load_file
 
 from models import CheckpointError, import_reference_checkpoint, load_checkpoint
+from models.arch_detection import signature
 from models.checkpoint_limits import (
     CONFIG_LIMITS,
     MAX_INFLATION,
@@ -25,6 +27,7 @@ from models.checkpoint_limits import (
     planned_state,
     read_safetensors_header,
 )
+from models.registry import list_models, model_info
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "checkpoints" / "p4cnn_rot_mnist.safetensors"
@@ -90,6 +93,10 @@ def test_the_meta_build_counts_the_parameters_the_real_network_has():
     assert planned == {name: ({torch.float32: "F32", torch.int64: "I64"}[t.dtype], tuple(t.shape))
                        for name, t in model.state_dict().items()}
     assert sum(p.numel() for p in model.parameters()) == card["parameters"]
+    for arch in list_models():  # every registered architecture, its default config
+        config = dataclasses.asdict(model_info(arch).config)
+        assert {k: shape for k, (_, shape) in planned_state({"arch": arch, "config": config}, arch).items()} == \
+            signature(arch), arch
 
 
 def test_a_header_that_disagrees_with_the_config_is_refused(tmp_path):

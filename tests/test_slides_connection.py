@@ -149,5 +149,39 @@ def test_the_local_cluster_refuses_a_process_without_its_credentials(tmp_path):
         print("a stranger's attempts:", outcomes)
         assert not marker.exists()
         assert client.run(os.getpid)  # and the cluster still serves its own client
+        # Whoever holds the credentials, as files named by Dask's TLS settings, connects through tls://.
+        security = client.security
+        for name, pem in (("ca.pem", security.tls_ca_file), ("cert.pem", security.tls_client_cert),
+                          ("key.pem", security.tls_client_key)):
+            (tmp_path / name).write_text(pem)
+        with dask.config.set({"distributed.comm.tls.ca-file": str(tmp_path / "ca.pem"),
+                              "distributed.comm.tls.client.cert": str(tmp_path / "cert.pem"),
+                              "distributed.comm.tls.client.key": str(tmp_path / "key.pem")}):
+            trusted = connect(address)
+        try:
+            assert trusted.submit(os.getpid).result(timeout=60) != os.getpid()
+        finally:
+            trusted.close()
     finally:
         close_client(client)
+
+
+def test_the_servers_shutdown_never_waits_for_a_connection_being_made(monkeypatch):
+    import app.slides.connection as connection
+
+    silent = Listener()
+    monkeypatch.setenv("AAGC_DASK_SCHEDULER", silent.address)
+    monkeypatch.setattr(connection, "CONNECT_DEADLINE_S", DEADLINE_S)
+    try:
+        connecting = connection.server_connecting()
+        started = time.monotonic()
+        connection.close_server_clients()  # while the client still waits for the silent listener
+        assert time.monotonic() - started < 1.0 and not connecting.done()
+        with pytest.raises(SchedulerUnreachable) as caught:
+            connection.server_client()  # a new attempt, bounded by the deadline
+        assert str(caught.value).startswith(f"no Dask scheduler answers at {silent.address}: it accepted the "
+                                            f"connection but said nothing within {DEADLINE_S:g} s")
+        assert connection.server_connecting() is not connecting  # a failed connection is tried again
+    finally:
+        connection.close_server_clients()
+        silent.close()
