@@ -15,6 +15,8 @@ A checkpoint knows when it is damaged: the card records ``weights_sha256``, a di
 (:func:`weights_digest`), and the file's metadata a digest of the embedded card's text, so a changed byte of
 either is refused with a message rather than loaded as other weights. Weights holding NaN or infinity are
 refused in every format (:func:`load_state`, which the paper's ``.pth`` files go through too).
+Loading is bounded before anything is built (:mod:`models.checkpoint_limits`): a small card cannot ask for a
+network of any size, nor a header for tensors the file does not hold.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, safe_open, save_file
+from safetensors.torch import load_file, save_file
 
 from .arch_detection import differences, shapes_of
 from .card import CheckpointError, validate_card
+from .checkpoint_limits import check_config, check_header_fits, planned_state, read_safetensors_header
 from .equivariance import logit_invariance_error
 from .network import Network
-from .registry import build_model, model_info
+from .registry import build_model
 
 __all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError", "card_path", "card_text", "validate_card",
            "weights_digest"]
@@ -113,19 +116,19 @@ def load_checkpoint(path: str | Path) -> tuple[Network, dict]:
     """Rebuild a network from its checkpoint. Returns ``(model in eval mode, card)``.
 
     The card is read from the JSON file beside the weights, or from the
-    weights' metadata when there is none.
+    weights' metadata when there is none. Nothing is built or read beyond the
+    header until the card's config is within :mod:`models.checkpoint_limits`'
+    bounds and the file's tensor table is that of the network it describes.
 
     Raises:
-        CheckpointError: missing, corrupt or inconsistent files, named in the message.
+        CheckpointError: missing, corrupt, inconsistent or out-of-bounds files, named in the message.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint file at {path}")
     try:
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as err:
+        found, metadata = read_safetensors_header(path)  # the tensor table, checked against the file's size
+    except OSError as err:
         raise CheckpointError(f"{path} is not a readable safetensors file ({err})") from None
     embedded = metadata.get(CARD_KEY)
     if embedded is not None and CARD_DIGEST_KEY in metadata and _text_digest(embedded) != metadata[CARD_DIGEST_KEY]:
@@ -136,16 +139,24 @@ def load_checkpoint(path: str | Path) -> tuple[Network, dict]:
         if text is None:
             raise CheckpointError(f"{path} has no model card (neither {side_card.name} nor embedded metadata)")
         card = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
         raise CheckpointError(f"the model card of {path} is not valid JSON ({err})") from None
     if not isinstance(card, dict):
         raise CheckpointError(f"the model card of {path} is not a JSON object")
     validate_card(card, f"model card of {path}")
+    # Bounded before anything is built or read: the config's limits, the network planned on the meta device, and
+    # the file's own tensor table held to it (models.checkpoint_limits).
+    check_config(card, f"model card of {path}")
+    planned = planned_state(card, f"model card of {path}")
+    check_header_fits(found, planned, str(path), card["arch"])
     try:
-        model_info(card["arch"])
+        tensors = load_file(str(path))
         model = build_model(card["arch"], **card["config"])
-    except (ValueError, TypeError) as err:
-        raise CheckpointError(f"{path}: cannot build its architecture ({err})") from None
+    except (SafetensorError, OSError, ValueError, TypeError) as err:
+        raise CheckpointError(f"{path} is not a readable checkpoint ({err})") from None
+    except (RuntimeError, MemoryError) as err:  # within the bounds above, but more than this machine has now
+        raise CheckpointError(f"{path}: its model cannot be built here ({type(err).__name__}: "
+                              f"{str(err).strip()[:200]})") from None
     group = model.group.name if model.group else None
     if card["group"] != group:
         raise CheckpointError(f"model card of {path}: group {card['group']!r}, but {card['arch']} has group {group!r}")

@@ -19,6 +19,7 @@ import torch
 from .arch_detection import detect_architecture
 from .card import validate_card
 from .checkpoint import CheckpointError, load_state
+from .checkpoint_limits import check_pth_archive
 from .network import Network
 from .registry import build_model, model_info
 
@@ -140,11 +141,13 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of a ``.pth`` state dict, ``module.`` prefixes removed; nothing but tensors is unpickled.
 
     Raises:
-        CheckpointError: no such file, unreadable, or not a state dict of tensors.
+        CheckpointError: no such file, a zip that would inflate beyond
+            :data:`models.checkpoint_limits.MAX_PTH_BYTES`, unreadable, or not a state dict of tensors.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint file at {path}")
+    check_pth_archive(path)  # a zip that would inflate beyond the bounds is refused before torch.load inflates it
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:

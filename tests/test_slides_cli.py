@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import shapely.geometry
 from PIL import Image
+from test_slides_connection import Listener
 from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
 from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
@@ -95,11 +96,23 @@ def test_a_slide_without_a_scale_is_refused_with_a_sentence(tmp_path, capsys):
                           "objective power") and "Traceback" not in err
 
 
-def test_an_unreachable_scheduler_is_named(mosaic_slide, tmp_path, capsys):
-    argv = [str(mosaic_slide), "--out", str(tmp_path), "--checkpoint", str(CHECKPOINT), "--scheduler",
-            "tcp://127.0.0.1:9"]
-    assert main(argv) == 2
-    assert "error: no Dask scheduler answers at tcp://127.0.0.1:9" in capsys.readouterr().err
+def test_an_unreachable_scheduler_is_named(mosaic_slide, tmp_path, capsys, monkeypatch):
+    import app.slides.connection as connection
+
+    monkeypatch.setattr(connection, "CONNECT_DEADLINE_S", 2.0)
+    silent = Listener()  # accepts, and says nothing: Dask's own client waited for it for over 150 s
+    try:
+        for address, why in (("tcp://127.0.0.1:9", "nothing listens there (connection refused)"),
+                             ("http://127.0.0.1:9", "http:// is not a Dask scheduler's scheme; name it as "
+                                                    "tls://HOST:PORT, or tcp://HOST:PORT on a trusted network only"),
+                             (silent.address, "it accepted the connection but said nothing within 2 s (not a Dask "
+                                              "scheduler, or a network that drops its answers)")):
+            argv = [str(mosaic_slide), "--out", str(tmp_path), "--checkpoint", str(CHECKPOINT), "--scheduler", address]
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert err == f"error: no Dask scheduler answers at {address}: {why}\n"
+    finally:
+        silent.close()
 
 
 def test_the_store_refuses_bytes_that_do_not_match_their_checksum(tmp_path):

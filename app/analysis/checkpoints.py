@@ -170,7 +170,10 @@ def _saved(data: bytes, filename: str, folder: str) -> Path:
             f"{filename}: upload a .safetensors checkpoint (with its model card) or a .pth of the paper's code"
         )
     path = Path(folder) / f"upload{suffix}"
-    path.write_bytes(data)
+    try:
+        path.write_bytes(data)
+    except OSError as err:  # a full disk, say: the visitor is told, the server goes on
+        raise CheckpointError(f"{filename} cannot be stored on the server now ({err.strerror or err})") from None
     return path
 
 
@@ -178,6 +181,13 @@ def _named(err: Exception, path: Path, filename: str) -> CheckpointError:
     """The error with the temporary copy's path replaced by the uploaded file's name."""
     message = str(err).replace(str(path), filename)
     return CheckpointError(message if filename in message else f"{filename}: {message}")
+
+
+def _unexpected(err: BaseException, path: Path, filename: str) -> CheckpointError:
+    """An error no check foresaw, as a sentence naming the uploaded file and the error's first line."""
+    text = str(err).strip().replace(str(path), filename)
+    first = text.splitlines()[0][:200] if text else "no message"
+    return CheckpointError(f"{filename} cannot be loaded ({type(err).__name__}: {first})")
 
 
 def upload_architectures(data: bytes, filename: str, max_bytes: int = MAX_CHECKPOINT_BYTES) -> list[str]:
@@ -194,6 +204,8 @@ def upload_architectures(data: bytes, filename: str, max_bytes: int = MAX_CHECKP
             return detect_architecture(read_state_dict(path), filename)
         except CheckpointError as err:
             raise _named(err, path, filename) from None
+        except Exception as err:  # an uploaded file: whatever reading it raises is said as a sentence
+            raise _unexpected(err, path, filename) from None
 
 
 def load_uploaded_checkpoint(
@@ -225,5 +237,7 @@ def load_uploaded_checkpoint(
         except (CheckpointError, ValueError) as err:
             # Unknown architectures and datasets without released checkpoints come as ValueError.
             raise _named(err, path, filename) from None
+        except Exception as err:  # RuntimeError, MemoryError, ...: the page says it in a sentence, never a traceback
+            raise _unexpected(err, path, filename) from None
     model.card = reference_card(model.arch, source=f"uploaded as {filename}")  # not the temporary folder's name
     return model, model.card

@@ -17,8 +17,9 @@ sentence (``error: <message>`` on stderr, and in the summary) while the others f
 then 2; a checkpoint that cannot be used, or a scheduler that does not answer, ends the run with ``error:
 <message>`` and exit status 2. No traceback.
 
-Dask: a ``LocalCluster`` on this machine by default (``--workers``, ``--threads``), or the scheduler at
-``--scheduler ADDRESS`` (or ``$AAGC_DASK_SCHEDULER``).
+Dask: a ``LocalCluster`` on this machine by default (``--workers``, ``--threads``; TLS with credentials only this
+command holds), or the scheduler at ``--scheduler ADDRESS`` (or ``$AAGC_DASK_SCHEDULER``): ``tls://HOST:PORT`` with
+Dask's TLS settings, or ``tcp://HOST:PORT`` on a trusted network only (:mod:`app.slides.connection`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .cohort import (
     summary_row,
     write_summary,
 )
+from .connection import connect
 from .provenance import code_sha256
 from .reader import SlideError
 from .regions import tumour_regions
@@ -191,14 +193,10 @@ def _dashboard(client) -> str | None:
 
 
 def _client(args):
-    """A Dask client: on the named scheduler, or on a local cluster this command starts."""
-    from dask.distributed import Client
-
+    """A Dask client: on the named scheduler (within :data:`app.slides.connection.CONNECT_DEADLINE_S`, or a
+    sentence naming it), or on a local cluster this command starts (TLS with credentials of its own)."""
     if args.scheduler:
-        try:
-            return Client(args.scheduler, timeout="10s")
-        except OSError as err:
-            raise OSError(f"no Dask scheduler answers at {args.scheduler} ({err})") from err
+        return connect(args.scheduler)
     # A local cluster's workers log into this command's stderr: a chunk that fails there is said once, in a
     # sentence, not also as the worker's traceback.
     return local_client(args.workers, args.threads, silence_logs=logging.CRITICAL)

@@ -192,14 +192,19 @@ def start_slide(plan: SlidePlan, client, failed: Callable[[BaseException], None]
 def local_client(workers: int = 1, threads: int = 2, **options):
     """A ``dask.distributed`` client on a ``LocalCluster`` of ``workers`` processes of ``threads`` threads each,
     on this machine only (127.0.0.1), without a dashboard; ``options`` go to the ``LocalCluster`` (the command line
-    gives ``silence_logs``: its workers' logs are its own stderr)."""
+    gives ``silence_logs``: its workers' logs are its own stderr).
+
+    The cluster speaks TLS with credentials made for it (``security=True``: a self-signed certificate held in this
+    process's memory and handed to its nanny and workers), and its scheduler and workers accept only peers that
+    present them: another process on the machine cannot connect, let alone run code in the workers (plain tcp
+    would let it: Dask calls it "unauthenticated and unencrypted")."""
     import dask
     from dask.distributed import Client, LocalCluster
 
     with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
-                               dashboard_address=None, **options)
-    return Client(cluster)
+                               dashboard_address=None, security=True, **options)
+    return Client(cluster)  # with the cluster's security
 
 
 def worker_environ() -> dict:

@@ -14,9 +14,7 @@ analysis cut short (the page left, the server stopped) resumes from its finished
 
 from __future__ import annotations
 
-import importlib
 import os
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,18 +31,21 @@ from ..analysis.readings import BRIGHT, LABELS
 from ..analysis.transforms import element_name
 from ..cells.mosaic import score_cells
 from ..pictures.encode import png_data_url
+from ..slides.connection import close_server_clients as close_dask_client
+from ..slides.connection import server_client as dask_client
+from ..slides.connection import server_connecting as _connecting
 from ..slides.engine import cell_context
 from ..slides.library import IMAGE_SUFFIXES, UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
 from ..slides.moved import moved_slide
 from ..slides.proof import compare_moved, move_cells
 from ..slides.reader import SlideError, open_slide
-from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide, start_slide
+from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, plan_slide, start_slide
 from ..slides.scale import slide_scale
 from ..slides.tiles import VENDOR, inline_descriptor, moved_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
-__all__ = ["slide_page"]
+__all__ = ["slide_page", "close_dask_client"]  # the server closes the Dask clients at shutdown
 
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
@@ -52,7 +53,6 @@ TUMOUR = "tumour"
 REFRESH_S = 0.5  # how often a running analysis's finished chunks are looked for
 PLANNING_LOOK_S = 0.2  # how often the page looks whether a slide's plan is made
 PLAN_WAIT_S = 2.0  # the longest a slide's plan waits for the viewer's first tiles (none come without a browser)
-WORKER_NICENESS = 10  # of the local cluster's worker process, against the server's
 OPENED = "slide-cell-opened"
 UPLOADS = "slide-uploads"  # this session's uploaded slides: upload file id -> entry
 OVERLAY_OPACITY = 0.55
@@ -65,65 +65,6 @@ _VIEWER = st.components.v2.component(
     css=(_HERE / "slide_viewer.css").read_text(),
     js=(_HERE / "slide_viewer.js").read_text(),
 )
-
-
-def _connect(address: str | None):
-    """A Dask client on the scheduler at ``address``, or (None) on a local cluster it starts."""
-    if address:
-        from dask.distributed import Client
-
-        client = Client(address, timeout="10s")
-    else:
-        client = local_client(workers=1, threads=2)
-        # The server's own worker process yields the cores to the server: its start-up (and later its chunks) never
-        # slow the tiles and pages the server sends meanwhile, and it has every cycle they leave.
-        client.run(os.nice, WORKER_NICENESS)
-    # Each worker imports the engine (PyTorch with it) now, not when the first chunk comes: 1.1 s sooner.
-    client.run(importlib.import_module, "app.slides.run")
-    return client
-
-
-_CONNECTIONS: dict[str | None, Future] = {}  # scheduler address (None: the local cluster) -> the client, connecting
-_LOCK = threading.Lock()
-
-
-def _connecting() -> Future:
-    """The server's Dask client for ``$AAGC_DASK_SCHEDULER`` (or its local cluster), connected in a background thread
-    from the first time a slide can be analysed: a local cluster takes seconds to start, which the user spends
-    looking at the slide, not after asking for an analysis. A server whose scheduler is changed connects anew."""
-    address = os.environ.get(SCHEDULER_ENV) or None
-    with _LOCK:
-        if address not in _CONNECTIONS:
-            _CONNECTIONS[address] = ThreadPoolExecutor(1, thread_name_prefix="dask-client").submit(_connect, address)
-        return _CONNECTIONS[address]
-
-
-def close_dask_client() -> None:
-    """Close the server's Dask clients, and the local cluster it started, where any (``app/server.py``, when the
-    server stops)."""
-    with _LOCK:
-        connections = list(_CONNECTIONS.values())
-        _CONNECTIONS.clear()
-    for connecting in connections:
-        if connecting.exception() is None:
-            close_client(connecting.result())  # and the local cluster, where this server started one
-
-
-def dask_client():
-    """The server's Dask client, waiting for its connection if it is still being made.
-
-    Raises:
-        OSError: the scheduler could not be reached (the next call tries again).
-    """
-    connecting = _connecting()
-    try:
-        return connecting.result()
-    except Exception:
-        with _LOCK:  # the next call tries again
-            for address, made in list(_CONNECTIONS.items()):
-                if made is connecting:
-                    del _CONNECTIONS[address]
-        raise
 
 
 _PLANNER = ThreadPoolExecutor(2, thread_name_prefix="slide-plan")
@@ -356,8 +297,8 @@ def slide_page(loaded: LoadedModel) -> None:
         if left.button("Analyse the slide", type="primary", key=f"analyse-{entry.slide_id}"):
             try:
                 client = dask_client()
-            except OSError as err:
-                st.error(f"The Dask scheduler at {os.environ.get(SCHEDULER_ENV)} could not be reached: {err}")
+            except OSError as err:  # SchedulerUnreachable: one sentence naming the address
+                st.error(f"The analysis cannot start: {err}.")
                 return
             for each in missing:  # a moved slide with the slide as scanned, for the proof
                 errors: list[str] = []
@@ -381,7 +322,9 @@ def _where() -> str:
     if not connecting.done():
         return f"the Dask scheduler at {address} (connecting)" if address else "a local Dask cluster (starting)"
     if connecting.exception() is not None:
-        return f"the Dask scheduler at {address}, which does not answer now ({connecting.exception()})"
+        reason = getattr(connecting.exception(), "reason", connecting.exception())
+        return (f"the Dask scheduler at {address}, which does not answer now ({reason})" if address else
+                f"a local Dask cluster, which did not start ({reason})")
     return _cluster_sentence(address or "")
 
 
@@ -392,7 +335,7 @@ def _cluster_sentence(address: str) -> str:
     try:
         return describe_cluster(cluster_devices(dask_client()), address or None)
     except OSError as err:
-        return f"the Dask scheduler at {address}, which does not answer now ({err})"
+        return f"the Dask scheduler at {address or 'this server'}, which does not answer now ({err})"
 
 
 @dataclass

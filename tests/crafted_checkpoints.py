@@ -1,0 +1,50 @@
+"""Hostile checkpoints made by the tests themselves, small on disk: a card that describes a huge network, a card
+whose weights disagree with it, and a deflate bomb. Shared by the checkpoint tests and the server's abuse test."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from models.checkpoint import CARD_DIGEST_KEY, CARD_KEY
+
+SHIPPED_CARD = Path(__file__).resolve().parents[1] / "checkpoints" / "p4cnn_rot_mnist.json"
+
+
+def card_with(**config) -> dict:
+    """The shipped p4cnn's card with ``config`` fields changed (and no weights digest, so the file is judged by its
+    shape alone)."""
+    card = json.loads(SHIPPED_CARD.read_text())
+    card["config"] = {**card["config"], **config}
+    card.pop("weights_sha256", None)
+    return card
+
+
+def card_only_checkpoint(path: Path, card: dict, tensors: dict[str, torch.Tensor] | None = None) -> Path:
+    """A ``.safetensors`` file holding ``card`` embedded (and its digest) with ``tensors``, by default one tiny
+    tensor: a few kilobytes that describe whatever network the card says."""
+    text = json.dumps(card, indent=2, sort_keys=True)
+    metadata = {CARD_KEY: text, CARD_DIGEST_KEY: hashlib.sha256(text.encode()).hexdigest()}
+    save_file(tensors if tensors is not None else {"c1.weight": torch.zeros(1)}, str(path), metadata=metadata)
+    return path
+
+
+def deflate_bomb(path: Path, elements: int = 2**26) -> Path:
+    """A real ``torch.save`` of ``elements`` float32 zeros (256 MiB by default) re-zipped with deflate: about
+    0.25 MB on disk, which ``torch.load`` would inflate whole. The tensor comes from ``torch.empty``'s fresh pages,
+    which read as zeros without being resident, and the re-zip streams 1 MiB at a time: making it takes little
+    memory."""
+    plain = path.with_suffix(".stored")
+    torch.save({"c1.weight": torch.empty(elements, dtype=torch.float32)}, plain)
+    with zipfile.ZipFile(plain) as source, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as out:
+        for member in source.infolist():
+            with source.open(member) as reading, out.open(member.filename, "w", force_zip64=True) as writing:
+                while block := reading.read(2**20):
+                    writing.write(block)
+    plain.unlink()
+    return path
