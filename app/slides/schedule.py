@@ -236,6 +236,7 @@ class _Layout:
         # The last few views' orders: a whole slide's spread order is 60 ms for 1,614 chunks with tissue of 101 x 101
         # (the gigapixel slide's grid; 2-core AMD EPYC), and a page sends a view for every pan and zoom.
         self.orders: dict[tuple, list[Index]] = {}
+        self.lock = threading.Lock()
 
     def in_views(self, views: Sequence[View]) -> tuple[list[Index], frozenset[Index]]:
         """The chunks with tissue that meet any of ``views``, in the order they go first (each view's own spread
@@ -251,11 +252,12 @@ class _Layout:
                                 self.centres[positions, 1] - (left + width / 2))
             first = int(positions[np.argmin(distance)])
             memo = (first, positions.tobytes())
-            if memo not in self.orders:  # a small pan, or a zoom within one island, meets the same chunks
-                if len(self.orders) >= 8:
-                    self.orders.pop(next(iter(self.orders)))
-                self.orders[memo] = spread_order([self.chunks[p] for p in positions], first=self.chunks[first])
-            per_view.append(self.orders[memo])
+            with self.lock:  # two sessions' pages may ask at once
+                if memo not in self.orders:  # a small pan, or a zoom within one island, meets the same chunks
+                    if len(self.orders) >= 8:
+                        self.orders.pop(next(iter(self.orders)))
+                    self.orders[memo] = spread_order([self.chunks[p] for p in positions], first=self.chunks[first])
+                per_view.append(self.orders[memo])
         order, seen = [], set()
         for turn in range(max((len(o) for o in per_view), default=0)):
             for each in per_view:
@@ -370,7 +372,9 @@ class ChunkScheduler:
                 running = self._analyses.get(key)
                 if running is None:
                     running = _Analysis(plan, layout, missing, self._clock())
-                    self._records.pop(key, None)
+                    record = self._records.pop(key, None)
+                    if record is not None:  # the versions of finished_since count on
+                        running.finished = list(record[1])
                     self._analyses[key] = running
                     if not running.waiting:
                         self._finish(running)
@@ -417,10 +421,11 @@ class ChunkScheduler:
             for name in list(running.viewers) if viewer is None else [viewer]:
                 running.viewers.pop(name, None)
             running.view_version += 1
+            version = running.view_version
             views = [v for v in running.viewers.values() if v is not None]
         order, in_view = running.layout.in_views(views)
         with self._lock:
-            if self._analyses.get(key) is running:
+            if running.view_version == version and self._analyses.get(key) is running:
                 running.view_order, running.view_cursor, running.in_view = order, 0, in_view
                 self._fill()
 
@@ -457,12 +462,14 @@ class ChunkScheduler:
             return self._progress(key)
 
     def finished_since(self, key: str, version: int = 0) -> tuple[int, list[Index]]:
-        """The chunks analysis ``key`` finished after its first ``version`` ones, in the order they finished, and
-        the version to ask from next time (a refresh sends only what is new)."""
+        """The chunks of store ``key`` finished by this scheduler after its first ``version`` ones (an Analyse again
+        counts on), in the order they finished, and the version to ask from next time: a refresh sends only what is
+        new. A ``version`` beyond the count (a new scheduler counts from 0) gives them all."""
         with self._lock:
             running = self._analyses.get(key)
             finished = running.finished if running is not None else self._records.get(key, (None, []))[1]
-            return len(finished), finished[max(0, int(version)):]
+            version = max(0, int(version))
+            return len(finished), list(finished[version if version <= len(finished) else 0:])
 
     def waiting_order(self, key: str) -> list[Index]:
         """Analysis ``key``'s waiting chunks in the order they will be submitted ([] when none)."""
