@@ -11,6 +11,7 @@ side: 15 x 15 chunks of 2 x 2 cells, 128 of them with tissue).
 - A chunk that raises is a sentence, the others finish; a finished analysis lets go of its plan and futures; a lost
   scheduler is a sentence.
 - The spread order: no block of a level gets a second chunk before every block of it has one.
+- The time left: the rate of the last chunks in wall time (futures finished by hand, a clock of the test's).
 
 Orders and counts only, never seconds.
 """
@@ -317,3 +318,51 @@ def test_the_chunks_edges_are_their_cells_in_level_0_pixels(plan):
         i0, i1, j0, j1 = plan.grid.cell_block(ci, cj)
         assert rows[ci].tolist() == pytest.approx([corners[i0, 0, 0], corners[i1 - 1, 0, 0] + cell_rows])
         assert cols[cj].tolist() == pytest.approx([corners[0, j0, 1], corners[0, j1 - 1, 1] + cell_cols])
+
+
+class Handed:
+    """A future the test finishes by hand (no cluster): ``finish`` runs the done-callbacks in the test's thread."""
+
+    def __init__(self, key: str, result):
+        self.key, self.status, self._result, self._callbacks = key, "pending", result, []
+
+    def add_done_callback(self, callback) -> None:
+        self._callbacks.append(callback)
+
+    def result(self):
+        return self._result
+
+    def finish(self) -> None:
+        self.status = "finished"
+        for callback in self._callbacks:
+            callback(self)
+
+
+def test_the_time_left_is_the_rate_of_the_last_chunks_in_wall_time(plan, tmp_path):
+    mine = own(plan, tmp_path, "rate.tif", plan.chunks[:10])
+    now = [100.0]
+    handed: list[Handed] = []
+
+    def submit(client, plan, ci, cj):
+        i0, i1, j0, j1 = plan.grid.cell_block(ci, cj)
+        shape = (i1 - i0, j1 - j0)
+        chunk = ChunkResult((ci, cj), np.zeros(shape), np.zeros(shape, dtype=bool), np.full((*shape, 2), np.nan), {})
+        handed.append(Handed(f"chunk-{ci}-{cj}", (chunk, 3.0)))
+        return handed[-1]
+
+    scheduler = ChunkScheduler(None, slots=2, submit=submit, clock=lambda: now[0])
+    key = mine.store.folder.name
+    progress = scheduler.analyse(mine)
+    assert (progress.running, progress.rate, progress.seconds_left) == (2, None, None)
+    assert progress.sentence() == "Slide: 0 of 10 chunks, time left not yet measured."
+    for at in (102.0, 104.0):  # a chunk every 2 s of wall time
+        now[0] = at
+        handed[len(handed) - 2].finish()
+    progress = scheduler.progress(key)
+    assert (progress.done, progress.running, progress.rate, progress.seconds_left) == (2, 2, 0.5, 16.0)
+    assert progress.worker_seconds == 6.0, "the tasks' own seconds, summed"
+    assert progress.sentence() == "Slide: 2 of 10 chunks, about 16 s left at 0.5 chunks/s."
+    scheduler.stop(key)
+    assert scheduler.progress(key).sentence().endswith("about 16 s left at 0.5 chunks/s (in the background).")
+    assert scheduler.finished_since(key, 1) == (2, [handed[1].result()[0].index])
+    assert scheduler.finished_since(key, 99) == (2, [h.result()[0].index for h in handed[:2]]), "stale: all"
