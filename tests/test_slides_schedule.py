@@ -11,7 +11,8 @@ side: 15 x 15 chunks of 2 x 2 cells, 128 of them with tissue).
 - A chunk that raises is a sentence, the others finish; a finished analysis lets go of its plan and futures; a lost
   scheduler is a sentence.
 - The spread order: no block of a level gets a second chunk before every block of it has one.
-- The time left: the rate of the last chunks in wall time (futures finished by hand, a clock of the test's).
+- The time left: the rate of the last chunks in wall time; a viewer silent for a minute (a closed tab) is gone
+  (futures finished by hand, a clock of the test's).
 
 Orders and counts only, never seconds.
 """
@@ -366,3 +367,25 @@ def test_the_time_left_is_the_rate_of_the_last_chunks_in_wall_time(plan, tmp_pat
     assert scheduler.progress(key).sentence().endswith("about 16 s left at 0.5 chunks/s (in the background).")
     assert scheduler.finished_since(key, 1) == (2, [handed[1].result()[0].index])
     assert scheduler.finished_since(key, 99) == (2, [h.result()[0].index for h in handed[:2]]), "stale: all"
+
+
+def test_a_viewer_not_heard_from_is_taken_for_gone(plan, tmp_path):
+    from app.slides.schedule import VIEWER_TIMEOUT_S
+
+    mine = own(plan, tmp_path, "tab.tif", plan.chunks[:10])
+    now = [0.0]
+
+    def submit(client, plan, ci, cj):
+        return Handed(f"chunk-{ci}-{cj}", None)
+
+    scheduler = ChunkScheduler(None, slots=2, submit=submit, clock=lambda: now[0])
+    key = mine.store.folder.name
+    scheduler.analyse(mine, viewer="tab", view=view_of(plan, *plan.chunks[9])[0])
+    assert scheduler.progress(key).state == "running" and scheduler.progress(key).in_view > 0
+    now[0] = VIEWER_TIMEOUT_S * 0.8
+    scheduler.progress(key, viewer="tab")  # the page's refresh: still there
+    now[0] = VIEWER_TIMEOUT_S * 1.6
+    assert scheduler.progress(key).state == "running"
+    now[0] = VIEWER_TIMEOUT_S * 1.9
+    progress = scheduler.progress(key)
+    assert (progress.state, progress.in_view) == ("background", 0), "a closed tab: no view, in the background"

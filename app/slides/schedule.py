@@ -30,11 +30,12 @@ whole slide's zoom the whole map shows and sharpens rather than a disc growing f
 the slide by :func:`spread_order`. A new view re-orders what is still waiting. A view is clamped to the slide
 (:func:`clamp_view`); a view over glass holds no chunk, so nothing moves.
 
-Fairness: a free slot goes to the analysis with the fewest tasks on the cluster, the one served longest ago on a tie,
-among the analyses someone looks at (a view or an Analyse of a session); an analysis nobody looks at any more
-(:meth:`ChunkScheduler.stop`: its slide closed, another chosen) keeps its finished chunks and carries on in the
-background, with the slots that no looked-at analysis wants. :meth:`ChunkScheduler.forget` drops one's waiting
-chunks instead. A finished analysis lets go of its plan and futures; a short record of its counts stays.
+Fairness: a free slot goes to the analysis with the fewest tasks on the cluster, the one served longest ago on a
+tie, among the analyses someone looks at (a view or an Analyse of a session); an analysis nobody looks at any more
+(:meth:`ChunkScheduler.stop`: its slide closed, another chosen; or no word from its sessions for
+:data:`VIEWER_TIMEOUT_S`: a tab closed) keeps its finished chunks and carries on in the background, with the slots
+that no looked-at analysis wants. :meth:`ChunkScheduler.forget` drops one's waiting chunks instead. A finished
+analysis lets go of its plan and futures; a short record of its counts stays.
 
 Thread safety: every public method takes the scheduler's lock for bookkeeping only, never waits on the cluster
 (a submit is a message sent by the client's event loop), and may be called from any thread: Streamlit's script
@@ -58,7 +59,7 @@ from .reader import SlideError
 from .run import SlidePlan, submit_chunk
 
 __all__ = ["ChunkScheduler", "Progress", "spread_order", "clamp_view", "chunk_edges", "scheduler_for",
-           "SLOT_MARGIN", "RATE_WINDOW"]
+           "SLOT_MARGIN", "RATE_WINDOW", "VIEWER_TIMEOUT_S"]
 
 # Tasks on the cluster beyond its threads: a finished thread's next chunk is already there, not a round trip away
 # (the module docstring's figures: none cost 14 % on 50 ms chunks, one as good as all at once), and a pan's first
@@ -67,6 +68,9 @@ SLOT_MARGIN = 1
 RATE_WINDOW = 16  # finished chunks over which an analysis's rate is measured
 SLOTS_REFRESH_S = 10.0  # how often the cluster's threads are counted again (workers come and go)
 FINISHED_KEPT = 64  # records of finished analyses kept for their pages' last refresh
+# A viewer that has not called for this long has gone (a tab closed calls no stop); a page that shows a running
+# analysis asks for its progress every second or so.
+VIEWER_TIMEOUT_S = 60.0
 
 Index = tuple[int, int]
 View = tuple[float, float, float, float]
@@ -283,6 +287,7 @@ class _Analysis:
         self.view_cursor = 0
         self.in_view: frozenset[Index] = frozenset()
         self.viewers: dict[str, View | None] = {}
+        self.seen: dict[str, float] = {}  # when each viewer last called (a closed tab calls no stop)
         self.view_version = 0
         self.in_flight: dict[str, tuple[Index, object]] = {}
         self.fetching = 0  # finished on the cluster, its result on its way into the store
@@ -381,6 +386,7 @@ class ChunkScheduler:
         with self._lock:
             if self._analyses.get(key) is running:
                 running.viewers.setdefault(viewer, None)
+                running.seen[viewer] = self._clock()
         if view is not None:
             self.view(key, view, viewer)
         with self._lock:
@@ -398,6 +404,7 @@ class ChunkScheduler:
                 return None
             clamped = clamp_view(view, running.layout.size)
             running.viewers[viewer] = clamped
+            running.seen[viewer] = self._clock()
             views = [v for v in running.viewers.values() if v is not None]
             running.view_version += 1
             version = running.view_version
@@ -420,6 +427,7 @@ class ChunkScheduler:
                 return
             for name in list(running.viewers) if viewer is None else [viewer]:
                 running.viewers.pop(name, None)
+                running.seen.pop(name, None)
             running.view_version += 1
             version = running.view_version
             views = [v for v in running.viewers.values() if v is not None]
@@ -455,10 +463,15 @@ class ChunkScheduler:
         for key in keys:
             self.forget(key)
 
-    def progress(self, key: str) -> Progress | None:
+    def progress(self, key: str, viewer: str | None = None) -> Progress | None:
         """Analysis ``key``'s progress (a finished one's last, while it is among the last :data:`FINISHED_KEPT`);
-        None for a store this scheduler has not analysed."""
+        None for a store this scheduler has not analysed. ``viewer`` still looks: a viewer that has not called
+        (:meth:`analyse`, :meth:`view`, this) for :data:`VIEWER_TIMEOUT_S` is taken for gone (a closed tab), as
+        if stopped."""
         with self._lock:
+            running = self._analyses.get(key)
+            if running is not None and viewer is not None and viewer in running.viewers:
+                running.seen[viewer] = self._clock()
             return self._progress(key)
 
     def finished_since(self, key: str, version: int = 0) -> tuple[int, list[Index]]:
@@ -482,7 +495,21 @@ class ChunkScheduler:
         with self._lock:
             return list(self._analyses)
 
+    def _expire(self) -> None:
+        """Viewers not heard from for :data:`VIEWER_TIMEOUT_S` dropped; an analysis left without any view loses its
+        view's place (with some views left, their order stands until the next view)."""
+        now = self._clock()
+        for running in self._analyses.values():
+            gone = [name for name, seen in running.seen.items() if now - seen > VIEWER_TIMEOUT_S]
+            for name in gone:
+                running.viewers.pop(name, None)
+                running.seen.pop(name, None)
+            if gone and not any(v is not None for v in running.viewers.values()):
+                running.view_order, running.view_cursor, running.in_view = [], 0, frozenset()
+                running.view_version += 1
+
     def _progress(self, key: str) -> Progress | None:
+        self._expire()
         running = self._analyses.get(key)
         if running is None:
             record = self._records.get(key)
@@ -495,6 +522,7 @@ class ChunkScheduler:
         with the fewest tasks on the cluster, the one served longest ago on a tie."""
         if self._lost or self._closed:
             return
+        self._expire()
         while sum(len(a.in_flight) for a in self._analyses.values()) < self._slots:
             wanting = [a for a in self._analyses.values() if a.waiting]
             watched = [a for a in wanting if a.viewers]
