@@ -31,7 +31,8 @@ from types import SimpleNamespace
 
 from app.region.evaluation import make_grid
 from app.slides.engine import SlideGrid
-from app.slides.schedule import ChunkScheduler, chunk_edges, spread_order
+from app.slides.order import chunk_edges, spread_order
+from app.slides.schedule import ChunkScheduler
 from benchmarks.browser_latency import cpu_model
 from benchmarks.train_step import instruction_sets
 

@@ -32,7 +32,8 @@ from dask_processes import wait_for
 
 import app.slides.run as run
 from app.slides.engine import ChunkResult
-from app.slides.schedule import ChunkScheduler, chunk_edges, clamp_view, spread_order
+from app.slides.order import chunk_edges, clamp_view, spread_order
+from app.slides.schedule import ChunkScheduler
 from app.slides.store import ChunkStore
 from tests.conftest import REPO, require_shared
 
