@@ -1,8 +1,9 @@
 """A cohort of slides as one Dask computation: every chunk with tissue of every slide one task, a slide's tasks
-submitted as soon as it is planned (the workers start on the first slide while the next are planned), each
-finished chunk into its slide's store as it arrives, each slide finished (its outputs, its row of the summary) as
-its last chunk arrives, and then let go: the command holds only the slides still running, and the cluster only
-the results not yet taken.
+submitted as soon as it is planned (the workers start on the first slide while the next are planned), all at once
+(nobody looks at a cohort: as fast as the page's bounded queue, ``python -m benchmarks.schedule_pan``) and coarse to
+fine over the slide (:func:`app.slides.order.spread_order`), each finished chunk into its slide's store as it
+arrives, each slide finished (its outputs, its row of the summary) as its last chunk arrives, and then let go: the
+command holds only the slides still running, and the cluster only the results not yet taken.
 
 What a failure costs:
 - a slide that cannot be planned (damaged, no scale, no tissue), or whose chunk raises on a worker, is recorded
@@ -29,6 +30,7 @@ from pathlib import Path
 from models import CheckpointError
 
 from .engine import ChunkResult
+from .order import spread_order
 from .reader import SlideError
 from .run import SlidePlan, chunk_key, submit_chunk
 
@@ -186,7 +188,9 @@ def run_cohort(runs: list[SlideRun], connect: Callable[[], object], planner: Cal
                     counts.chunks_done += 1
                     counts.cells_done += _cells(plan, index)
                     counts.cells_read_back += _cells(plan, index)
-            for ci, cj in (index for index in plan.chunks if index not in run.results):
+            # Coarse to fine over the slide (app.slides.order.spread_order): a run cut short leaves a map of the
+            # whole slide in its store, which the Slide page shows and sharpens from.
+            for ci, cj in (index for index in spread_order(plan.chunks) if index not in run.results):
                 key = chunk_key(plan, ci, cj)
                 if key not in owners:
                     if client is None:
