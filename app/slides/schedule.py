@@ -71,8 +71,6 @@ FINISHED_KEPT = 64  # records of finished analyses kept for their pages' last re
 VIEWER_TIMEOUT_S = 60.0
 
 
-
-
 @dataclass(frozen=True)
 class Progress:
     """An analysis as its page shows it.
@@ -92,7 +90,8 @@ class Progress:
         worker_seconds: the workers' time on its chunks so far (each task's own clock).
         errors: a sentence per failed chunk.
         lost: the sentence when the scheduler stopped answering, else None.
-        version: chunks finished by this analysis so far (:meth:`ChunkScheduler.finished_since`).
+        version: chunks of its store finished by this scheduler so far, an Analyse again counting on
+            (:meth:`ChunkScheduler.finished_since`).
     """
 
     key: str
