@@ -14,7 +14,9 @@ worker of two threads, as the app's own (:func:`app.slides.run.local_client`'s s
   order, least tissue first, knows nothing of the view either).
 
 Each also gives the whole run's time for a slide of ``--whole`` chunks a side against the ideal (chunks x seconds /
-threads): what the queue's round trip per chunk costs. The pan comes once the first ``--before`` chunks have finished.
+threads): what the queue's round trip per chunk costs. Last, fairness: a small slide's time to its last chunk alone,
+and started second beside the large one, through the queue and all at once. The pan, and the second slide, come
+once the first ``--before`` chunks have finished.
 """
 
 from __future__ import annotations
@@ -162,6 +164,42 @@ def whole_run(client, side: int, seconds: float, margin: int | None, run: str) -
     return time.perf_counter() - start
 
 
+def second_slide(client, side: int, small_side: int, seconds: float, before: int, queue: bool | None,
+                 run: str) -> float:
+    """Seconds from a small slide's start to its last chunk: alone (``queue`` None, through the queue), or started
+    once ``before`` chunks of a large slide have finished, both through the queue (True) or both all at once."""
+    large_finishes, small_finishes = Finishes(), Finishes()
+    large, small = stub_plan(side, f"{run}-large", large_finishes), stub_plan(small_side, f"{run}-small",
+                                                                              small_finishes)
+
+    def submit(client, plan, ci, cj):
+        return client.submit(stub_chunk, seconds, (ci, cj), key=f"{plan.store.folder.name}-{ci}-{cj}")
+
+    scheduler = ChunkScheduler(client, slots=THREADS + 1, submit=submit)
+    futures = []
+
+    def start(plan, finishes) -> None:
+        if queue is False:
+            for ci, cj in spread_order(plan.chunks):
+                futures.append(submit(client, plan, ci, cj))
+                futures[-1].add_done_callback(lambda f, finishes=finishes: finishes.put(f.result()[0])
+                                              if f.status == "finished" else None)
+        else:
+            scheduler.analyse(plan, viewer=plan.store.folder.name)
+
+    if queue is not None:
+        start(large, large_finishes)
+        wait_count(large_finishes, before)
+    began = time.perf_counter()
+    start(small, small_finishes)
+    wait_count(small_finishes, len(small.chunks))
+    took = time.perf_counter() - began
+    scheduler.close()
+    if futures:
+        client.cancel(futures)
+    return took
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="a stub chunk's duration")
@@ -169,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=int, default=6, help="chunks finished before the pan")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--whole", type=int, default=6, help="chunks per side of the whole-run comparison's slide")
+    parser.add_argument("--small", type=int, default=2, help="chunks per side of the slide started second")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     from dask.distributed import Client
@@ -194,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
                              ("all at once", None)):
             whole[name] = whole_run(client, args.whole, args.seconds, margin, f"whole-{len(whole)}")
             print(f"{name:32s} {count} chunks: {whole[name]:6.2f} s (ideal {ideal:.2f} s)", flush=True)
-    results.update(pan_seconds=pans, whole_seconds=whole, whole_ideal_seconds=ideal)
+        small = len(stub_plan(args.small, "count", Finishes()).chunks)
+        fair = {}
+        for name, queue in (("alone", None), ("second, the queue", True), ("second, all at once", False)):
+            fair[name] = second_slide(client, args.side, args.small, args.seconds, args.before, queue,
+                                      f"fair-{len(fair)}")
+            print(f"a slide of {small} chunks {name:24s} {fair[name]:6.2f} s to its last chunk", flush=True)
+    results.update(pan_seconds=pans, whole_seconds=whole, whole_ideal_seconds=ideal, second_slide_seconds=fair)
     print(f"CPU: {results['cpu']} ({results['instructions']})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

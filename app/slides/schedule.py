@@ -35,7 +35,9 @@ tie, among the analyses someone looks at (a view or an Analyse of a session); an
 (:meth:`ChunkScheduler.stop`: its slide closed, another chosen; or no word from its sessions for
 :data:`VIEWER_TIMEOUT_S`: a tab closed) keeps its finished chunks and carries on in the background, with the slots
 that no looked-at analysis wants. :meth:`ChunkScheduler.forget` drops one's waiting chunks instead. A finished
-analysis lets go of its plan and futures; a short record of its counts stays.
+analysis lets go of its plan and futures; a short record of its counts stays. Measured as above (0.5 s chunks): a
+slide of 9 chunks took 2.62 s alone, 5.21 s started second beside one of 289 (twice), and 74 s with both submitted
+at once.
 
 Thread safety: every public method takes the scheduler's lock for bookkeeping only, never waits on the cluster
 (a submit is a message sent by the client's event loop), and may be called from any thread: Streamlit's script
@@ -69,8 +71,6 @@ FINISHED_KEPT = 64  # records of finished analyses kept for their pages' last re
 VIEWER_TIMEOUT_S = 60.0
 
 
-
-
 @dataclass(frozen=True)
 class Progress:
     """An analysis as its page shows it.
@@ -90,7 +90,8 @@ class Progress:
         worker_seconds: the workers' time on its chunks so far (each task's own clock).
         errors: a sentence per failed chunk.
         lost: the sentence when the scheduler stopped answering, else None.
-        version: chunks finished by this analysis so far (:meth:`ChunkScheduler.finished_since`).
+        version: chunks of its store finished by this scheduler so far, an Analyse again counting on
+            (:meth:`ChunkScheduler.finished_since`).
     """
 
     key: str
