@@ -212,9 +212,16 @@ def check_header_fits(found: dict[str, tuple[str, tuple[int, ...]]], planned: di
     wrong = differences({k: v[1] for k, v in planned.items()}, {k: v[1] for k, v in found.items()})
     if wrong:
         raise CheckpointError(f"{where} does not fit {arch}: {wrong} (the network its card describes)")
-    dtypes = sorted(f"{k} {found[k][0]} != {planned[k][0]}" for k in planned if found[k][0] != planned[k][0])
+    # Any float width loads into a float parameter (a float64 or float16 save of a float32 network); not an integer
+    # for a float, nor the other way round.
+    dtypes = sorted(f"{k} {found[k][0]} != {planned[k][0]}" for k in planned
+                    if _is_float(found[k][0]) != _is_float(planned[k][0]))
     if dtypes:
         raise CheckpointError(f"{where} does not fit {arch}: wrong dtypes {dtypes[:5]}")
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("F", "BF"))
 
 
 def check_pth_archive(path: Path) -> None:

@@ -171,3 +171,16 @@ def test_any_error_while_loading_an_upload_becomes_a_sentence(monkeypatch):
         checkpoints.load_uploaded_checkpoint(SHIPPED.read_bytes(), "mine.safetensors")
     assert str(caught.value) == ("mine.safetensors cannot be loaded (RuntimeError: [enforce fail at alloc_cpu.cpp:121] "
                                  "DefaultCPUAllocator: can't allocate memory)")
+
+
+def test_weights_of_another_float_width_still_load_but_not_integers_for_floats(tmp_path):
+    weights = load_file(str(SHIPPED))
+    card = json.loads(SHIPPED.with_suffix(".json").read_text())
+    card.pop("weights_sha256")
+    doubled = {k: v.double() if v.is_floating_point() else v for k, v in weights.items()}
+    model, _ = load_checkpoint(card_only_checkpoint(tmp_path / "double.safetensors", card, doubled))
+    assert torch.equal(model.state_dict()["c1.weight"], weights["c1.weight"].double().float())
+    wrong = {**weights, "c1.weight": weights["c1.weight"].to(torch.int32)}
+    with pytest.raises(CheckpointError, match=r"int.safetensors does not fit p4cnn: wrong dtypes \['c1.weight I32 "
+                                              r"!= F32'\]"):
+        load_checkpoint(card_only_checkpoint(tmp_path / "int.safetensors", card, wrong))
