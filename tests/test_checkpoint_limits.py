@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from crafted_checkpoints import card_only_checkpoint, card_with, deflate_bomb
+from crafted_checkpoints import card_only_checkpoint, card_with, deflate_bomb, legacy_storage_bomb
 from safetensors.torch import load_file
 
 from models import CheckpointError, import_reference_checkpoint, load_checkpoint
@@ -59,6 +59,7 @@ def uploaded(tmp_path_factory) -> dict:
              for channels in (20000, 1500)]
     paths.append(card_only_checkpoint(folder / "many.safetensors", card_with(channels=800)))
     paths.append(deflate_bomb(folder / "bomb.pth"))
+    paths.append(legacy_storage_bomb(folder / "legacy.pth"))
     done = subprocess.run([sys.executable, "-c", _LOAD_AS_UPLOADED, *map(str, paths)], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -184,3 +185,12 @@ def test_weights_of_another_float_width_still_load_but_not_integers_for_floats(t
     with pytest.raises(CheckpointError, match=r"int.safetensors does not fit p4cnn: wrong dtypes \['c1.weight I32 "
                                               r"!= F32'\]"):
         load_checkpoint(card_only_checkpoint(tmp_path / "int.safetensors", card, wrong))
+
+
+def test_a_legacy_pth_declaring_a_huge_storage_is_refused_in_little_memory(uploaded):
+    # The legacy format is not a zip: torch.load allocates the declared 8 GiB without touching it, then refuses the
+    # storage's size against the file's; nothing is resident.
+    assert uploaded["sizes"]["legacy.pth"] < 8192
+    assert uploaded["said"]["legacy.pth"].startswith("legacy.pth is not a loadable PyTorch state dict (storage has "
+                                                     "wrong byte size")
+    assert uploaded["peak_mb"] < PEAK_BOUND_MB
