@@ -194,3 +194,18 @@ def test_a_legacy_pth_declaring_a_huge_storage_is_refused_in_little_memory(uploa
     assert uploaded["said"]["legacy.pth"].startswith("legacy.pth is not a loadable PyTorch state dict (storage has "
                                                      "wrong byte size")
     assert uploaded["peak_mb"] < PEAK_BOUND_MB
+
+
+def test_the_page_says_each_hostile_upload_in_a_sentence(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("APP_CHECKPOINTS", str(tmp_path / "none_shipped"))  # the page opens on the upload
+    at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120).run()
+    wide = card_only_checkpoint(tmp_path / "wide.safetensors", card_with(channels=20000))
+    bomb = deflate_bomb(tmp_path / "bomb.pth", elements=2**26)
+    for path, said in ((wide, "model card of wide.safetensors: config field 'channels' is 20000, outside 1..1024"),
+                       (bomb, "bomb.pth would inflate to 256 MB when loaded")):
+        upload = (path.name, path.read_bytes(), "application/octet-stream")
+        at = at.sidebar.file_uploader(key="checkpoint_upload").set_value(upload).run()
+        assert not at.exception
+        assert [e.value for e in at.error][0].startswith(f"Cannot use this checkpoint: {said}")
