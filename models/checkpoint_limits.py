@@ -212,16 +212,25 @@ def check_header_fits(found: dict[str, tuple[str, tuple[int, ...]]], planned: di
     wrong = differences({k: v[1] for k, v in planned.items()}, {k: v[1] for k, v in found.items()})
     if wrong:
         raise CheckpointError(f"{where} does not fit {arch}: {wrong} (the network its card describes)")
-    dtypes = sorted(f"{k} {found[k][0]} != {planned[k][0]}" for k in planned if found[k][0] != planned[k][0])
+    # Any float width loads into a float parameter (a float64 or float16 save of a float32 network); not an integer
+    # for a float, nor the other way round.
+    dtypes = sorted(f"{k} {found[k][0]} != {planned[k][0]}" for k in planned
+                    if _is_float(found[k][0]) != _is_float(planned[k][0]))
     if dtypes:
         raise CheckpointError(f"{where} does not fit {arch}: wrong dtypes {dtypes[:5]}")
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("F", "BF"))
 
 
 def check_pth_archive(path: Path) -> None:
     """Refuse a ``torch.save`` zip whose members would inflate beyond :data:`MAX_PTH_BYTES` in all, or any member
     of over 64 KiB beyond :data:`MAX_INFLATION` times its stored size, from the zip's directory alone.
     A file that is not a zip (the legacy format of the paper's releases) is left to ``torch.load``: its tensors are
-    stored uncompressed, so the file's own size bounds them.
+    stored uncompressed, and a storage its pickle declares larger than the file holds is allocated untouched and
+    refused by ``torch.load``'s own size check (measured: a 4 KB file declaring 8 GiB, refused in 0.02 s with the
+    process's peak unchanged at 221 MB; ``tests/test_checkpoint_limits.py``).
 
     Raises:
         CheckpointError: the member and its sizes, or a damaged archive.

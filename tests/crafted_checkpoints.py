@@ -4,6 +4,7 @@ whose weights disagree with it, and a deflate bomb. Shared by the checkpoint tes
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import zipfile
 from pathlib import Path
@@ -47,4 +48,15 @@ def deflate_bomb(path: Path, elements: int = 2**26) -> Path:
                 while block := reading.read(2**20):
                     writing.write(block)
     plain.unlink()
+    return path
+
+
+def legacy_storage_bomb(path: Path, elements: int = 2**31 - 1) -> Path:
+    """A ``.pth`` in PyTorch's legacy (non-zip) format, the paper's releases' format, whose pickle declares a storage
+    of ``elements`` float32 (8 GiB by default) while the file holds 1,000: 4 KB on disk."""
+    buffer = io.BytesIO()
+    torch.save({"c1.weight": torch.zeros(1000)}, buffer, _use_new_zipfile_serialization=False)
+    data = buffer.getvalue()
+    declared = data.index(b"M" + (1000).to_bytes(2, "little"))  # the storage's numel, pickled as BININT2
+    path.write_bytes(data[:declared] + b"J" + elements.to_bytes(4, "little") + data[declared + 3:])  # as BININT
     return path

@@ -163,3 +163,25 @@ def test_a_slide_is_planned_once_the_viewer_has_its_first_tile(tmp_path, monkeyp
     assert asyncio.run(tiles.tile(Request(scope))).status_code == 200
     plan = planning.result(timeout=60)
     assert plan.chunks and plan.tissue.any()
+
+
+def test_a_scheduler_that_says_nothing_is_a_sentence_on_the_page(tmp_path, monkeypatch):
+    import app.slides.connection as connection
+    from tests.test_slides_connection import Listener
+
+    silent = Listener()  # accepts, and says nothing
+    monkeypatch.setenv("AAGC_DASK_SCHEDULER", silent.address)
+    monkeypatch.setattr(connection, "CONNECT_DEADLINE_S", 1.0)
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path / "no_slides_here"))
+    monkeypatch.setenv("APP_SLIDE_STORE", str(tmp_path / "store"))
+    try:
+        at = AppTest.from_file(MAIN, default_timeout=120).run()
+        at = analysable(at.sidebar.radio(key="view").set_value("Slide").run())
+        at = at.button[0].click().run()
+        assert not at.exception
+        assert [e.value for e in at.error] == [
+            f"The analysis cannot start: no Dask scheduler answers at {silent.address}: it accepted the connection "
+            "but said nothing within 1 s (not a Dask scheduler, or a network that drops its answers)."]
+    finally:
+        connection.close_server_clients()
+        silent.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from crafted_checkpoints import card_only_checkpoint, card_with, deflate_bomb
+from crafted_checkpoints import card_only_checkpoint, card_with, deflate_bomb, legacy_storage_bomb
 from safetensors.torch import load_file
 
 from models import CheckpointError, import_reference_checkpoint, load_checkpoint
@@ -59,6 +59,7 @@ def uploaded(tmp_path_factory) -> dict:
              for channels in (20000, 1500)]
     paths.append(card_only_checkpoint(folder / "many.safetensors", card_with(channels=800)))
     paths.append(deflate_bomb(folder / "bomb.pth"))
+    paths.append(legacy_storage_bomb(folder / "legacy.pth"))
     done = subprocess.run([sys.executable, "-c", _LOAD_AS_UPLOADED, *map(str, paths)], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -171,3 +172,40 @@ def test_any_error_while_loading_an_upload_becomes_a_sentence(monkeypatch):
         checkpoints.load_uploaded_checkpoint(SHIPPED.read_bytes(), "mine.safetensors")
     assert str(caught.value) == ("mine.safetensors cannot be loaded (RuntimeError: [enforce fail at alloc_cpu.cpp:121] "
                                  "DefaultCPUAllocator: can't allocate memory)")
+
+
+def test_weights_of_another_float_width_still_load_but_not_integers_for_floats(tmp_path):
+    weights = load_file(str(SHIPPED))
+    card = json.loads(SHIPPED.with_suffix(".json").read_text())
+    card.pop("weights_sha256")
+    doubled = {k: v.double() if v.is_floating_point() else v for k, v in weights.items()}
+    model, _ = load_checkpoint(card_only_checkpoint(tmp_path / "double.safetensors", card, doubled))
+    assert torch.equal(model.state_dict()["c1.weight"], weights["c1.weight"].double().float())
+    wrong = {**weights, "c1.weight": weights["c1.weight"].to(torch.int32)}
+    with pytest.raises(CheckpointError, match=r"int.safetensors does not fit p4cnn: wrong dtypes \['c1.weight I32 "
+                                              r"!= F32'\]"):
+        load_checkpoint(card_only_checkpoint(tmp_path / "int.safetensors", card, wrong))
+
+
+def test_a_legacy_pth_declaring_a_huge_storage_is_refused_in_little_memory(uploaded):
+    # The legacy format is not a zip: torch.load allocates the declared 8 GiB without touching it, then refuses the
+    # storage's size against the file's; nothing is resident.
+    assert uploaded["sizes"]["legacy.pth"] < 8192
+    assert uploaded["said"]["legacy.pth"].startswith("legacy.pth is not a loadable PyTorch state dict (storage has "
+                                                     "wrong byte size")
+    assert uploaded["peak_mb"] < PEAK_BOUND_MB
+
+
+def test_the_page_says_each_hostile_upload_in_a_sentence(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("APP_CHECKPOINTS", str(tmp_path / "none_shipped"))  # the page opens on the upload
+    at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120).run()
+    wide = card_only_checkpoint(tmp_path / "wide.safetensors", card_with(channels=20000))
+    bomb = deflate_bomb(tmp_path / "bomb.pth", elements=2**26)
+    for path, said in ((wide, "model card of wide.safetensors: config field 'channels' is 20000, outside 1..1024"),
+                       (bomb, "bomb.pth would inflate to 256 MB when loaded")):
+        upload = (path.name, path.read_bytes(), "application/octet-stream")
+        at = at.sidebar.file_uploader(key="checkpoint_upload").set_value(upload).run()
+        assert not at.exception
+        assert [e.value for e in at.error][0].startswith(f"Cannot use this checkpoint: {said}")

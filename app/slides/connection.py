@@ -19,6 +19,7 @@ import importlib
 import os
 import socket
 import threading
+import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -63,21 +64,23 @@ def connect(address: str, deadline_s: float | None = None):
             resolve, nothing listening, a listener that says nothing or does not speak Dask's protocol.
     """
     deadline_s = CONNECT_DEADLINE_S if deadline_s is None else deadline_s
+    started = time.monotonic()
     host, port = _checked(address)
     _probe(address, host, port, deadline_s)
+    left_s = max(deadline_s - (time.monotonic() - started), 0.5)  # the probe's time is the deadline's
     made: Future = Future()
 
     def attempt() -> None:
         from dask.distributed import Client
 
         try:
-            made.set_result(Client(address, timeout=f"{deadline_s}s"))
+            made.set_result(Client(address, timeout=f"{left_s}s"))
         except BaseException as err:  # noqa: BLE001  (handed to the waiting thread, which says it)
             made.set_exception(err)
 
     threading.Thread(target=attempt, name="dask-connect", daemon=True).start()
     try:
-        return made.result(timeout=deadline_s)
+        return made.result(timeout=left_s)
     except FutureTimeout:
         made.add_done_callback(_close_late)  # a client that connects after all is not left open
         raise SchedulerUnreachable(address, f"it accepted the connection but said nothing within {deadline_s:g} s "
@@ -181,7 +184,7 @@ def server_client():
         # A named scheduler's attempt ends by its own deadline; the margin covers the workers' imports after it.
         return connecting.result(timeout=CONNECT_DEADLINE_S * 2 if address else LOCAL_START_DEADLINE_S)
     except FutureTimeout:
-        raise SchedulerUnreachable(address or "", "it is still starting; try again in a moment") from None
+        raise SchedulerUnreachable(address or "", "its workers are still starting; try again in a moment") from None
     except Exception as err:
         with _LOCK:  # the next call tries again
             if _CONNECTIONS.get(address) is connecting:
