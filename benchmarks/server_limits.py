@@ -4,16 +4,16 @@
 This starts ``streamlit run app/server.py`` on a free localhost port with ``APP_SLIDES`` on a folder of crafted
 slides, small on disk (one colour: they compress to kilobytes), and for each slide asks for ``--tiles`` coarse
 tiles (deep-zoom levels 0 to 11, tile (0, 0), over and over), ``--parallel`` at a time, of the slide and of its
-moved views (``-g1`` .. ``-g7``). Meanwhile it samples the RSS of the server and its children (psutil) every 0.1 s
-and asks ``/_stcore/health`` every 0.25 s. The crafted slides:
+moved views (``-g1`` .. ``-g7``, ``--moved`` tiles each). Meanwhile it samples the RSS of the server and its
+children (psutil) every 0.1 s and asks ``/_stcore/health`` every 0.25 s. The crafted slides:
 
 - ``png-9400``: a 9,400 x 9,400 PNG (an image the server decodes, then serves from its pyramid);
 - ``tiff-20480``: a 20,480 x 20,480 single-level tiled TIFF (read by OpenSlide, coarser levels built once);
 - ``tiff-204800``: a 204,800 x 204,800 single-level tiled TIFF (refused: every tile a 404 sentence).
 
 The TIFFs are written by :func:`tiled_tiff` with every tile's offset on one compressed tile: a 204,800-pixel TIFF
-is 330 KB. Prints one JSON object: per slide, the tiles' statuses and times (median, max), the peak RSS, and the
-health checks' slowest answer.
+is 330 KB. Prints one JSON object: per slide, the server's RSS before, the tiles' statuses and times (median,
+max), the peak RSS while they are served, and the health checks' slowest answer.
 
 Run from the repository root::
 
@@ -176,15 +176,20 @@ def main(argv: list[str] | None = None) -> dict:
                           APP_SLIDE_PYRAMIDS=str(scratch / "pyramids"))
         deadline = time.monotonic() + args.timeout
         with streamlit_server(REPO / "checkpoints", scratch / "server.log", free_port(), deadline) as (server, url):
+            import psutil
+
             for name, path in paths.items():
                 slide_id = entry_of(path, False).slide_id
+                root = psutil.Process(server.pid)
+                idle = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
                 with Watch(server.pid, url + "_stcore/health") as watch:
                     started = time.perf_counter()
                     tiles = coarse_tiles(url, slide_id, args.tiles, args.parallel)
                     wall = time.perf_counter() - started
                     moved = [r for g in range(1, 8) for r in coarse_tiles(url, f"{slide_id}-g{g}", args.moved,
                                                                            args.parallel)]
-                report[name] = {"bytes": path.stat().st_size, "tiles": summary(tiles), "tiles_wall_s": round(wall, 2),
+                report[name] = {"bytes": path.stat().st_size, "rss_before_mib": round(idle),
+                                "tiles": summary(tiles), "tiles_wall_s": round(wall, 2),
                                 "moved": summary(moved), "peak_rss_mib": round(watch.peak_mib),
                                 "health_max_s": round(max(watch.health_s, default=0), 3),
                                 "health_checks": len(watch.health_s), "health_failures": len(watch.health_failures)}

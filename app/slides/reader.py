@@ -9,7 +9,9 @@ the same interface (:class:`Slide`), so that region and slide mode read through 
 Every failure to open is a :class:`SlideError` whose message is a sentence for the user (naming the file, never a
 path of the server): a missing or empty file, a truncated slide (a truncated .svs loses the directory OpenSlide
 needs, so it is refused whole), a file named as a slide that holds something else (a JPEG renamed .svs: the
-sentence says it is a JPEG), a file that is neither a slide nor an image, an image too large to hold decoded.
+sentence says it is a JPEG), a file that is neither a slide nor an image, an image or a slide's coarsest level too
+large to read in bounded memory. A slide whose coarsest level is large is read with coarser levels built for it once
+(:mod:`app.slides.pyramid`); an image is decoded once per file.
 """
 
 from __future__ import annotations
@@ -205,13 +207,12 @@ def open_slide(path: str | Path) -> Slide:
         handle.close()
         return _image_slide(path)
     try:
-        handle, pyramid = _bounded_levels(path, handle)
+        handle, built = _bounded_levels(path, handle)
     except SlideError:
         handle.close()
         raise
     slide = Slide(path.name, vendor, tuple(handle.level_dimensions), tuple(handle.level_downsamples),
-                  MappingProxyType(dict(handle.properties)),
-                  tuple(handle.associated_images), handle, pyramid=pyramid)
+                  MappingProxyType(dict(handle.properties)), tuple(handle.associated_images), handle, pyramid=built)
     try:  # a truncated file opens (its header is intact) and fails on its first tile: find out now
         slide.read_region(0, 0, slide.level_count - 1, *(min(64, s) for s in slide.level_dimensions[-1]))
     except SlideError:

@@ -187,7 +187,7 @@ def tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
 
 async def tile(request: Request) -> Response:
     params = request.path_params
-    level, col, row = (path_number(params[key]) for key in ("level", "col", "row"))
+    level, col, row = (path_number(str(params[key])) for key in ("level", "col", "row"))  # text, as routed
     if level is None or col is None or row is None:  # a number too long to be a tile's: no such tile
         return sentence("no such tile: a level, column and row are numbers of at most 9 digits")
     try:
