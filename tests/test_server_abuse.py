@@ -9,9 +9,8 @@ here. Bounded memory, health answered throughout, refusals as 404 sentences, nev
 The bound: the server and its children stay under :data:`RSS_BOUND_MIB` (2 GiB, issue 66's bound; the server idles
 at about 1.2 GB with PyTorch and the first visit prepared; before this bound the PNG's tiles took it to 11.85 GB).
 
-The crafted checkpoints and the cluster without credentials are two more tests below, which need the checkpoint
-limits and the cluster's TLS of helper "guard" (issue 66, items 2 and 4): they are skipped until the integrator
-sets :data:`GUARD_MERGED` once that branch is merged.
+Two more tests: the crafted checkpoints (a huge config, a deflate bomb) refused before anything grows
+(:mod:`models.checkpoint_limits`), and the local cluster refusing a process without its TLS credentials.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from tests.conftest import REPO
 RSS_BOUND_MIB = 2048
 SMALL_CHECKPOINT = "a_p4cnn_rot_mnist"
 HEALTH_BOUND_S = 1.0
-GUARD_MERGED = False  # the integrator sets True once helper "guard"'s branch (CheckpointError limits, TLS) is merged
 
 
 @pytest.fixture(scope="module")
@@ -150,13 +148,11 @@ print(json.dumps(results))
 """
 
 
-@pytest.mark.skipif(not GUARD_MERGED, reason="needs helper guard's checkpoint limits (issue 66, item 2): enable "
-                                             "after merging by setting GUARD_MERGED")
 def test_crafted_checkpoints_are_refused_with_a_sentence_under_1_gb():
     """The page's loaders of an uploaded checkpoint (app.analysis.checkpoints) in a fresh process: a shipped model's
-    weights under a card asking for 20,000 channels, and a .pth whose storage inflates to 512 MiB from 0.5 MB. Today
-    (before guard's limits) the first raises PyTorch's RuntimeError for 64 TB, the second a CheckpointError only
-    after inflating (peak 743 MiB, +505 MiB)."""
+    weights under a card asking for 20,000 channels, and a .pth whose storage inflates to 512 MiB from 0.5 MB. Before the
+    limits the first raised PyTorch's RuntimeError for 64 TB, the second a CheckpointError only after inflating
+    (peak 743 MiB, +505 MiB)."""
     done = subprocess.run([sys.executable, "-c", CRAFTED_CHECKPOINTS], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -181,8 +177,6 @@ except Exception as err:
 """
 
 
-@pytest.mark.skipif(not GUARD_MERGED, reason="needs helper guard's TLS for the local cluster (issue 66, item 4): "
-                                             "enable after merging by setting GUARD_MERGED")
 def test_the_local_cluster_refuses_a_client_without_credentials():
     """The app's local cluster (app.slides.run.local_client, as the Slide page starts it), and a process without its
     certificates trying to run code on it: over plain tcp and over tls without credentials."""
