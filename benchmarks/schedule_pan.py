@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from app.region.evaluation import make_grid
+from app.cells.evaluation import make_grid
 from app.slides.engine import SlideGrid
 from app.slides.order import chunk_edges, spread_order
 from app.slides.schedule import ChunkScheduler

@@ -150,9 +150,9 @@ print(json.dumps(results))
 
 def test_crafted_checkpoints_are_refused_with_a_sentence_under_1_gb():
     """The page's loaders of an uploaded checkpoint (app.analysis.checkpoints) in a fresh process: a shipped model's
-    weights under a card asking for 20,000 channels, and a .pth whose storage inflates to 512 MiB from 0.5 MB. Before the
-    limits the first raised PyTorch's RuntimeError for 64 TB, the second a CheckpointError only after inflating
-    (peak 743 MiB, +505 MiB)."""
+    weights under a card asking for 20,000 channels, and a .pth whose storage inflates to 512 MiB from 0.5 MB.
+    Before the limits the first raised PyTorch's RuntimeError for 64 TB, the second a CheckpointError only after
+    inflating (peak 743 MiB, +505 MiB)."""
     done = subprocess.run([sys.executable, "-c", CRAFTED_CHECKPOINTS], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
