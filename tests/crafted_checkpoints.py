@@ -37,11 +37,11 @@ def card_only_checkpoint(path: Path, card: dict, tensors: dict[str, torch.Tensor
 
 def deflate_bomb(path: Path, elements: int = 2**26) -> Path:
     """A real ``torch.save`` of ``elements`` float32 zeros (256 MiB by default) re-zipped with deflate: about
-    0.25 MB on disk, which ``torch.load`` would inflate whole. The tensor comes from ``torch.empty``'s fresh pages,
-    which read as zeros without being resident, and the re-zip streams 1 MiB at a time: making it takes little
-    memory."""
+    0.25 MB on disk, which ``torch.load`` would inflate whole. Zeros, not ``torch.empty``: memory the allocator
+    hands back for reuse (after other tests in the process) holds old values, which deflate cannot shrink; the re-zip
+    streams 1 MiB at a time."""
     plain = path.with_suffix(".stored")
-    torch.save({"c1.weight": torch.empty(elements, dtype=torch.float32)}, plain)
+    torch.save({"c1.weight": torch.zeros(elements, dtype=torch.float32)}, plain)
     with zipfile.ZipFile(plain) as source, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as out:
         for member in source.infolist():
             with source.open(member) as reading, out.open(member.filename, "w", force_zip64=True) as writing:
