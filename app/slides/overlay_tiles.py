@@ -194,7 +194,7 @@ def register(plan: SlidePlan) -> Overlay:
     key = plan.store.folder.name
     with _registry_lock:
         found = _registry.get(key)
-        if found is None or found.plan.grid != plan.grid:
+        if found is None or found.plan.grid != plan.grid or found.plan.store.folder != plan.store.folder:
             rows, cols = plan.grid.cells.rows, plan.grid.cells.cols
             tissue = np.zeros(plan.grid.chunks, dtype=bool)
             tissue[tuple(np.array(plan.chunks).T)] = True
@@ -317,11 +317,11 @@ def _outline(overlay: Overlay, y0: np.ndarray, x0: np.ndarray, px: int) -> np.nd
     """RGBA of the tissue mask's edge at the level-0 points ``y0`` x ``x0``, a pixel of the tile ``px`` level-0
     pixels: the edge at least two mask pixels wide, max-pooled where a tile pixel covers several."""
     edges = _edge_pyramid(overlay)
-    mask_px = overlay.plan.grid.size[0] / edges[0].shape[0]  # level-0 pixels per mask pixel
-    k = min(len(edges) - 1, max(0, math.floor(math.log2(max(px / mask_px, 1)))))
-    edge, step = edges[k], mask_px * 2**k
-    rows = np.clip((y0 / step).astype(np.int64), 0, edge.shape[0] - 1)
-    cols = np.clip((x0 / step).astype(np.int64), 0, edge.shape[1] - 1)
+    rows_px, cols_px = (n / m for n, m in zip(overlay.plan.grid.size, edges[0].shape, strict=True))  # per mask px
+    k = min(len(edges) - 1, max(0, math.floor(math.log2(max(px / max(rows_px, cols_px), 1)))))
+    edge = edges[k]
+    rows = np.clip((y0 / (rows_px * 2**k)).astype(np.int64), 0, edge.shape[0] - 1)
+    cols = np.clip((x0 / (cols_px * 2**k)).astype(np.int64), 0, edge.shape[1] - 1)
     rgba = np.zeros((len(y0), len(x0), 4), dtype=np.uint8)
     rgba[edge[np.ix_(rows, cols)]] = OUTLINE
     return rgba
