@@ -47,7 +47,7 @@ from ..slides.tiles import VENDOR, inline_descriptor, moved_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
-__all__ = ["slide_page"]
+__all__ = ["slide_page", "clamped_view"]
 
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
@@ -306,18 +306,26 @@ def _look(plan: SlidePlan, rect: tuple[float, float, float, float]) -> None:
 
 
 def _seen(plan: SlidePlan, state_key: str) -> None:
-    """The viewer's view message: the rectangle it shows, clamped to the slide (a browser may send anything)."""
-    view = (st.session_state.get(state_key) or {}).get("view")
-    rows, cols = plan.grid.size
+    """The viewer's view message, clamped to the slide, to :func:`_look`; a message that is no rectangle is
+    ignored."""
+    rect = clamped_view(plan.grid.size, (st.session_state.get(state_key) or {}).get("view"))
+    if rect is not None:
+        _look(plan, rect)
+
+
+def clamped_view(size: tuple[int, int], view) -> tuple[float, float, float, float] | None:
+    """``(x, y, width, height)`` of the viewer's ``view`` (a dict of those, level-0 pixels, from the browser: any
+    value at all) within a slide of ``size`` (rows, cols); None where it is no rectangle of finite numbers."""
     try:
         x, y, width, height = (float(view[name]) for name in ("x", "y", "width", "height"))
-    except (TypeError, KeyError, ValueError):
-        return
+    except (TypeError, KeyError, ValueError, OverflowError):
+        return None
     if not all(np.isfinite((x, y, width, height))):
-        return
+        return None
+    rows, cols = size
     left, top = min(max(x, 0.0), cols), min(max(y, 0.0), rows)
     right, bottom = min(max(x + width, left), cols), min(max(y + height, top), rows)
-    _look(plan, (left, top, right - left, bottom - top))
+    return left, top, right - left, bottom - top
 
 
 def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
