@@ -15,8 +15,8 @@ from app.slides.demos import mosaic_entry
 from app.slides.library import DEMO_FOLDER
 from app.slides.run import plan_slide
 from app.ui.slide_page import clamped_view
+from benchmarks.synthetic_store import synthetic_chunk
 from tests.conftest import REPO, require_shared
-from tests.overlay_helpers import synthetic_chunk
 
 AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
 MAIN = str(REPO / "app" / "main.py")
@@ -48,7 +48,7 @@ def test_a_refresh_sends_the_same_few_hundred_bytes_whatever_the_slides_size(tmp
     cells = {name: plan.grid.cells.rows * plan.grid.cells.cols for name, plan in plans.items()}
     assert cells[small.slide_id] == 16 and cells[large.slide_id] == 43 * 43
     large_plan = plans[large.slide_id]
-    for plan in plans.values():  # a stub engine: known values (tests/overlay_helpers.py), all but three chunks
+    for plan in plans.values():  # a stub engine: known values (benchmarks/synthetic_store.py), all but three chunks
         for index in plan.chunks[: len(plan.chunks) - (3 if plan is large_plan else 0)]:
             plan.store.put(synthetic_chunk(plan, *index))
     calls = recorded(monkeypatch)

@@ -19,7 +19,7 @@ from app.slides.overlay_colours import WAITING, WAITING_GAP, coloured
 from app.slides.overlay_routes import overlay_routes
 from app.slides.overlay_tiles import TILE, cell_value, overlay_tile, register
 from app.slides.store import ChunkStore
-from tests.overlay_helpers import evaluated_of, fill, spatial_of, synthetic_chunk, synthetic_plan, tumour_of
+from benchmarks.synthetic_store import evaluated_of, fill, spatial_of, synthetic_chunk, synthetic_plan, tumour_of
 
 
 def decoded(png: bytes) -> np.ndarray:
@@ -180,7 +180,10 @@ def test_a_stores_memory_is_bounded_and_its_chunks_stay_on_disk(tmp_path):
     for index in plan.chunks:
         assert store.get(*index) is not None
     assert store.held == 3 and store.finished() == set(plan.chunks), "three held, all 25 on disk"
-    assert store.version(0, 0) is not None and store.version(9, 9) is None
+    versions = store.versions()
+    assert set(versions) == set(plan.chunks)
+    store.put(synthetic_chunk(plan, 0, 0))
+    assert store.versions()[0, 0] != versions[0, 0], "a chunk written again has a new version"
 
 
 def serve(path: str):

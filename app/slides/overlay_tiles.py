@@ -148,9 +148,9 @@ class Overlay:
     def bring_in(self, chunks) -> dict[tuple[int, int], tuple | None]:
         """The versions of ``chunks`` (those with tissue), the cell maps brought up to date with any that changed."""
         store, maps, grid = self.plan.store, self.maps, self.plan.grid
-        found = {}
+        on_disk, found = store.versions(), {}
         for index in chunks:
-            version = store.version(*index)
+            version = on_disk.get(index)
             if version is not None and maps.versions.get(index) != version:
                 result = store.get(*index)
                 if result is None:  # a damaged chunk: waiting for its run again

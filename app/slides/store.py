@@ -138,27 +138,23 @@ class ChunkStore:
         self._hold((ci, cj), _signature(path), result)
         return result
 
-    def version(self, ci: int, cj: int) -> tuple[int, int, int] | None:
-        """What changes when chunk (ci, cj) is written again: its file's size and time and its checksum's time (the
-        checksum is written last), or None while either is missing. Reads no chunk: tiles drawn from the chunks
-        are cached under their chunks' versions."""
-        try:
-            size, written = _signature(self._path(ci, cj))
-            _, checked = _signature(self._path(ci, cj).with_suffix(".sha256"))
-        except OSError:
-            return None
-        return size, written, checked
+    def versions(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """Each chunk whose file and checksum are both on disk, unchecked (their checksums are checked when they are
+        read, :meth:`get`), with what changes when it is written again: the inodes of its file (a new one at every
+        :meth:`put`, renamed into place) and of its checksum. One listing of the folder and no read of any file:
+        what a page that refreshes often, and the overlay tiles cached under their chunks' versions, ask."""
+        entries = {entry.name: entry for entry in os.scandir(self.folder)}
+        found = {}
+        for name, entry in entries.items():
+            checksum = entries.get(name[:-4] + ".sha256") if name.endswith(".npz") else None
+            if name.startswith("chunk-") and checksum is not None:
+                ci, cj = name[6:-4].split("-")
+                found[int(ci), int(cj)] = (entry.inode(), checksum.inode())
+        return found
 
     def finished(self) -> set[tuple[int, int]]:
-        """The chunks whose file and checksum are both on disk, from one listing of the folder, unchecked (their
-        checksums are checked when they are read, :meth:`get`): what a page that refreshes often asks."""
-        names = {entry.name for entry in os.scandir(self.folder)}
-        found = set()
-        for name in names:
-            if name.startswith("chunk-") and name.endswith(".npz") and name[:-4] + ".sha256" in names:
-                ci, cj = name[6:-4].split("-")
-                found.add((int(ci), int(cj)))
-        return found
+        """The chunks whose file and checksum are both on disk (:meth:`versions`)."""
+        return set(self.versions())
 
     def forget(self) -> None:
         """Let go of the chunks this process holds (a cohort's finished slide): they stay on disk, read again if

@@ -1,6 +1,7 @@
-"""Analyses of known values without a model, for the overlay tiles' tests and benchmark: a slide's grid, a plan of
-it whose chunks with tissue are those a mask names, and a store filled with chunks whose every value is a function of
-the cell (P(tumour) and the attention readings), so that a tile can be compared with what it covers."""
+"""Analyses of known values without a model, for the overlay tiles' tests and benchmark
+(:mod:`benchmarks.overlay_tiles`): a slide's grid, a plan of it whose chunks with tissue are those named, and a store
+filled with chunks whose every value is a function of the cell (P(tumour) and the attention readings), so that a tile
+can be compared with what it covers."""
 
 from __future__ import annotations
 
