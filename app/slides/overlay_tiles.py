@@ -105,9 +105,8 @@ def _axis(grid: SlideGrid, axis: int, positions: np.ndarray, step: float) -> np.
     return np.where((index >= 0) & (index < count), index, -1)
 
 
-def _chunk_of(grid: SlideGrid, axis: int, cells: np.ndarray) -> np.ndarray:
-    """The chunk index along ``axis`` of each of ``cells`` (-1 stays -1)."""
-    starts = np.array([start for start, _ in grid.chunk_spans[axis]])
+def _chunk_of(starts: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """The chunk index of each of ``cells`` along an axis whose chunks start at ``starts`` (-1 stays -1)."""
     return np.where(cells >= 0, np.searchsorted(starts, cells, side="right") - 1, -1)
 
 
@@ -140,6 +139,18 @@ class Overlay:
     maps: CellMaps
     tissue_chunks: np.ndarray  # (chunk rows, chunk cols) bool
     lock: threading.Lock = field(default_factory=threading.Lock)
+    starts: tuple[np.ndarray, np.ndarray] = ()  # the first cell of each chunk, along rows and along columns
+
+    def __post_init__(self):
+        # SlideGrid.chunk_spans is computed anew each time it is asked: a tile asks for every chunk it covers.
+        self.starts = tuple(np.array([start for start, _ in spans] + [total]) for spans, total in
+                            zip(self.plan.grid.chunk_spans, (self.plan.grid.cells.rows, self.plan.grid.cells.cols),
+                                strict=True))
+
+    def block(self, ci: int, cj: int) -> tuple[int, int, int, int]:
+        """``(first row, stop row, first col, stop col)`` of chunk (ci, cj)'s cells."""
+        return (int(self.starts[0][ci]), int(self.starts[0][ci + 1]), int(self.starts[1][cj]),
+                int(self.starts[1][cj + 1]))
 
     @property
     def key(self) -> str:
@@ -148,7 +159,7 @@ class Overlay:
     def bring_in(self, chunks) -> dict[tuple[int, int], tuple | None]:
         """The versions of ``chunks`` (those with tissue), the cell maps brought up to date with any that changed."""
         store, maps, grid = self.plan.store, self.maps, self.plan.grid
-        on_disk, found = store.versions(), {}
+        on_disk, found = store.versions(chunks), {}
         for index in chunks:
             version = on_disk.get(index)
             if version is not None and maps.versions.get(index) != version:
@@ -156,7 +167,7 @@ class Overlay:
                 if result is None:  # a damaged chunk: waiting for its run again
                     version = None
                 else:
-                    i0, i1, j0, j1 = grid.cell_block(*index)
+                    i0, i1, j0, j1 = self.block(*index)
                     maps.tumour[i0:i1, j0:j1] = np.where(result.evaluated, result.probabilities[..., -1], np.nan)
                     for reading, means in _cell_means(result.attention, grid.cells.cell // ATTENTION_POOL).items():
                         if reading not in maps.readings:
@@ -258,7 +269,7 @@ def overlay_tile(overlay: Overlay, kind: str, level: int, col: int, row: int) ->
     if kind == "outline":
         return _cached((overlay.key, kind, level, col, row), lambda: _png(_outline(overlay, y0, x0, px)))
     cell_i, cell_j = _axis(grid, 0, y0, grid.cells.cell), _axis(grid, 1, x0, grid.cells.cell)
-    chunk_i, chunk_j = _chunk_of(grid, 0, cell_i), _chunk_of(grid, 1, cell_j)
+    chunk_i, chunk_j = _chunk_of(overlay.starts[0][:-1], cell_i), _chunk_of(overlay.starts[1][:-1], cell_j)
     covered = [(ci, cj) for ci in np.unique(chunk_i[chunk_i >= 0]) for cj in np.unique(chunk_j[chunk_j >= 0])
                if overlay.tissue_chunks[ci, cj]]
     fine = kind != "tumour" and min(grid.cell_size_px()) >= FINE_CELL_PX * px
@@ -307,7 +318,7 @@ def _fine_values(overlay: Overlay, kind: str, y0: np.ndarray, x0: np.ndarray, ch
             maps = None if result is None else result.attention.get(reading)
             if maps is None:
                 continue
-            i0, _, j0, _ = grid.cell_block(int(ci), int(cj))
+            i0, _, j0, _ = overlay.block(int(ci), int(cj))
             rows, cols = np.flatnonzero(chunk_i == ci), np.flatnonzero(chunk_j == cj)
             values[np.ix_(rows, cols)] = maps[np.ix_(at_i[rows] - i0 * side, at_j[cols] - j0 * side)]
     return 1 - values if kind == "kept" else values
@@ -358,14 +369,15 @@ def cell_value(overlay: Overlay, i: int, j: int) -> dict | str:
     grid = overlay.plan.grid
     if not (0 <= i < grid.cells.rows and 0 <= j < grid.cells.cols):
         return f"the grid has {grid.cells.rows} x {grid.cells.cols} cells, not ({i}, {j})"
-    index = (int(_chunk_of(grid, 0, np.array([i]))[0]), int(_chunk_of(grid, 1, np.array([j]))[0]))
+    index = (int(_chunk_of(overlay.starts[0][:-1], np.array([i]))[0]),
+             int(_chunk_of(overlay.starts[1][:-1], np.array([j]))[0]))
     answer = dict(cell=[i, j], state="not evaluated", tumour=None)
     if not overlay.tissue_chunks[index]:
         return answer
     result = overlay.plan.store.get(*index)
     if result is None:
         return {**answer, "state": "waiting"}
-    i0, _, j0, _ = grid.cell_block(*index)
+    i0, _, j0, _ = overlay.block(*index)
     if result.evaluated[i - i0, j - j0]:
         return {**answer, "state": "evaluated", "tumour": round(float(result.probabilities[i - i0, j - j0, -1]), 4)}
     return answer

@@ -138,19 +138,28 @@ class ChunkStore:
         self._hold((ci, cj), _signature(path), result)
         return result
 
-    def versions(self) -> dict[tuple[int, int], tuple[int, int]]:
-        """Each chunk whose file and checksum are both on disk, unchecked (their checksums are checked when they are
-        read, :meth:`get`), with what changes when it is written again: the inodes of its file (a new one at every
-        :meth:`put`, renamed into place) and of its checksum. One listing of the folder and no read of any file:
-        what a page that refreshes often, and the overlay tiles cached under their chunks' versions, ask."""
-        entries = {entry.name: entry for entry in os.scandir(self.folder)}
+    def versions(self, chunks=None) -> dict[tuple[int, int], tuple[int, int]]:
+        """Each chunk (of ``chunks``; None: all) whose file and checksum are both on disk, unchecked (their checksums
+        are checked when they are read, :meth:`get`), with what changes when it is written again: the inodes of its
+        file (a new one at every :meth:`put`, renamed into place) and of its checksum. No file is read: what a page
+        that refreshes often, and the overlay tiles cached under their chunks' versions, ask. All of them: one listing
+        of the folder; a few: one ``stat`` each."""
         found = {}
-        for name, entry in entries.items():
-            checksum = entries.get(name[:-4] + ".sha256") if name.endswith(".npz") else None
-            if name.startswith("chunk-") and checksum is not None:
+        if chunks is not None and len(chunks) <= 64:
+            for ci, cj in chunks:
+                path = self._path(ci, cj)
+                try:
+                    found[ci, cj] = (os.stat(path).st_ino, os.stat(path.with_suffix(".sha256")).st_ino)
+                except OSError:
+                    continue
+            return found
+        inodes = {entry.name: entry.inode() for entry in os.scandir(self.folder) if entry.name.startswith("chunk-")}
+        for name, inode in inodes.items():
+            checksum = inodes.get(name[:-4] + ".sha256") if name.endswith(".npz") else None
+            if checksum is not None:
                 ci, cj = name[6:-4].split("-")
-                found[int(ci), int(cj)] = (entry.inode(), checksum.inode())
-        return found
+                found[int(ci), int(cj)] = (inode, checksum)
+        return found if chunks is None else {index: found[index] for index in chunks if index in found}
 
     def finished(self) -> set[tuple[int, int]]:
         """The chunks whose file and checksum are both on disk (:meth:`versions`)."""
