@@ -498,19 +498,11 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
         done = plan.store.finished() & set(plan.chunks)
         analysed = bool(done) and mpp is not None
         text = caption
-        if active:
-            st.progress(len(done) / len(plan.chunks), text=f"Analysing: {len(done)} of {len(plan.chunks)} chunks")
-        small = plan.grid.cells.rows * plan.grid.cells.cols <= SCORED_CELLS
-        if analysed and (entry.truth is not None or original is not None) and not small:
-            st.caption(f"The score and the proof are computed on slides of at most {SCORED_CELLS:,} cells: this one "
-                       f"has {plan.grid.cells.rows * plan.grid.cells.cols:,}.")
-        elif analysed and (entry.truth is not None or original is not None):
-            arrays = assemble(plan, _results(plan, done))
-            if entry.truth is not None:
-                _show_score(arrays, _truth(entry, plan.element), complete=len(done) == len(plan.chunks))
-            if original is not None:
-                _show_proof(original, arrays, plan.element)
-        shown = _overlay_ui(plan, done) if analysed else None
+        if active:  # in the viewer's status line, not a bar above it: the view never moves when the analysis ends
+            text = f"Analysing: {len(done):,} of {len(plan.chunks):,} chunks. {caption}"
+        # The choice is there from the start (its place kept: the view never moves), the overlay once a chunk is in.
+        chosen = _overlay_ui(plan, done) if mpp is not None else None
+        shown = chosen if analysed else None
         if analysed:
             text += (f"; {len(done):,} of {len(plan.chunks):,} chunks analysed (grey stripes: not yet). Hover a cell "
                      "for its P(tumour), click it to open it in the patch page.")
@@ -525,6 +517,17 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
             st.caption(f"{what} Colours: viridis over 0 to 1; grey stripes: chunks not yet analysed; cyan: the tissue "
                        "outline. A research model trained on lymph-node patches (PCam), not a diagnostic device: on "
                        "other tissue it is outside what it learned.")
+        # Below the viewer, so that what they say as chunks finish never moves it.
+        small = plan.grid.cells.rows * plan.grid.cells.cols <= SCORED_CELLS
+        if analysed and (entry.truth is not None or original is not None) and not small:
+            st.caption(f"The score and the proof are computed on slides of at most {SCORED_CELLS:,} cells: this one "
+                       f"has {plan.grid.cells.rows * plan.grid.cells.cols:,}.")
+        elif analysed and (entry.truth is not None or original is not None):
+            arrays = assemble(plan, _results(plan, done))
+            if entry.truth is not None:
+                _show_score(arrays, _truth(entry, plan.element), complete=len(done) == len(plan.chunks))
+            if original is not None:
+                _show_proof(original, arrays, plan.element)
         if active and len(done) == len(plan.chunks):
             st.rerun()  # the whole page, once: the analysis is in, the refreshing stops
 
