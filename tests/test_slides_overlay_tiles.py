@@ -14,6 +14,7 @@ from PIL import Image
 from starlette.requests import Request
 
 import app.slides.overlay_tiles as overlay_tiles
+from app.slides.cell_maps import CELL_MAPS
 from app.slides.engine import ATTENTION_POOL
 from app.slides.overlay_colours import WAITING, WAITING_GAP, coloured
 from app.slides.overlay_routes import overlay_routes
@@ -229,3 +230,24 @@ def test_the_routes_serve_tiles_and_cells_and_say_why_in_a_404(half_done):
         response = serve(path)
         assert response.status_code == 404 and response.body.decode() == sentence + "\n", path
         assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_cell_maps_are_kept_for_the_next_server(tmp_path, monkeypatch):
+    """A server started again reads the cell maps kept beside the chunks, and reads again only a chunk written since."""
+    plan = synthetic_plan(tmp_path, 1000, 1300)
+    fill(plan)
+    first = overlay_tiles.overlay_tile(register(plan), "tumour", overlay_tiles.pyramid(plan.grid).min_level, 0, 0)
+    assert (plan.store.folder / CELL_MAPS).is_file(), "all 25 chunks in: the maps are kept"
+    monkeypatch.setattr(overlay_tiles, "_registry", type(overlay_tiles._registry)())
+    monkeypatch.setattr(overlay_tiles, "_tiles", type(overlay_tiles._tiles)())
+    again = synthetic_plan(tmp_path, 1000, 1300)  # the next server's plan: the same store
+    again.store.put(synthetic_chunk(again, 4, 4))
+    reads = []
+    get = again.store.get
+    monkeypatch.setattr(again.store, "get", lambda ci, cj: reads.append((ci, cj)) or get(ci, cj))
+    overlay = register(again)
+    assert overlay_tile(overlay, "tumour", overlay.pyramid.min_level, 0, 0) == first
+    assert reads == [(4, 4)], "only the chunk written since is read"
+    (again.store.folder / CELL_MAPS).write_bytes(b"damaged")
+    monkeypatch.setattr(overlay_tiles, "_registry", type(overlay_tiles._registry)())
+    assert not register(again).maps.versions, "a damaged file is ignored: the chunks are read again"

@@ -6,16 +6,16 @@ PNG tiles in RGBA (:mod:`app.slides.overlay_colours`), served beside the slide's
 The overlay's pyramid is its own, coarser than the slide's (:class:`OverlayPyramid`): its finest pixel is the
 largest power of two of level-0 pixels within one pixel of the stored attention (a cell is 8 of those), so that
 nothing finer than what is stored is ever made, and the viewer stretches the finest tiles when zoomed in further.
-The slide's own tiles are 254 pixels with an overlap, at every pixel of the slide: at its finest level the overlay
-would be 16 times as many tiles, each of pixels copied from the next.
+The slide's own tiles are 254 pixels with an overlap, at every pixel of the slide: with the overlay's pixel 4 level-0
+pixels (the CMU slide) or 8 (the gigapixel benchmark slide), the finest level has 16 or 64 times fewer tiles.
 
 A tile is made from the chunks its pixels fall in, and only those: each pixel shows the cell (or the attention
-pixel) under its centre. Where a pixel covers a cell or more (the coarse levels), the tile reads a cell's value
-from the analysis's per-cell maps (:class:`CellMaps`: one number per cell and reading, brought up to date from the
-chunks under the tile, each chunk read once per version); only where a cell is four pixels or more does a tile of
-attention read its chunks' attention maps (:meth:`app.slides.store.ChunkStore.get`). Tiles are kept (an LRU of
-:data:`TILE_CACHE_BYTES`) under the versions of the chunks they show: a chunk that finishes changes only the tiles
-over it.
+pixel) under its centre. Where a cell is less than four pixels (the coarse levels) and for P(tumour), the tile reads
+a cell's value from the analysis's per-cell maps (:class:`app.slides.cell_maps.CellMaps`: one number per cell and
+reading, brought up to date from the chunks under the tile, each chunk read once per version, and kept beside the
+chunks for the next server); only where a cell is four pixels or more does a tile of attention read its chunks' own
+maps (:meth:`app.slides.store.ChunkStore.get`). Tiles are kept (an LRU of :data:`TILE_CACHE_BYTES`) under the
+versions of the chunks they show: a chunk that finishes changes only the tiles over it.
 
 The routes name an analysis by its store's key; the page registers its plan (:func:`register`), a few of the latest
 kept (:data:`PLANS`).
@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from .cell_maps import SAVE_EVERY, CellMaps, cell_means
 from .engine import ATTENTION_POOL, SlideGrid
 from .overlay_colours import OUTLINE, coloured, waiting_pattern
 
 if TYPE_CHECKING:
     from .run import SlidePlan
 
-__all__ = ["OverlayPyramid", "CellMaps", "Overlay", "register", "registered", "overlay_tile", "cell_value",
+__all__ = ["OverlayPyramid", "Overlay", "register", "registered", "overlay_tile", "cell_value",
            "chunk_rect", "pyramid", "KINDS", "READINGS", "TILE", "PLANS", "TILE_CACHE_BYTES", "FINE_CELL_PX"]
 
 TILE = 256
@@ -120,17 +121,6 @@ def chunk_rect(grid: SlideGrid, ci: int, cj: int) -> list[float]:
 
 
 @dataclass
-class CellMaps:
-    """One value per cell of an analysis, for the chunks brought in so far: P(tumour) and each reading's mean over
-    the cell (NaN: not evaluated), each chunk's state and the version it was read at. A slide of a million cells:
-    12 MB for three maps."""
-
-    tumour: np.ndarray
-    readings: dict[str, np.ndarray] = field(default_factory=dict)
-    versions: dict[tuple[int, int], tuple | None] = field(default_factory=dict)
-
-
-@dataclass
 class Overlay:
     """A registered analysis: its plan, the overlays' pyramid, its cell maps, the chunks with tissue."""
 
@@ -169,30 +159,22 @@ class Overlay:
                 else:
                     i0, i1, j0, j1 = self.block(*index)
                     maps.tumour[i0:i1, j0:j1] = np.where(result.evaluated, result.probabilities[..., -1], np.nan)
-                    for reading, means in _cell_means(result.attention, grid.cells.cell // ATTENTION_POOL).items():
+                    for reading, means in cell_means(result.attention, grid.cells.cell // ATTENTION_POOL).items():
                         if reading not in maps.readings:
                             maps.readings[reading] = np.full_like(maps.tumour, np.nan)
                         maps.readings[reading][i0:i1, j0:j1] = means
+                    maps.unsaved += 1
             maps.versions[index] = version
             found[index] = version
+        if maps.unsaved >= SAVE_EVERY or (maps.unsaved and all(
+                maps.versions.get(index) is not None for index in self.plan.chunks)):
+            maps.save(store.folder)  # for the next server (cell_maps' docstring)
         return found
 
     def state(self, index: tuple[int, int]) -> int:
         if not self.tissue_chunks[index]:
             return GLASS
         return DONE if self.maps.versions.get(index) is not None else WAITING
-
-
-def _cell_means(attention: dict, side: int) -> dict[str, np.ndarray]:
-    """Each reading's mean over each cell's ``side`` x ``side`` stored pixels (NaN: a cell not evaluated)."""
-    means = {}
-    for reading, maps in attention.items():
-        rows, cols = maps.shape[0] // side, maps.shape[1] // side
-        blocks = maps.astype(np.float32).reshape(rows, side, cols, side)  # (cells, side, cells, side)
-        finite = np.isfinite(blocks)
-        count, total = finite.sum(axis=(1, 3)), np.where(finite, blocks, 0).sum(axis=(1, 3))
-        means[reading] = np.where(count > 0, total / np.maximum(count, 1), np.nan).astype(np.float32)
-    return means
 
 
 _registry: OrderedDict[str, Overlay] = OrderedDict()
@@ -206,11 +188,10 @@ def register(plan: SlidePlan) -> Overlay:
     with _registry_lock:
         found = _registry.get(key)
         if found is None or found.plan.grid != plan.grid or found.plan.store.folder != plan.store.folder:
-            rows, cols = plan.grid.cells.rows, plan.grid.cells.cols
             tissue = np.zeros(plan.grid.chunks, dtype=bool)
             tissue[tuple(np.array(plan.chunks).T)] = True
-            found = Overlay(plan, pyramid(plan.grid), CellMaps(np.full((rows, cols), np.nan, dtype=np.float32)),
-                            tissue)
+            maps = CellMaps.load(plan.store.folder, (plan.grid.cells.rows, plan.grid.cells.cols))
+            found = Overlay(plan, pyramid(plan.grid), maps, tissue)
             _registry[key] = found
         _registry.move_to_end(key)
         while len(_registry) > PLANS:
