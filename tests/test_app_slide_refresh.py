@@ -98,3 +98,26 @@ def test_the_view_the_browser_reports_is_clamped_to_the_slide():
                    {"x": float("inf"), "y": 0, "width": 1, "height": 1}, {"x": [1], "y": 0, "width": 1, "height": 1},
                    {"x": 10**400, "y": 0, "width": 1, "height": 1}):
         assert clamped_view(size, absurd) is None, absurd
+
+
+def test_plans_are_kept_per_session_and_slide(monkeypatch):
+    """One session's tries of many scales push out only its own older plans of that slide, never another
+    session's nor its own plans of other slides (issue 66)."""
+    made = []
+    monkeypatch.setattr(slide_page, "_make_plan", lambda *args: made.append(args) or args)
+    sessions = [{}, {}]
+    for state in sessions:
+        monkeypatch.setattr(slide_page.st, "session_state", state)
+        slide_page._planning("B", "b.svs", "model", 0.5)
+    monkeypatch.setattr(slide_page.st, "session_state", sessions[0])
+    for k in range(10):
+        slide_page._planning("A", "a.svs", "model", 0.1 + k / 100)
+    kept = sessions[0][slide_page.PLANS]
+    assert list(kept) == ["B", "A"] and len(kept["A"]) == slide_page.PLANS_PER_SLIDE
+    assert list(sessions[1][slide_page.PLANS]["B"]) == [("b.svs", "model", 0.5, 0)]
+    count = len(made)
+    slide_page._planning("B", "b.svs", "model", 0.5)
+    assert len(made) == count, "the kept plan, not made again"
+    for slide in ("C", "D"):
+        slide_page._planning(slide, f"{slide}.svs", "model", 0.5)
+    assert list(kept) == ["B", "C", "D"], f"the latest {slide_page.SLIDES_PLANNED} slides used"
