@@ -40,8 +40,8 @@ from .overlay_colours import OUTLINE, coloured, waiting_pattern
 if TYPE_CHECKING:
     from .run import SlidePlan
 
-__all__ = ["OverlayPyramid", "Overlay", "register", "registered", "overlay_tile", "cell_value",
-           "chunk_rect", "pyramid", "KINDS", "READINGS", "TILE", "PLANS", "TILE_CACHE_BYTES", "FINE_CELL_PX"]
+__all__ = ["OverlayPyramid", "Overlay", "register", "registered", "overlay_tile", "cell_value", "chunk_rect",
+           "first_corner", "pyramid", "KINDS", "READINGS", "TILE", "PLANS", "TILE_CACHE_BYTES", "FINE_CELL_PX"]
 
 TILE = 256
 READINGS = ("spatial", "removed", "kept")
@@ -111,10 +111,17 @@ def _chunk_of(starts: np.ndarray, cells: np.ndarray) -> np.ndarray:
     return np.where(cells >= 0, np.searchsorted(starts, cells, side="right") - 1, -1)
 
 
+def first_corner(grid: SlideGrid) -> tuple[float, float]:
+    """The first cell's top-left corner (row, col) in level-0 pixels: :meth:`SlideGrid.cell_top_left_px`'s first,
+    without the array of every cell's (10 MB on the gigapixel slide)."""
+    top, left = grid.cells.cell_origin(0, 0)
+    return tuple(float(v * n / m) for v, m, n in zip((top, left), grid.model_size, grid.size, strict=True))
+
+
 def chunk_rect(grid: SlideGrid, ci: int, cj: int) -> list[float]:
     """``[x, y, width, height]`` in level-0 pixels of chunk (ci, cj)'s cells."""
     i0, i1, j0, j1 = grid.cell_block(ci, cj)
-    (cell_rows, cell_cols), corner = grid.cell_size_px(), grid.cell_top_left_px()[0, 0]
+    (cell_rows, cell_cols), corner = grid.cell_size_px(), first_corner(grid)
     top, left = corner[0] + i0 * cell_rows, corner[1] + j0 * cell_cols
     return [round(float(left), 2), round(float(top), 2), round((j1 - j0) * cell_cols, 2),
             round((i1 - i0) * cell_rows, 2)]

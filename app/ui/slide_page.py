@@ -38,7 +38,7 @@ from ..slides.library import IMAGE_SUFFIXES, UPLOAD_SUFFIXES, SlideEntry, list_s
 from ..slides.moved import moved_slide
 from ..slides.overlay_colours import RANGE
 from ..slides.overlay_routes import overlay_base
-from ..slides.overlay_tiles import cell_value, chunk_rect, register
+from ..slides.overlay_tiles import cell_value, chunk_rect, first_corner, register
 from ..slides.proof import compare_moved, move_cells
 from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide, start_slide
@@ -294,8 +294,8 @@ def _changes(plan: SlidePlan, done: set) -> dict:
 def _grid(plan: SlidePlan) -> dict:
     """The cells' lattice in level-0 pixels, for the viewer's one function from a position to a cell (hover and
     click)."""
-    corners, (cell_rows, cell_cols) = plan.grid.cell_top_left_px(), plan.grid.cell_size_px()
-    return dict(top=float(corners[0, 0, 0]), left=float(corners[0, 0, 1]), rows=plan.grid.cells.rows,
+    (top, left), (cell_rows, cell_cols) = first_corner(plan.grid), plan.grid.cell_size_px()
+    return dict(top=top, left=left, rows=plan.grid.cells.rows,
                 cols=plan.grid.cells.cols, height=cell_rows, width=cell_cols)
 
 
