@@ -3,7 +3,9 @@
 - ``/slides/overlays/{key}/{kind}/{level}/{col}_{row}.png``: a tile of an overlay of the analysis whose store's key
   is ``key`` (:func:`app.slides.overlay_tiles.overlay_tile`);
 - ``/slides/overlays/{key}/cells/{i}_{j}.json``: cell (i, j)'s state and P(tumour), for the viewer's hover
-  (:func:`app.slides.overlay_tiles.cell_value`).
+  (:func:`app.slides.overlay_tiles.cell_value`);
+- ``/slides/viewer.js``: the viewer's own code (``app/ui/slide_viewer.js``), which the Slide page's component loads
+  once rather than sending it in every message (kept by the browser: the page names its digest in the URL).
 
 An analysis is known once a page has registered its plan. An unknown key, kind or level, a tile or cell that is not
 there, a number of more digits than any slide needs, or any other path answers 404 with a sentence, never a 500.
@@ -15,12 +17,15 @@ import re
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from .library import REPO
 from .overlay_tiles import cell_value, overlay_tile, registered
 
-__all__ = ["overlay_routes", "overlay_base"]
+__all__ = ["overlay_routes", "overlay_base", "VIEWER_JS"]
+
+VIEWER_JS = REPO / "app" / "ui" / "slide_viewer.js"
 
 KEY = re.compile(r"[0-9a-f]{24}")  # app.slides.store.store_key's digest
 PAIR = re.compile(r"(\d{1,7})_(\d{1,7})")  # seven digits: ten million tiles or cells a side
@@ -87,8 +92,13 @@ async def other(request: Request) -> Response:
     return _not_found(f"{request.url.path[:80]} is no overlay tile: /slides/overlays/KEY/KIND/LEVEL/COL_ROW.png")
 
 
+async def viewer_js(request: Request) -> Response:
+    return FileResponse(VIEWER_JS, media_type="text/javascript",
+                        headers={**NOSNIFF, "Cache-Control": "public, max-age=86400"})
+
+
 def overlay_routes() -> list:
     """The routes above, for :func:`app.slides.tiles.slide_routes`."""
-    return [Route("/slides/overlays/{key:str}/cells/{cell:str}.json", cell),
+    return [Route("/slides/viewer.js", viewer_js), Route("/slides/overlays/{key:str}/cells/{cell:str}.json", cell),
             Route("/slides/overlays/{key:str}/{kind:str}/{level:str}/{tile:str}.png", tile),
             Route("/slides/overlays/{rest:path}", other)]

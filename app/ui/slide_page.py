@@ -14,6 +14,7 @@ analysis cut short (the page left, the server stopped) resumes from its finished
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import itertools
 import os
@@ -37,7 +38,7 @@ from ..slides.engine import cell_context
 from ..slides.library import IMAGE_SUFFIXES, UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
 from ..slides.moved import moved_slide
 from ..slides.overlay_colours import RANGE
-from ..slides.overlay_routes import overlay_base
+from ..slides.overlay_routes import VIEWER_JS, overlay_base
 from ..slides.overlay_tiles import cell_value, chunk_rect, first_corner, register
 from ..slides.proof import compare_moved, move_cells
 from ..slides.reader import SlideError, open_slide
@@ -73,11 +74,13 @@ VIEW = "slide-view"  # the level-0 rectangle the viewer shows, clamped: (slide i
 # Where analyses are kept, shared by every session: $APP_SLIDE_STORE, else the project's user cache.
 STORE = Path(os.environ.get("APP_SLIDE_STORE") or cache_root() / "slides")
 
+# The viewer's code comes from the server's route (VIEWER_JS), named by its digest; the page sends only its loader.
 _VIEWER = st.components.v2.component(
     "aagc_slide_viewer",
     html='<div class="slide-viewer-host"></div>',
     css=(_HERE / "slide_viewer.css").read_text(),
-    js=(_HERE / "slide_viewer.js").read_text(),
+    js=(_HERE / "slide_viewer_loader.js").read_text().replace(
+        "__VERSION__", hashlib.sha256(VIEWER_JS.read_bytes()).hexdigest()[:16]),
 )
 
 
@@ -278,17 +281,20 @@ def _layers(plan: SlidePlan, shown: str | None, version: dict | None) -> dict:
 def _changes(plan: SlidePlan, done: set) -> dict:
     """What this session's viewer of ``plan`` has not been told yet: ``version`` (one more each time chunks
     finished), ``since`` (the version the viewer must hold for ``rects`` to bring it up to date) and ``rects``, the
-    level-0 rectangles of the chunks finished since (None: too many, reload the overlay's tiles in view)."""
+    level-0 rectangles of the chunks finished since (None: too many, reload the overlay's tiles in view). With no
+    chunk finished since, the last message again (the viewer holds its version already): a refresh that changes
+    nothing is the same message, which Streamlit does not send twice."""
     reported = st.session_state.setdefault(REPORTED, {})
     key = plan.store.folder.name
-    version, told = reported.get(key, (0, frozenset()))
+    version, told, said = reported.get(key, (0, frozenset(), None))
     new = done - told
     if not new:
-        return dict(version=version, since=version, rects=[])
+        return said or dict(version=version, since=version, rects=[])
     rects = ([chunk_rect(plan.grid, *index) for index in sorted(new)] if len(new) <= CHANGED_CHUNKS and version
              else None)
-    reported[key] = (version + 1, frozenset(done))
-    return dict(version=version + 1, since=version, rects=rects)
+    said = dict(version=version + 1, since=version, rects=rects)
+    reported[key] = (version + 1, frozenset(done), said)
+    return said
 
 
 def _grid(plan: SlidePlan) -> dict:
