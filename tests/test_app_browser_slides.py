@@ -75,6 +75,17 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         overlay_tiles = [url for url in asked if "/slides/overlays/" in url and "/tumour/" in url]
         assert overlay_tiles and any("/outline/" in url for url in asked)
         assert not viewer.locator("img[src^='data:']").count()
+        # The opacity changes the overlay's layer as it is (nothing fetched); another overlay is another layer of
+        # tiles, and the slide's own tiles are not fetched again.
+        seen = len(asked)
+        viewer.locator("[data-opacity]").evaluate("(s) => { s.value = '0.8'; s.dispatchEvent(new Event('input')); }")
+        assert viewer.evaluate("(v) => v.viewer.world.getItemAt(1).getOpacity()") == pytest.approx(0.8)
+        page.get_by_text("α_s: where it removes", exact=False).click()
+        page.locator(".slide-viewer[data-overlay-kind='spatial'][data-overlay='drawn']").wait_for()
+        switched = asked[seen:]
+        assert any("/spatial/" in url for url in switched), switched
+        assert not [url for url in switched if url.endswith(".jpeg") or "/tumour/" in url], switched
+        assert viewer.evaluate("(v) => v.viewer.world.getItemAt(1).getOpacity()") == pytest.approx(0.8)
         # Cell (3, 3) is the centre of the mosaic's middle patch: its centre is pixel (144, 144) of level 0. Hovered,
         # it is named over the view, and the view does not move (the bar's height is fixed): the click there opens it.
         point = viewer.evaluate("(v) => { const p = v.viewer.viewport.imageToViewerElementCoordinates("
