@@ -21,6 +21,7 @@ import io
 import json
 import os
 import tempfile
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -81,14 +82,25 @@ class ChunkStore:
         # replaced) is read and checked again.
         self._held: OrderedDict[tuple[int, int], tuple[tuple[int, int], ChunkResult]] = OrderedDict()
         self._held_bytes, self.held_limit = 0, int(held_bytes)
+        # The page's script, the Dask client's callbacks (put) and the overlay tiles' threads share one store.
+        self._lock = threading.Lock()
 
     def _hold(self, index: tuple[int, int], signature: tuple[int, int], result: ChunkResult) -> None:
         """Keep ``result`` in memory, letting go of the least recently used chunks beyond :attr:`held_limit`."""
-        self._let_go(index)
-        self._held[index] = (signature, result)
-        self._held_bytes += _nbytes(result)
-        while self._held_bytes > self.held_limit and len(self._held) > 1:
-            self._let_go(next(iter(self._held)))
+        with self._lock:
+            self._let_go(index)
+            self._held[index] = (signature, result)
+            self._held_bytes += _nbytes(result)
+            while self._held_bytes > self.held_limit and len(self._held) > 1:
+                self._let_go(next(iter(self._held)))
+
+    def _recall(self, index: tuple[int, int]):
+        """``(signature, result)`` of a held chunk, now the most recently used; None if not held."""
+        with self._lock:
+            held = self._held.get(index)
+            if held is not None:
+                self._held.move_to_end(index)
+            return held
 
     def _let_go(self, index: tuple[int, int]) -> None:
         held = self._held.pop(index, None)
@@ -121,9 +133,8 @@ class ChunkStore:
     def get(self, ci: int, cj: int) -> ChunkResult | None:
         """Chunk (ci, cj) if it is stored whole and its bytes match their checksum; else None (to be computed)."""
         path, checksum = self._path(ci, cj), self._path(ci, cj).with_suffix(".sha256")
-        held = self._held.get((ci, cj))
+        held = self._recall((ci, cj))
         if held is not None and path.is_file() and held[0] == _signature(path):
-            self._held.move_to_end((ci, cj))
             return held[1]
         if not (path.is_file() and checksum.is_file()):
             return None
@@ -168,8 +179,9 @@ class ChunkStore:
     def forget(self) -> None:
         """Let go of the chunks this process holds (a cohort's finished slide): they stay on disk, read again if
         asked for."""
-        self._held.clear()
-        self._held_bytes = 0
+        with self._lock:
+            self._held.clear()
+            self._held_bytes = 0
 
     def done(self) -> set[tuple[int, int]]:
         """The chunks stored whole with matching checksums."""
