@@ -1,6 +1,7 @@
 """The Slide page in Chromium: the CMU demo slide drawn from its tiles; then a pyramidal TIFF of PCam test patches,
-uploaded, opens in the deep-zoom viewer (tiles over HTTP), pans, is analysed on Dask, shows its heatmap, and a
-click on a patch's centre cell opens that cell in the patch page."""
+uploaded, opens in the deep-zoom viewer (tiles over HTTP), pans, is analysed on Dask, shows its heatmap as tiled
+layers (overlay tiles over HTTP, no picture of the whole slide), and the cell hovered, without the view moving, is
+the cell a click opens in the patch page."""
 
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         assert after[0] - before[0] == pytest.approx(100 / zoom / 288, rel=0.05) and after[1] == before[1]
         # The viewer's buttons (the slide fills the view: zoomed in as far as it goes, 1.1 screen pixels a pixel).
         zooms = []
+        for control in ("Zoom out", "Zoom in", "The whole slide", "Full screen"):  # drawn, whatever the fonts
+            assert viewer.locator(f"[data-control='{control}'] svg path").count() == 1
         for control in ("Zoom out", "Zoom in", "The whole slide"):
             viewer.locator(f"[data-control='{control}']").click()
             page.wait_for_function("(v) => !v.viewer.isAnimating()", arg=viewer.element_handle())
@@ -66,11 +69,34 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         assert zooms[0] < 1 and zooms[1] > zooms[0] and zooms[2] == pytest.approx(1)
         page.get_by_role("button", name="Analyse the slide").click()
         page.locator("[data-opacity]").wait_for()  # the heatmap's opacity slider: the analysis is shown
-        assert "cells evaluated" in viewer.locator(".status").inner_text()
-        # Cell (3, 3) is the centre of the mosaic's middle patch: its centre is pixel (144, 144) of level 0.
+        page.locator(".slide-viewer[data-overlay='drawn'][data-outline='drawn']").wait_for()
+        assert "chunks analysed" in viewer.locator(".status").inner_text()
+        # The overlays are tiles of their own routes; no picture of the whole slide is sent.
+        overlay_tiles = [url for url in asked if "/slides/overlays/" in url and "/tumour/" in url]
+        assert overlay_tiles and any("/outline/" in url for url in asked)
+        assert not viewer.locator("img[src^='data:']").count()
+        # The opacity changes the overlay's layer as it is (nothing fetched); another overlay is another layer of
+        # tiles, and the slide's own tiles are not fetched again.
+        seen = len(asked)
+        viewer.locator("[data-opacity]").evaluate("(s) => { s.value = '0.8'; s.dispatchEvent(new Event('input')); }")
+        assert viewer.evaluate("(v) => v.viewer.world.getItemAt(1).getOpacity()") == pytest.approx(0.8)
+        page.get_by_text("α_s: where it removes", exact=False).click()
+        page.locator(".slide-viewer[data-overlay-kind='spatial'][data-overlay='drawn']").wait_for()
+        switched = asked[seen:]
+        assert any("/spatial/" in url for url in switched), switched
+        assert not [url for url in switched if url.endswith(".jpeg") or "/tumour/" in url], switched
+        assert viewer.evaluate("(v) => v.viewer.world.getItemAt(1).getOpacity()") == pytest.approx(0.8)
+        # Cell (3, 3) is the centre of the mosaic's middle patch: its centre is pixel (144, 144) of level 0. Hovered,
+        # it is named over the view, and the view does not move (the bar's height is fixed): the click there opens it.
         point = viewer.evaluate("(v) => { const p = v.viewer.viewport.imageToViewerElementCoordinates("
                                 "new OpenSeadragon.Point(144, 144)); const box = v.querySelector('.view')"
                                 ".getBoundingClientRect(); return [box.left + p.x, box.top + p.y]; }")
+        before = viewer.locator(".view").bounding_box()
+        page.mouse.move(*point)
+        page.wait_for_function("(v) => (v.dataset.hover || '').includes('P(tumour) =')", arg=viewer.element_handle())
+        hovered = viewer.get_attribute("data-hover")
+        assert hovered.startswith("cell (3, 3): P(tumour) = "), hovered
+        assert viewer.locator(".view").bounding_box() == before, "hovering moves nothing"
         page.mouse.click(*point)
         page.get_by_text("What the model sees").wait_for()
         assert "mosaic.tif, cell (3, 3)" in page.inner_text("body")

@@ -155,7 +155,7 @@ def test_a_slide_is_planned_once_the_viewer_has_its_first_tile(tmp_path, monkeyp
     monkeypatch.setattr(tiles, "_served", {})  # no tile of any slide served yet in this process
     cmu = next(e for e in list_slides() if e.name == "CMU-1-Small-Region.svs")
     checkpoint = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
-    planning = slide_page._planning.__wrapped__(cmu.slide_id, str(cmu.path), str(checkpoint), None)
+    planning = slide_page._make_plan(cmu.slide_id, str(cmu.path), str(checkpoint), None)
     with pytest.raises(TimeoutError):
         planning.result(timeout=2)  # the plan takes 0.5 s once started: it has not started
     scope = {"type": "http", "method": "GET", "path": "/", "headers": [],

@@ -5,6 +5,9 @@ A store is a folder per (slide, model, grid): its name is a digest of the slide'
 and the file's size, :func:`app.slides.run.slide_identity`), the checkpoint's weights, the scale and the grid's
 geometry, and the element of p4m the slide is moved by where it is moved, so that nothing of another slide, model,
 scale or orientation is ever read back.
+Chunks this process has read or written are kept in memory, at most :data:`HELD_BYTES` of them (the least recently
+used let go first): a page that draws a slide's overlay asks for the chunks under each tile, and a slide of a million
+cells does not fit in a server's memory whole.
 Each chunk is one ``.npz`` (its arrays, :class:`app.slides.engine.ChunkResult`) written to a temporary name and
 renamed into place (a chunk is there whole or not at all), beside its sha256 in a ``.sha256`` file written after
 it. A chunk whose bytes no longer match its checksum (a damaged disk, a copy cut short) is not trusted: it is
@@ -18,15 +21,20 @@ import io
 import json
 import os
 import tempfile
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
 from .engine import ChunkResult, SlideGrid
 
-__all__ = ["ChunkStore", "store_key", "file_sha256"]
+__all__ = ["ChunkStore", "store_key", "file_sha256", "HELD_BYTES"]
 
 ARRAYS = ("tissue", "evaluated", "probabilities")
+# The chunks a store holds in memory, at most, in bytes of their arrays: 64 MiB is about 3,500 chunks of 8 x 8 cells
+# with two readings of attention (18 KB each), several screens of the finest overlay tiles.
+HELD_BYTES = 64 * 2**20
 
 
 def file_sha256(path: Path, block: int = 1 << 20) -> str:
@@ -35,6 +43,11 @@ def file_sha256(path: Path, block: int = 1 << 20) -> str:
         while chunk := file.read(block):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _nbytes(result: ChunkResult) -> int:
+    return (result.tissue.nbytes + result.evaluated.nbytes + result.probabilities.nbytes
+            + sum(maps.nbytes for maps in result.attention.values()))
 
 
 def _signature(path: Path) -> tuple[int, int]:
@@ -60,14 +73,44 @@ def store_key(slide_identity: str, weights_sha256: str, grid: SlideGrid, element
 class ChunkStore:
     """The finished chunks of one slide through one model, under ``root / key``."""
 
-    def __init__(self, root: Path, key: str):
+    def __init__(self, root: Path, key: str, held_bytes: int = HELD_BYTES):
         self.folder = Path(root) / key
         self.folder.mkdir(parents=True, exist_ok=True)
-        # The chunks this process has put or checked, kept: a page that shows a running analysis reads every chunk
-        # every few seconds, and should not read and hash their files again each time.
-        # Each is kept with its file's size and modification time: a file changed since (damaged, replaced) is read
-        # and checked again.
-        self._held: dict[tuple[int, int], tuple[tuple[int, int], ChunkResult]] = {}
+        # The chunks this process has put or checked, kept (the least recently used first, at most ``held_bytes``):
+        # the overlay's tiles ask for the chunks under them again and again, and should not read and hash their
+        # files each time. Each is kept with its file's size and modification time: a file changed since (damaged,
+        # replaced) is read and checked again.
+        self._held: OrderedDict[tuple[int, int], tuple[tuple[int, int], ChunkResult]] = OrderedDict()
+        self._held_bytes, self.held_limit = 0, int(held_bytes)
+        # The page's script, the Dask client's callbacks (put) and the overlay tiles' threads share one store.
+        self._lock = threading.Lock()
+
+    def _hold(self, index: tuple[int, int], signature: tuple[int, int], result: ChunkResult) -> None:
+        """Keep ``result`` in memory, letting go of the least recently used chunks beyond :attr:`held_limit`."""
+        with self._lock:
+            self._let_go(index)
+            self._held[index] = (signature, result)
+            self._held_bytes += _nbytes(result)
+            while self._held_bytes > self.held_limit and len(self._held) > 1:
+                self._let_go(next(iter(self._held)))
+
+    def _recall(self, index: tuple[int, int]):
+        """``(signature, result)`` of a held chunk, now the most recently used; None if not held."""
+        with self._lock:
+            held = self._held.get(index)
+            if held is not None:
+                self._held.move_to_end(index)
+            return held
+
+    def _let_go(self, index: tuple[int, int]) -> None:
+        held = self._held.pop(index, None)
+        if held is not None:
+            self._held_bytes -= _nbytes(held[1])
+
+    @property
+    def held(self) -> int:
+        """How many chunks this process holds in memory now."""
+        return len(self._held)
 
     def _path(self, ci: int, cj: int) -> Path:
         return self.folder / f"chunk-{ci}-{cj}.npz"
@@ -85,12 +128,12 @@ class ChunkStore:
             file.write(data)
         os.replace(temporary, path)
         path.with_suffix(".sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
-        self._held[tuple(result.index)] = (_signature(path), result)
+        self._hold(tuple(result.index), _signature(path), result)
 
     def get(self, ci: int, cj: int) -> ChunkResult | None:
         """Chunk (ci, cj) if it is stored whole and its bytes match their checksum; else None (to be computed)."""
         path, checksum = self._path(ci, cj), self._path(ci, cj).with_suffix(".sha256")
-        held = self._held.get((ci, cj))
+        held = self._recall((ci, cj))
         if held is not None and path.is_file() and held[0] == _signature(path):
             return held[1]
         if not (path.is_file() and checksum.is_file()):
@@ -103,13 +146,42 @@ class ChunkStore:
                          if name.startswith("attention_")}
             result = ChunkResult(tuple(int(v) for v in arrays["index"]), arrays["tissue"], arrays["evaluated"],
                                  arrays["probabilities"], attention)
-        self._held[ci, cj] = (_signature(path), result)
+        self._hold((ci, cj), _signature(path), result)
         return result
+
+    def versions(self, chunks=None) -> dict[tuple[int, int], tuple[int, int]]:
+        """Each chunk (of ``chunks``; None: all) whose file and checksum are both on disk, unchecked (their checksums
+        are checked when they are read, :meth:`get`), with what changes when it is written again: the inodes of its
+        file (a new one at every :meth:`put`, renamed into place) and of its checksum. No file is read: what a page
+        that refreshes often, and the overlay tiles cached under their chunks' versions, ask. All of them: one listing
+        of the folder; a few: one ``stat`` each."""
+        found = {}
+        if chunks is not None and len(chunks) <= 64:
+            for ci, cj in chunks:
+                path = self._path(ci, cj)
+                try:
+                    found[ci, cj] = (os.stat(path).st_ino, os.stat(path.with_suffix(".sha256")).st_ino)
+                except OSError:
+                    continue
+            return found
+        inodes = {entry.name: entry.inode() for entry in os.scandir(self.folder) if entry.name.startswith("chunk-")}
+        for name, inode in inodes.items():
+            checksum = inodes.get(name[:-4] + ".sha256") if name.endswith(".npz") else None
+            if checksum is not None:
+                ci, cj = name[6:-4].split("-")
+                found[int(ci), int(cj)] = (inode, checksum)
+        return found if chunks is None else {index: found[index] for index in chunks if index in found}
+
+    def finished(self) -> set[tuple[int, int]]:
+        """The chunks whose file and checksum are both on disk (:meth:`versions`)."""
+        return set(self.versions())
 
     def forget(self) -> None:
         """Let go of the chunks this process holds (a cohort's finished slide): they stay on disk, read again if
         asked for."""
-        self._held.clear()
+        with self._lock:
+            self._held.clear()
+            self._held_bytes = 0
 
     def done(self) -> set[tuple[int, int]]:
         """The chunks stored whole with matching checksums."""

@@ -38,6 +38,7 @@ from starlette.staticfiles import StaticFiles
 from .http import nosniff, path_number, sentence
 from .library import REPO, find_slide
 from .moved import ELEMENTS, moved_slide
+from .overlay_routes import overlay_routes
 from .reader import SlideError, open_slide
 
 __all__ = ["slide_routes", "deep_zoom", "inline_descriptor", "tile_bytes", "wait_for_tiles", "moved_id",
@@ -213,8 +214,9 @@ class _Vendor(StaticFiles):
 
 
 def slide_routes(vendor: Path = VENDOR) -> list:
-    """The routes above, for ``st.App(routes=...)``; OpenSeadragon's files only where ``make`` installed them."""
-    routes = [Route("/slides/{slide_id:str}.dzi", descriptor),
+    """The routes above and the overlays' (:mod:`app.slides.overlay_routes`), for ``st.App(routes=...)``;
+    OpenSeadragon's files only where ``make`` installed them."""
+    routes = [*overlay_routes(), Route("/slides/{slide_id:str}.dzi", descriptor),
               Route("/slides/{slide_id:str}_files/{level:str}/{col:str}_{row:str}.jpeg", tile)]
     if (vendor / "openseadragon").is_dir():
         routes.append(Mount("/vendor", app=_Vendor(directory=vendor), name="vendor"))

@@ -14,14 +14,16 @@ analysis cut short (the page left, the server stopped) resumes from its finished
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
-from matplotlib import colormaps
 
 from models import Group
 from models.cpu.user_cache import cache_root
@@ -30,13 +32,15 @@ from ..analysis.compute import display_group
 from ..analysis.readings import BRIGHT, LABELS
 from ..analysis.transforms import element_name
 from ..cells.mosaic import score_cells
-from ..pictures.encode import png_data_url
 from ..slides.connection import close_server_clients as close_dask_client
 from ..slides.connection import server_client as dask_client
 from ..slides.connection import server_connecting as _connecting
 from ..slides.engine import cell_context
 from ..slides.library import IMAGE_SUFFIXES, UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
 from ..slides.moved import moved_slide
+from ..slides.overlay_colours import RANGE
+from ..slides.overlay_routes import VIEWER_JS, overlay_base
+from ..slides.overlay_tiles import cell_value, chunk_rect, first_corner, register
 from ..slides.proof import compare_moved, move_cells
 from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, plan_slide, start_slide
@@ -45,7 +49,7 @@ from ..slides.tiles import VENDOR, inline_descriptor, moved_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
-__all__ = ["slide_page", "close_dask_client"]  # the server closes the Dask clients at shutdown
+__all__ = ["slide_page", "clamped_view", "close_dask_client"]  # the server closes the Dask clients at shutdown
 
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
@@ -56,22 +60,52 @@ PLAN_WAIT_S = 2.0  # the longest a slide's plan waits for the viewer's first til
 OPENED = "slide-cell-opened"
 UPLOADS = "slide-uploads"  # this session's uploaded slides: upload file id -> entry
 OVERLAY_OPACITY = 0.55
+# The score of a mosaic and the proof of a moved slide are computed from the whole slide's cells at each refresh: only
+# on slides of at most this many cells (the CMU slide: 1,485; the gigapixel benchmark slide: 641,601).
+SCORED_CELLS = 20_000
+# A refresh names the chunks finished since the last one, at most this many (a few KB); more, and the viewer reloads
+# the overlay's tiles in view instead.
+CHANGED_CHUNKS = 64
+PLANS_PER_SLIDE = 6  # a session's plans of one slide kept (scales typed, moves), the latest
+SLIDES_PLANNED = 3  # the slides a session keeps plans of, the latest
+PLANS = "slide-plans"  # this session's plans: slide id -> OrderedDict (path, checkpoint, mpp, element) -> Future
+REPORTED = "slide-reported"  # this session's viewer: store key -> (version, the chunks finished it was told of)
+VIEW = "slide-view"  # the level-0 rectangle the viewer shows, clamped: (slide id, x, y, width, height)
 # Where analyses are kept, shared by every session: $APP_SLIDE_STORE, else the project's user cache.
 STORE = Path(os.environ.get("APP_SLIDE_STORE") or cache_root() / "slides")
 
+# The viewer's code comes from the server's route (VIEWER_JS), named by its digest; the page sends only its loader.
 _VIEWER = st.components.v2.component(
     "aagc_slide_viewer",
     html='<div class="slide-viewer-host"></div>',
     css=(_HERE / "slide_viewer.css").read_text(),
-    js=(_HERE / "slide_viewer.js").read_text(),
+    js=(_HERE / "slide_viewer_loader.js").read_text().replace(
+        "__VERSION__", hashlib.sha256(VIEWER_JS.read_bytes()).hexdigest()[:16]),
 )
 
 
 _PLANNER = ThreadPoolExecutor(2, thread_name_prefix="slide-plan")
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
 def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0) -> Future:
+    """This session's plan of the slide moved by ``element`` (:func:`_make_plan`), kept per slide: the latest
+    :data:`PLANS_PER_SLIDE` of each of the session's latest :data:`SLIDES_PLANNED` slides, so that one user's tries of
+    scales never push out another's plans (a cache shared by all sessions did, issue 66)."""
+    plans: OrderedDict = st.session_state.setdefault(PLANS, OrderedDict())
+    of_slide = plans.setdefault(slide_id, OrderedDict())
+    plans.move_to_end(slide_id)
+    while len(plans) > SLIDES_PLANNED:
+        plans.popitem(last=False)
+    key = (path, checkpoint, mpp, element)
+    if key not in of_slide:
+        of_slide[key] = _make_plan(slide_id, path, checkpoint, mpp, element)
+    of_slide.move_to_end(key)
+    while len(of_slide) > PLANS_PER_SLIDE:
+        of_slide.popitem(last=False)
+    return of_slide[key]
+
+
+def _make_plan(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0) -> Future:
     """The plan of the slide moved by ``element`` (its scale, grid, thumbnail and tissue: 0.5 s of CPU on the CMU
     slide), made in the background once the viewer has its first tiles, which need no plan: on two cores the plan
     made beside them delayed the first tiles of the page's first visit by seconds."""
@@ -175,60 +209,86 @@ def _info_ui(entry: SlideEntry) -> float | None:
     return scale.microns_per_pixel
 
 
-def _coloured(values: np.ndarray, shown: np.ndarray, low: float, high: float, side: int) -> np.ndarray:
-    """RGBA uint8 of ``values`` in viridis over ``[low, high]``, each value a ``side``-pixel square, transparent
-    black where not ``shown`` (a WebGL drawer blends premultiplied, where any other colour would tint)."""
-    scaled = np.clip((np.nan_to_num(values) - low) / max(high - low, 1e-12), 0, 1)
-    colours = np.round(colormaps["viridis"](scaled) * 255).astype(np.uint8)
-    colours[~shown] = 0
-    return np.kron(colours, np.ones((side, side, 1), dtype=np.uint8))
+def _layers(plan: SlidePlan, shown: str | None, version: dict | None) -> dict:
+    """The viewer's tiled layers over the slide (:mod:`app.slides.overlay_tiles`): the tissue outline and, where
+    ``shown`` is an overlay (``"tumour"`` or a reading of attention), that one with its colour range, units and
+    ``version`` (what changed since the last refresh, :func:`_changes`). A few hundred bytes, whatever the slide."""
+    overlay = register(plan)
+    base = dict(base=overlay_base(overlay.key), **overlay.pyramid.descriptor())
+    layers = dict(outline={**base, "kind": "outline"})
+    if shown is not None:
+        units = "P(tumour)" if shown == TUMOUR else f"{LABELS[shown].split(':')[0]} (first attentive layer)"
+        layers["overlay"] = {**base, "kind": shown, "opacity": OVERLAY_OPACITY, "low": RANGE[0], "high": RANGE[1],
+                             "units": units, **(version or {})}
+    return layers
 
 
-def _overlay(plan: SlidePlan, arrays: dict, shown: str) -> tuple[dict, tuple[float, float], str]:
-    """The picture of the overlay ``shown`` (``"tumour"`` or a reading of attention), its colour range and units."""
-    corners, (_, cell_cols) = plan.grid.cell_top_left_px(), plan.grid.cell_size_px()
-    top, left = (float(v) for v in corners[0, 0])
-    cols = arrays["evaluated"].shape[1]
-    if shown == TUMOUR:
-        values, present, low, high, units = (arrays["probabilities"][..., -1], arrays["evaluated"], 0.0, 1.0,
-                                             "P(tumour)")
-    else:
-        maps = arrays["attention"]["removed"] if shown == "kept" else arrays["attention"][shown]
-        values = 1 - maps if shown == "kept" else maps
-        present = ~np.isnan(values)
-        low, high = (float(v) for v in np.percentile(values[present], [2, 98])) if present.any() else (0.0, 1.0)
-        units = f"{LABELS[shown].split(':')[0]} (first attentive layer, 2nd-98th percentile)"
-    side = max(1, min(8, 4096 // max(values.shape)))
-    picture = dict(kind="overlay", url=png_data_url(_coloured(values, present, low, high, side)), left=left, top=top,
-                   width=cols * cell_cols)
-    return picture, (low, high), units
+def _changes(plan: SlidePlan, done: set) -> dict:
+    """What this session's viewer of ``plan`` has not been told yet: ``version`` (one more each time chunks
+    finished), ``since`` (the version the viewer must hold for ``rects`` to bring it up to date) and ``rects``, the
+    level-0 rectangles of the chunks finished since (None: too many, reload the overlay's tiles in view). With no
+    chunk finished since, the last message again (the viewer holds its version already): a refresh that changes
+    nothing is the same message, which Streamlit does not send twice."""
+    reported = st.session_state.setdefault(REPORTED, {})
+    key = plan.store.folder.name
+    version, told, said = reported.get(key, (0, frozenset(), None))
+    new = done - told
+    if not new:
+        return said or dict(version=version, since=version, rects=[])
+    rects = ([chunk_rect(plan.grid, *index) for index in sorted(new)] if len(new) <= CHANGED_CHUNKS and version
+             else None)
+    said = dict(version=version + 1, since=version, rects=rects)
+    reported[key] = (version + 1, frozenset(done), said)
+    return said
 
 
-def _outline(plan: SlidePlan) -> dict:
-    """The tissue mask's edge, two pixels wide, over the whole slide."""
-    mask = plan.tissue
-    inner = mask.copy()
-    inner[1:-1, 1:-1] = mask[1:-1, 1:-1] & mask[:-2, 1:-1] & mask[2:, 1:-1] & mask[1:-1, :-2] & mask[1:-1, 2:]
-    edge = mask & ~inner
-    edge[1:] |= edge[:-1]  # two pixels wide: visible when the whole slide is in view
-    edge[:, 1:] |= edge[:, :-1]
-    outline = np.zeros((*mask.shape, 4), dtype=np.uint8)
-    outline[edge] = (0, 229, 255, 255)
-    return dict(kind="outline", url=png_data_url(outline), left=0.0, top=0.0, width=float(plan.grid.size[1]))
+def _grid(plan: SlidePlan) -> dict:
+    """The cells' lattice in level-0 pixels, for the viewer's one function from a position to a cell (hover and
+    click)."""
+    (top, left), (cell_rows, cell_cols) = first_corner(plan.grid), plan.grid.cell_size_px()
+    return dict(top=top, left=left, rows=plan.grid.cells.rows,
+                cols=plan.grid.cells.cols, height=cell_rows, width=cell_cols)
 
 
-def _cells(plan: SlidePlan, arrays: dict) -> dict:
-    """Each cell's place and probability (None where not evaluated), for hover and click."""
-    corners, (cell_rows, cell_cols) = plan.grid.cell_top_left_px(), plan.grid.cell_size_px()
-    probability = np.where(arrays["evaluated"], np.round(arrays["probabilities"][..., -1], 4), np.nan)
-    rows, cols = probability.shape
-    return dict(top=float(corners[0, 0, 0]), left=float(corners[0, 0, 1]), rows=rows, cols=cols, height=cell_rows,
-                width=cell_cols, probability=[None if np.isnan(p) else float(p) for p in probability.ravel()])
+def _look(plan: SlidePlan, rect: tuple[float, float, float, float]) -> None:
+    """The viewer shows ``rect`` (x, y, width, height, level-0 pixels, clamped to the slide) of ``plan``'s slide:
+    kept for the analysis's scheduler, which takes what is in view first."""
+    st.session_state[VIEW] = (plan.store.folder.name, *rect)
+
+
+def _seen(plan: SlidePlan, state_key: str) -> None:
+    """The viewer's view message, clamped to the slide, to :func:`_look`; a message that is no rectangle is
+    ignored."""
+    rect = clamped_view(plan.grid.size, (st.session_state.get(state_key) or {}).get("view"))
+    if rect is not None:
+        _look(plan, rect)
+
+
+def clamped_view(size: tuple[int, int], view) -> tuple[float, float, float, float] | None:
+    """``(x, y, width, height)`` of the viewer's ``view`` (a dict of those, level-0 pixels, from the browser: any
+    value at all) within a slide of ``size`` (rows, cols); None where it is no rectangle of finite numbers."""
+    try:
+        x, y, width, height = (float(view[name]) for name in ("x", "y", "width", "height"))
+    except (TypeError, KeyError, ValueError, OverflowError):
+        return None
+    if not all(np.isfinite((x, y, width, height))):
+        return None
+    rows, cols = size
+    left, top = min(max(x, 0.0), cols), min(max(y, 0.0), rows)
+    right, bottom = min(max(x + width, left), cols), min(max(y + height, top), rows)
+    return left, top, right - left, bottom - top
 
 
 def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
-    """The viewer's click: the cell's context, read as the engine read it, handed to the patch page."""
-    i, j = (int(v) for v in st.session_state[state_key]["cell"])
+    """The viewer's click: the cell's context, read as the engine read it, handed to the patch page; a cell not
+    evaluated (or not there: a browser may send anything) opens nothing."""
+    try:
+        i, j = (int(v) for v in st.session_state[state_key]["cell"])
+    except (TypeError, ValueError):
+        return
+    found = cell_value(register(plan), i, j)
+    if isinstance(found, str) or found["state"] != "evaluated":
+        return
     with moved_slide(open_slide(entry.path), plan.element) as slide:
         pixels = cell_context(slide, plan.grid, i, j)
     truth, labels = None, _truth(entry, plan.element)
@@ -289,8 +349,8 @@ def slide_page(loaded: LoadedModel) -> None:
     plans = [plan] + ([original] if original is not None else [])
     runs = [run for p in plans if (run := running_analyses().get(p.store.folder.name)) is not None]
     active = any(not all(future.done() for future in run.futures) for run in runs)
-    finished = sum(plan.store.get(*index) is not None for index in plan.chunks)
-    missing = [p for p in plans if any(p.store.get(*index) is None for index in p.chunks)]
+    finished = len(plan.store.finished() & set(plan.chunks))
+    missing = [p for p in plans if not p.store.finished() >= set(p.chunks)]
     if mpp is not None and missing and not active:
         _connecting()  # the cluster starts while the user looks at the slide
         left, right = st.columns([1, 3])
@@ -352,14 +412,17 @@ def running_analyses() -> dict[str, Analysis]:
     return {}
 
 
-def _viewer(route: str, mpp: float | None, caption: str, pictures: list[dict], cells: dict | None = None,
-            overlay: dict | None = None, opened=None) -> None:
+def _viewer(route: str, mpp: float | None, caption: str, layers: dict, cells: dict | None = None,
+            opened=None, seen=None) -> None:
     """The slide the tile routes call ``route`` in the deep-zoom viewer (its state under ``slide-viewer-{route}``),
-    with ``pictures`` over it; ``opened`` is called when a cell is clicked."""
+    with the tiled ``layers`` over it (:func:`_layers`); ``opened`` is called when a cell is clicked, ``seen`` when
+    the view settles after a pan or zoom (only this fragment reruns)."""
     callbacks = {} if opened is None else {"on_cell_change": opened}
+    if seen is not None:
+        callbacks["on_view_change"] = seen
     _VIEWER(key=f"slide-viewer-{route}", height="content",
             data=dict(dzi=f"slides/{route}.dzi", descriptor=_descriptor(route), height=VIEWER_HEIGHT_PX,
-                      caption=caption, pictures=pictures, cells=cells, overlay=overlay, micronsPerPixel=mpp),
+                      caption=caption, layers=layers, cells=cells, micronsPerPixel=mpp),
             **callbacks)
 
 
@@ -370,55 +433,69 @@ def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: list[Fu
     def view() -> None:
         if all(each.done() for each in planning):
             st.rerun(scope="app")
-        _viewer(route, mpp, "Finding the tissue ...", pictures=[])
+        _viewer(route, mpp, "Finding the tissue ...", layers={})
 
     view()
 
 
 def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: str, active: bool, route: str,
                original: SlidePlan | None) -> None:
-    """The viewer with what is analysed so far; while an analysis runs, drawn again every :data:`REFRESH_S`
-    seconds with the chunks finished since (the viewer keeps its place and zoom), until the last is in. For a moved
-    slide, the proof against the slide as scanned (``original``) over the cells both have."""
+    """The viewer with what is analysed so far; while an analysis runs, refreshed every :data:`REFRESH_S` seconds
+    with the chunks finished since (a few hundred bytes: the viewer fetches the overlay's tiles over them again, and
+    keeps its place and zoom), until the last is in. For a moved slide, the proof against the slide as scanned
+    (``original``) over the cells both have."""
+    state_key = f"slide-viewer-{route}"
 
     @st.fragment(run_every=REFRESH_S if active else None)
     def view() -> None:
-        done = {index: result for index in plan.chunks if (result := plan.store.get(*index)) is not None}
-        arrays = assemble(plan, done) if done and mpp is not None else None
-        pictures, cells, overlay, shown, text = [_outline(plan)], None, None, TUMOUR, caption
-        if active:
-            st.progress(len(done) / len(plan.chunks), text=f"Analysing: {len(done)} of {len(plan.chunks)} chunks")
-        if arrays is not None and entry.truth is not None:
-            _show_score(arrays, _truth(entry, plan.element), complete=len(done) == len(plan.chunks))
-        if arrays is not None and original is not None:
-            _show_proof(original, arrays, plan.element)
-        if arrays is not None:
-            shown = _overlay_ui(arrays)
-            picture, (low, high), units = _overlay(plan, arrays, shown)
-            pictures.append(picture)
-            cells = _cells(plan, arrays)
-            overlay = dict(opacity=OVERLAY_OPACITY, low=low, high=high, units=units)
-            text += (f"; {int(arrays['evaluated'].sum()):,} cells evaluated. Hover a cell for its P(tumour), click "
-                     "it to open it in the patch page.")
-        _viewer(route, mpp, text, pictures, cells, overlay,
-                opened=lambda: _open_cell(plan, entry, f"slide-viewer-{route}"))
+        done = plan.store.finished() & set(plan.chunks)
+        analysed = bool(done) and mpp is not None
+        text = caption
+        if active:  # in the viewer's status line, not a bar above it: the view never moves when the analysis ends
+            text = f"Analysing: {len(done):,} of {len(plan.chunks):,} chunks. {caption}"
+        # The choice is there from the start (its place kept: the view never moves), the overlay once a chunk is in.
+        chosen = _overlay_ui(plan, done) if mpp is not None else None
+        shown = chosen if analysed else None
+        if analysed:
+            text += (f"; {len(done):,} of {len(plan.chunks):,} chunks analysed (grey stripes: not yet). Hover a cell "
+                     "for its P(tumour), click it to open it in the patch page.")
+        _seen(plan, state_key)
+        _viewer(route, mpp, text, _layers(plan, shown, _changes(plan, done) if analysed else None),
+                _grid(plan) if analysed else None,
+                opened=lambda: _open_cell(plan, entry, state_key), seen=lambda: _seen(plan, state_key))
         if st.session_state.pop(OPENED, False):
             st.rerun(scope="app")
-        if arrays is not None:
+        if analysed:
             what = BRIGHT.get(shown, "Bright: the model gives the cell a high tumour probability.")
-            st.caption(f"{what} Colours: viridis over the colour bar's range; cyan: the tissue outline. A research "
-                       "model trained on lymph-node patches (PCam), not a diagnostic device: on other tissue it is "
-                       "outside what it learned.")
+            st.caption(f"{what} Colours: viridis over 0 to 1; grey stripes: chunks not yet analysed; cyan: the tissue "
+                       "outline. A research model trained on lymph-node patches (PCam), not a diagnostic device: on "
+                       "other tissue it is outside what it learned.")
+        # Below the viewer, so that what they say as chunks finish never moves it.
+        small = plan.grid.cells.rows * plan.grid.cells.cols <= SCORED_CELLS
+        if analysed and (entry.truth is not None or original is not None) and not small:
+            st.caption(f"The score and the proof are computed on slides of at most {SCORED_CELLS:,} cells: this one "
+                       f"has {plan.grid.cells.rows * plan.grid.cells.cols:,}.")
+        elif analysed and (entry.truth is not None or original is not None):
+            arrays = assemble(plan, _results(plan, done))
+            if entry.truth is not None:
+                _show_score(arrays, _truth(entry, plan.element), complete=len(done) == len(plan.chunks))
+            if original is not None:
+                _show_proof(original, arrays, plan.element)
         if active and len(done) == len(plan.chunks):
             st.rerun()  # the whole page, once: the analysis is in, the refreshing stops
 
     view()
 
 
+def _results(plan: SlidePlan, done: set) -> dict:
+    """The finished chunks of a small slide (:data:`SCORED_CELLS`), read (from the store's memory once read)."""
+    return {index: result for index in done if (result := plan.store.get(*index)) is not None}
+
+
 def _show_proof(original: SlidePlan, arrays: dict, element: int) -> None:
     """The moved slide's maps against the slide as scanned, moved the same way: equal up to round-off over the cells
     both runs have evaluated (:func:`app.slides.proof.compare_moved`)."""
-    done = {index: result for index in original.chunks if (result := original.store.get(*index)) is not None}
+    done = _results(original, original.store.finished() & set(original.chunks))
     found = compare_moved(assemble(original, done), arrays, element) if done else None
     if found is None or not found.cells_compared:
         st.caption(f"Proof of equivariance: once the slide as scanned is analysed too (Analyse does both), this "
@@ -449,11 +526,14 @@ def _show_score(arrays: dict, labels: np.ndarray, complete: bool) -> None:
         st.success(f"Against the true labels of the patch centres{so_far}: {score.summary()}.")
 
 
-def _overlay_ui(arrays: dict) -> str:
+def _overlay_ui(plan: SlidePlan, done: set) -> str:
     """The overlay to show: the tumour probability, or the first attentive layer's attention in one of the patch
-    page's readings (the ones the model has)."""
-    readings = [r for r in ("spatial", "removed", "kept") if r in arrays["attention"] or
-                (r == "kept" and "removed" in arrays["attention"])]
+    page's readings (the ones the model has, as a finished chunk says)."""
+    looked = itertools.islice(sorted(done), 16)  # a chunk of glass has none: a few are enough to know
+    example = next((result for index in looked if (result := plan.store.get(*index)) is not None
+                    and result.attention), None)
+    have = example.attention if example is not None else {}
+    readings = [r for r in ("spatial", "removed", "kept") if r in have or (r == "kept" and "removed" in have)]
     options = [TUMOUR] + readings
     return st.radio("Overlay", options, horizontal=True, key="slide_overlay",
                     format_func=lambda o: "P(tumour) per cell" if o == TUMOUR else LABELS[o])

@@ -7,11 +7,18 @@
 // so that the first tiles are asked for as soon as the script runs, and the viewer's buttons are its own, drawn
 // without images: OpenSeadragon's 14 button images took the browser's six connections before the first tiles.
 //
+// The overlays (the tissue outline, P(tumour), the readings of attention) are tiled layers of their own pyramid
+// (app/slides/overlay_tiles.py), made by the server from the slide's finished chunks: a refresh of a running analysis
+// sends only a version and the rectangles of the chunks finished since, and the viewer fetches again only the tiles
+// over them. Hover asks the server for the one cell under the mouse.
+//
 // One viewer per slide outlives the page's reruns: new data for the same slide (the outline once the tissue is
-// found, an analysis's new chunks, another overlay) changes its pictures, bar and cells in place, without opening
-// the slide again or reloading a tile. A viewer no rerun took back within KEEP_MS is destroyed.
+// found, an analysis's new chunks, another overlay) changes its layers, bar and grid in place, without opening
+// the slide again or reloading a tile of the slide. A viewer no rerun took back within KEEP_MS is destroyed.
 
 const KEEP_MS = 5000;
+const VIEW_SETTLE_MS = 300; // the view is told to the page once a pan or zoom has rested this long
+const SWAP_MS = 1500; // the longest a replaced layer stays under its successor while the successor's tiles load
 let loading = null;
 const kept = new Map(); // dzi -> viewer entry, between a rerun's cleanup and the next call
 const mounted = new Map(); // dzi -> viewer entry on the page
@@ -38,73 +45,139 @@ function element(tag, className) {
   return made;
 }
 
-// The bar above the view: the opacity slider and the colour bar (with its units and range: viridis from low, dark
-// blue, to high, yellow) where there is an overlay, and the status line.
+// The bar above the view, of a fixed height (nothing in it, nor hovering, moves the view): the opacity slider and
+// the colour bar (with its units and range: viridis from low, dark blue, to high, yellow) where there is an overlay,
+// and the status line.
 function drawBar(entry) {
   const { data } = entry;
+  const overlay = data.layers?.overlay;
   const status = element("span", "status");
   status.textContent = data.caption;
+  status.title = data.caption;
   const parts = [];
-  if (data.overlay) {
+  if (overlay) {
     const label = element("label");
     label.textContent = "Overlay opacity ";
     const opacity = element("input");
     Object.assign(opacity, { type: "range", min: "0", max: "1", step: "0.05" });
-    opacity.value = String(entry.opacity ?? data.overlay.opacity);
+    opacity.value = String(entry.opacity ?? overlay.opacity);
     opacity.dataset.opacity = "";
     opacity.addEventListener("input", () => {
       entry.opacity = Number(opacity.value);
-      for (const item of entry.items.overlay || []) item.setOpacity(entry.opacity);
+      const record = entry.layers.overlay;
+      if (record?.item) record.item.setOpacity(entry.opacity); // the layer's tiles as they are: nothing fetched
     });
     label.append(opacity);
     const legend = element("span", "legend");
-    legend.append(`${data.overlay.units}: ${data.overlay.low.toFixed(3)} `, element("span", "ramp"),
-      ` ${data.overlay.high.toFixed(3)}`);
+    legend.append(`${overlay.units}: ${overlay.low.toFixed(1)} `, element("span", "ramp"), ` ${overlay.high.toFixed(1)}`);
     parts.push(label, legend);
   }
   entry.bar.replaceChildren(...parts, status);
   entry.status = status;
 }
 
-// The pictures over the slide (outline, overlay): the new ones added, then the old ones of each kind removed once
-// the new one is in, so that an update never shows the slide bare.
-function drawPictures(entry) {
+// A layer's tiles, on its own pyramid: each tile's URL names the version it was asked for (a tile over a chunk
+// finished since is a new tile: OpenSeadragon caches tiles by URL).
+function layerSource(layer, record) {
+  const base = new URL(layer.base, document.baseURI).href;
+  return {
+    width: layer.width, height: layer.height, tileSize: layer.tileSize, tileOverlap: 0,
+    minLevel: layer.minLevel, maxLevel: layer.maxLevel,
+    getTileUrl: (level, x, y) => `${base}${layer.kind}/${level}/${x}_${y}.png`
+      + `?v=${record.version}.${record.epochs.get(`${level}/${x}/${y}`) ?? 0}`,
+  };
+}
+
+// The layers over the slide (outline, overlay): a new one added over the old, which is removed once the new one's
+// tiles in view are in, so that switching never shows the slide bare; an overlay brought up to date in place.
+function drawLayers(entry) {
   const { viewer, data, root } = entry;
   if (!viewer || !viewer.world.getItemCount()) return;
-  const width = viewer.world.getItemAt(0).getContentSize().x;
-  for (const kind of Object.keys(entry.items)) {
-    if (!data.pictures.some((picture) => picture.kind === kind)) {
-      for (const item of entry.items[kind]) viewer.world.removeItem(item);
-      delete entry.items[kind];
-      entry.shown.delete(kind);
+  const layers = data.layers || {};
+  for (const kind of ["overlay", "outline"]) {
+    const layer = layers[kind];
+    const record = entry.layers[kind];
+    if (!layer) {
+      if (record) for (const item of [record.item, ...record.replaces]) if (item) viewer.world.removeItem(item);
+      delete entry.layers[kind];
       delete root.dataset[kind];
+      continue;
     }
-  }
-  for (const picture of data.pictures) {
-    const key = pictureKey(picture);
-    if (entry.shown.get(picture.kind) === key) continue; // the same picture: nothing to redraw
-    entry.shown.set(picture.kind, key);
-    viewer.addSimpleImage({
-      url: picture.url, x: picture.left / width, y: picture.top / width, width: picture.width / width,
-      opacity: picture.kind === "overlay" ? (entry.opacity ?? data.overlay?.opacity ?? 1) : 1,
-      success: (event) => {
-        if (entry.shown.get(picture.kind) !== key) {
-          viewer.world.removeItem(event.item); // overtaken by a newer picture while it loaded
-          return;
-        }
-        for (const item of entry.items[picture.kind] || []) viewer.world.removeItem(item);
-        entry.items[picture.kind] = [event.item];
-        root.dataset[picture.kind] = "added"; // data-outline, data-overlay: "drawn" once a frame shows it
-      },
-    });
+    const key = `${layer.base}|${layer.kind}`;
+    const version = layer.version ?? 0;
+    if (record && record.key === key) {
+      if (version === record.version) continue;
+      if (layer.rects && layer.since === record.version && record.item) {
+        refreshTiles(entry, record, layer, version);
+        continue;
+      }
+    }
+    addLayer(entry, kind, layer, key, version, record);
   }
 }
 
-// What identifies a picture: its kind, place and a hash of its data URL.
-function pictureKey(picture) {
-  let hash = 0;
-  for (let i = 0; i < picture.url.length; i++) hash = (Math.imul(hash, 31) + picture.url.charCodeAt(i)) | 0;
-  return `${picture.kind}|${picture.left}|${picture.top}|${picture.width}|${picture.url.length}|${hash}`;
+function addLayer(entry, kind, layer, key, version, previous) {
+  const { viewer, root } = entry;
+  const record = { key, version, epochs: new Map(), item: null, replaces: [] };
+  if (kind === "overlay") entry.values.clear();
+  if (previous) record.replaces = [previous.item, ...previous.replaces].filter(Boolean);
+  entry.layers[kind] = record;
+  const width = viewer.world.getItemAt(0).getContentSize().x;
+  viewer.addTiledImage({
+    tileSource: layerSource(layer, record),
+    x: 0, y: 0, width: (layer.width * layer.scale) / width,
+    // The overlay just above the slide, the outline above everything.
+    ...(kind === "overlay" ? { index: 1 } : {}),
+    opacity: kind === "overlay" ? (entry.opacity ?? layer.opacity) : 1,
+    success: (event) => {
+      if (entry.layers[kind] !== record) {
+        viewer.world.removeItem(event.item); // overtaken by a newer layer while it opened
+        return;
+      }
+      record.item = event.item;
+      root.dataset[kind] = "added"; // data-outline, data-overlay: "drawn" once a frame shows it
+      root.dataset[`${kind}Kind`] = layer.kind;
+      root.dataset[`${kind}Version`] = String(record.version);
+      const swap = () => {
+        for (const item of record.replaces) viewer.world.removeItem(item);
+        record.replaces = [];
+      };
+      if (!record.replaces.length) return;
+      event.item.addOnceHandler("fully-loaded-change", swap);
+      setTimeout(swap, SWAP_MS);
+    },
+  });
+}
+
+// The tiles of the overlay's layer over ``layer.rects`` (level-0 rectangles of the chunks finished since) made again:
+// each is dropped from the layer's tiles and asked for under the new version; the others stay as they are.
+// OpenSeadragon 6.1.1 keeps a layer's tiles in tiledImage.tilesMatrix[level][x][y] and makes a tile anew (its URL
+// from getTileUrl) where none is there; _fullyLoaded = false makes its next update look for the missing ones.
+function refreshTiles(entry, record, layer, version) {
+  const item = record.item;
+  let dropped = 0;
+  for (const [levelKey, columns] of Object.entries(item.tilesMatrix)) {
+    const level = Number(levelKey);
+    const side = layer.tileSize * layer.scale * 2 ** (layer.maxLevel - level); // level-0 pixels across a tile
+    for (const [xKey, rows] of Object.entries(columns)) {
+      for (const yKey of Object.keys(rows)) {
+        const x0 = Number(xKey) * side;
+        const y0 = Number(yKey) * side;
+        if (layer.rects.some(([x, y, w, h]) => x < x0 + side && x + w > x0 && y < y0 + side && y + h > y0)) {
+          record.epochs.set(`${level}/${xKey}/${yKey}`, version);
+          delete rows[yKey];
+          dropped += 1;
+        }
+      }
+    }
+  }
+  record.version = version;
+  entry.values.clear();
+  entry.root.dataset.overlayVersion = String(version);
+  entry.root.dataset.tilesDropped = String(Number(entry.root.dataset.tilesDropped || 0) + dropped);
+  item._fullyLoaded = false;
+  item._needsDraw = true;
+  entry.viewer.forceRedraw();
 }
 
 function drawScaleBar(entry) {
@@ -122,14 +195,69 @@ function drawScaleBar(entry) {
   root.dataset.scaleBar = scaleBar.textContent;
 }
 
+// The cell under a point of the view (viewer-element pixels): the one function hover and click both use.
 function cellAt(entry, position) {
   const { viewer, data } = entry;
   if (!data.cells) return null;
-  const point = viewer.viewport.viewerElementToImageCoordinates(position);
+  const point = viewer.world.getItemAt(0).viewerElementToImageCoordinates(position);
   const { top, left, rows, cols, height, width } = data.cells;
   const i = Math.floor((point.y - top) / height);
   const j = Math.floor((point.x - left) / width);
   return i >= 0 && j >= 0 && i < rows && j < cols ? [i, j] : null;
+}
+
+// What the server says of a cell (its state and P(tumour)), asked once per cell and overlay version, one at a time:
+// the latest cell hovered is asked next.
+function lookUp(entry, cell) {
+  const name = `${cell[0]}_${cell[1]}`;
+  if (entry.values.has(name)) return entry.values.get(name);
+  const base = entry.data.layers?.overlay?.base;
+  if (!base || entry.asking) return undefined;
+  entry.asking = name;
+  fetch(new URL(`${base}cells/${name}.json`, document.baseURI).href)
+    .then((response) => (response.ok ? response.json() : null))
+    .catch(() => null)
+    .then((value) => {
+      entry.asking = null;
+      if (value) entry.values.set(name, value);
+      showHover(entry);
+    });
+  return undefined;
+}
+
+function showHover(entry) {
+  const { readout, hovered, root } = entry;
+  if (!hovered) {
+    readout.hidden = true;
+    delete root.dataset.hover;
+    return;
+  }
+  const [i, j] = hovered;
+  const value = lookUp(entry, hovered);
+  readout.textContent = value === undefined ? `cell (${i}, ${j}) ...`
+    : value.state === "evaluated"
+      ? `cell (${i}, ${j}): P(tumour) = ${value.tumour.toFixed(3)}; click to open it in the patch page`
+      : value.state === "waiting" ? `cell (${i}, ${j}): not yet analysed`
+        : `cell (${i}, ${j}): not evaluated (glass or too little tissue)`;
+  readout.hidden = false;
+  root.dataset.hover = readout.textContent;
+}
+
+// The level-0 rectangle in view, told to the page once the view rests (the analysis takes what is in view first).
+function reportView(entry) {
+  clearTimeout(entry.viewTimer);
+  entry.viewTimer = setTimeout(() => {
+    const { viewer } = entry;
+    if (!viewer || !viewer.world.getItemCount() || !entry.setStateValue) return;
+    const rect = viewer.world.getItemAt(0).viewportToImageRectangle(viewer.viewport.getBounds(true));
+    const view = { x: Math.round(rect.x), y: Math.round(rect.y), width: Math.round(rect.width),
+      height: Math.round(rect.height) };
+    const said = JSON.stringify(view);
+    if (said === entry.viewSaid) return;
+    entry.viewSaid = said;
+    entry.root.dataset.view = said;
+    entry.setStateValue("view", view);
+  }, VIEW_SETTLE_MS);
 }
 
 // The descriptor the page sent, its tiles' URL made absolute; else the slide's .dzi, fetched.
@@ -139,19 +267,41 @@ function tileSource(data) {
   return { Image: { ...image, Url: new URL(image.Url, document.baseURI).href } };
 }
 
-// Zoom in, zoom out, the whole slide and full screen: what OpenSeadragon's own buttons did, as text buttons.
+// Zoom in, zoom out, the whole slide and full screen: what OpenSeadragon's own buttons did, drawn as inline SVG (a
+// glyph such as U+26F6, full screen, is missing from many machines' fonts and showed as an empty box).
+const ICONS = {
+  "Zoom in": "M4 10h12M10 4v12",
+  "Zoom out": "M4 10h12",
+  "The whole slide": "M3 10 10 3l7 7M5 8.5V17h10V8.5",
+  "Full screen": "M3 7V3h4M13 3h4v4M17 13v4h-4M7 17H3v-4",
+};
+
+function icon(title) {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 20 20");
+  svg.setAttribute("width", "18");
+  svg.setAttribute("height", "18");
+  svg.setAttribute("aria-hidden", "true");
+  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  Object.entries({ d: ICONS[title], fill: "none", stroke: "currentColor", "stroke-width": "2",
+    "stroke-linecap": "round", "stroke-linejoin": "round" }).forEach(([name, value]) => path.setAttribute(name, value));
+  svg.append(path);
+  return svg;
+}
+
 function drawControls(entry) {
   const controls = element("div", "controls");
   const buttons = [
-    ["+", "Zoom in", (viewer) => viewer.viewport.zoomBy(2)],
-    ["\u2212", "Zoom out", (viewer) => viewer.viewport.zoomBy(0.5)],
-    ["\u2302", "The whole slide", (viewer) => viewer.viewport.goHome()],
-    ["\u26f6", "Full screen", () => (document.fullscreenElement ? document.exitFullscreen()
+    ["Zoom in", (viewer) => viewer.viewport.zoomBy(2)],
+    ["Zoom out", (viewer) => viewer.viewport.zoomBy(0.5)],
+    ["The whole slide", (viewer) => viewer.viewport.goHome()],
+    ["Full screen", () => (document.fullscreenElement ? document.exitFullscreen()
       : entry.root.requestFullscreen())],
   ];
-  for (const [text, title, act] of buttons) {
+  for (const [title, act] of buttons) {
     const button = element("button");
-    Object.assign(button, { type: "button", textContent: text, title });
+    Object.assign(button, { type: "button", title });
+    button.append(icon(title));
     button.setAttribute("aria-label", title);
     button.dataset.control = title;
     button.addEventListener("click", () => {
@@ -193,8 +343,9 @@ function open(entry, OpenSeadragon) {
       viewer.viewport.panTo(new OpenSeadragon.Point(place.x, place.y), true);
     }
     root.dataset.open = "1";
-    drawPictures(entry);
+    drawLayers(entry);
     drawScaleBar(entry);
+    reportView(entry);
   });
   viewer.addHandler("tile-loaded", (event) => {
     if (event.tiledImage === viewer.world.getItemAt(0)) root.dataset.tiles = String(Number(root.dataset.tiles || 0) + 1);
@@ -209,29 +360,35 @@ function open(entry, OpenSeadragon) {
     for (const kind of ["outline", "overlay"]) if (root.dataset[kind] === "added") root.dataset[kind] = "drawn";
   });
   viewer.addHandler("animation", () => drawScaleBar(entry));
+  viewer.addHandler("viewport-change", () => reportView(entry));
+  // Hover shows the cell under the mouse over the view, not in the bar: the layout never changes under the mouse.
   new OpenSeadragon.MouseTracker({
     element: view,
     moveHandler: (event) => {
-      const { data: now, status } = entry;
       const cell = cellAt(entry, event.position);
-      const p = cell ? now.cells.probability[cell[0] * now.cells.cols + cell[1]] : null;
-      status.textContent = cell === null ? now.caption
-        : p === null ? `cell (${cell[0]}, ${cell[1]}): not evaluated (glass or too little tissue)`
-        : `cell (${cell[0]}, ${cell[1]}): P(tumour) = ${p.toFixed(3)}; click to open it in the patch page`;
+      if (String(cell) === String(entry.hovered)) return;
+      entry.hovered = cell;
+      showHover(entry);
+    },
+    leaveHandler: () => {
+      entry.hovered = null;
+      showHover(entry);
     },
   });
   viewer.addHandler("canvas-click", (event) => {
     if (!event.quick) return; // a drag pans
     const cell = cellAt(entry, event.position);
-    const now = entry.data;
-    if (cell && now.cells.probability[cell[0] * now.cells.cols + cell[1]] !== null) {
-      entry.setTriggerValue("cell", cell);
-    }
+    if (!cell) return;
+    const known = entry.values.get(`${cell[0]}_${cell[1]}`);
+    if (known && known.state !== "evaluated") return; // the page would open nothing
+    root.dataset.clicked = String(cell);
+    entry.setTriggerValue("cell", cell);
   });
 }
 
 function destroy(entry) {
   clearTimeout(entry.timer);
+  clearTimeout(entry.viewTimer);
   entry.gone = true;
   if (kept.get(entry.data.dzi) === entry) kept.delete(entry.data.dzi);
   if (!entry.viewer) return;
@@ -249,9 +406,12 @@ function create(data) {
   const bar = element("div", "bar");
   const view = element("div", "view");
   const scaleBar = element("div", "scale-bar");
+  const readout = element("div", "readout");
+  readout.hidden = true;
   root.append(bar, view);
-  const entry = { root, bar, view, scaleBar, data, viewer: null, items: {}, shown: new Map(), opacity: null };
-  view.append(scaleBar, drawControls(entry));
+  const entry = { root, bar, view, scaleBar, readout, data, viewer: null, layers: {}, opacity: null,
+    values: new Map(), hovered: null, asking: null };
+  view.append(scaleBar, readout, drawControls(entry));
   loadOpenSeadragon(document.baseURI).then((OpenSeadragon) => {
     if (!entry.gone) open(entry, OpenSeadragon);
   }).catch((error) => {
@@ -260,7 +420,7 @@ function create(data) {
   return entry;
 }
 
-export default function ({ data, parentElement, setTriggerValue }) {
+export default function ({ data, parentElement, setTriggerValue, setStateValue }) {
   // The slide's viewer, kept since the last rerun's cleanup or still mounted (a fragment's rerun can mount the new
   // element before it cleans up the old one); else a new one.
   let entry = kept.get(data.dzi) || mounted.get(data.dzi);
@@ -275,9 +435,10 @@ export default function ({ data, parentElement, setTriggerValue }) {
   mounted.set(data.dzi, entry);
   entry.data = data;
   entry.setTriggerValue = setTriggerValue;
+  entry.setStateValue = setStateValue;
   entry.view.style.height = `${data.height}px`;
   drawBar(entry);
-  drawPictures(entry);
+  drawLayers(entry);
   drawScaleBar(entry);
   parentElement.querySelector(".slide-viewer-host").replaceChildren(entry.root);
   return () => {

@@ -1,0 +1,42 @@
+"""The colours of a slide's overlay tiles (:mod:`app.slides.overlay_tiles`), numpy in, RGBA out.
+
+- A value of an evaluated cell: viridis over a fixed range, opaque (the viewer sets the layer's opacity).
+  Every reading has the range [0, 1], its own: P(tumour) is a probability, and each reading of attention (α_s, a
+  sigmoid; α⁻ = α_c·α_s, a product of two; α⁺ = 1 − α⁻) is a share between 0 and 1. A range taken from the values
+  (the old whole-slide picture's 2nd to 98th percentile) would change as chunks finish, so that a tile made early
+  would not match its neighbour made late.
+- A chunk with tissue not yet evaluated: diagonal grey stripes, half see-through ("waiting").
+- Glass, a cell with too little tissue, outside the grid: transparent black (a WebGL drawer blends premultiplied,
+  where any other transparent colour would tint).
+- The tissue outline: cyan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib import colormaps
+
+__all__ = ["RANGE", "VIRIDIS", "WAITING", "WAITING_STRIPE", "OUTLINE", "coloured", "waiting_pattern"]
+
+RANGE = (0.0, 1.0)  # of every overlay: see the module's docstring
+VIRIDIS = np.round(colormaps["viridis"](np.linspace(0, 1, 256)) * 255).astype(np.uint8)  # (256, 4) RGBA
+WAITING = np.array([128, 128, 128, 150], dtype=np.uint8)  # a stripe of a chunk not yet evaluated
+WAITING_GAP = np.array([128, 128, 128, 45], dtype=np.uint8)  # between its stripes
+WAITING_STRIPE = 6  # pixels of the tile across a stripe and across a gap
+OUTLINE = np.array([0, 229, 255, 255], dtype=np.uint8)
+
+
+def coloured(values: np.ndarray, low: float = RANGE[0], high: float = RANGE[1]) -> np.ndarray:
+    """``(..., 4)`` uint8: ``values`` in viridis over ``[low, high]`` (clipped), transparent black where NaN."""
+    finite = np.isfinite(values)
+    scaled = np.clip((np.where(finite, values, low) - low) / max(high - low, 1e-12), 0, 1)
+    colours = VIRIDIS[np.round(scaled * 255).astype(np.intp)]
+    colours[~finite] = 0
+    return colours
+
+
+def waiting_pattern(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``(len(rows), len(cols), 4)`` uint8: the stripes of "not yet evaluated" at the pixels ``rows`` x ``cols``
+    of a level (global pixel indices, so that the stripes run on from one tile to the next)."""
+    stripe = ((rows[:, None] + cols[None, :]) // WAITING_STRIPE) % 2 == 0
+    return np.where(stripe[..., None], WAITING, WAITING_GAP)
