@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.region.evaluation import make_grid
+from app.cells.evaluation import make_grid
 from app.slides.engine import ATTENTION_POOL, ChunkResult, SlideGrid
 from app.slides.run import SlidePlan
 from app.slides.scale import Scale
