@@ -14,7 +14,7 @@ import app.ui.slide_page as slide_page
 from app.slides.demos import mosaic_entry
 from app.slides.library import DEMO_FOLDER
 from app.slides.run import plan_slide
-from app.ui.slide_page import clamped_view
+from app.ui.slide_page import viewer_rect
 from benchmarks.synthetic_store import synthetic_chunk
 from tests.conftest import REPO, require_shared
 
@@ -91,13 +91,15 @@ def test_a_refresh_sends_the_same_few_hundred_bytes_whatever_the_slides_size(tmp
 
 def test_the_view_the_browser_reports_is_clamped_to_the_slide():
     size = (1000, 2000)  # rows, cols
-    assert clamped_view(size, {"x": 10, "y": 20, "width": 300, "height": 400}) == (10, 20, 300, 400)
-    assert clamped_view(size, {"x": -50, "y": 900, "width": 1e300, "height": 500}) == (0, 900, 2000, 100)
-    assert clamped_view(size, {"x": 5000, "y": -1e9, "width": -3, "height": 10}) == (2000, 0, 0, 0)
+    assert viewer_rect(size, {"x": 10, "y": 20, "width": 300, "height": 400}) == (10, 20, 300, 400)
+    assert viewer_rect(size, {"x": -50, "y": 900, "width": 1e300, "height": 500}) == (0, 900, 2000, 100)
+    assert viewer_rect(size, {"x": 5000, "y": -1e9, "width": -3, "height": 10}) == (2000, 0, 0, 0)
+    assert viewer_rect(size, {"x": float("inf"), "y": 0, "width": 1, "height": 1}) == (2000, 0, 0, 1), \
+        "an infinite edge is the slide's edge: a view of no area, with no chunk in it"
     for absurd in (None, "view", {"x": 1}, {"x": "nan", "y": 0, "width": 1, "height": 1},
-                   {"x": float("inf"), "y": 0, "width": 1, "height": 1}, {"x": [1], "y": 0, "width": 1, "height": 1},
-                   {"x": 10**400, "y": 0, "width": 1, "height": 1}):
-        assert clamped_view(size, absurd) is None, absurd
+                   {"x": float("nan"), "y": 0, "width": 1, "height": 1}, {"x": [1], "y": 0, "width": 1, "height": 1},
+                   {"x": 10**400, "y": 0, "width": 1, "height": 1}, {"x": True, "y": 0, "width": 1, "height": 1}):
+        assert viewer_rect(size, absurd) is None, absurd
 
 
 def test_plans_are_kept_per_session_and_slide(monkeypatch):

@@ -83,7 +83,10 @@ def clamp_view(view, size: tuple[int, int]) -> View | None:
         return None
     if len(values) != 4 or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
         return None
-    left, top, width, height = (float(value) for value in values)
+    try:
+        left, top, width, height = (float(value) for value in values)
+    except OverflowError:  # an integer beyond any float: no view
+        return None
     rows, cols = size
     edges = []
     for start, extent, limit in ((left, width, cols), (top, height, rows)):

@@ -57,7 +57,8 @@ from .order import ChunkLayout, Index, View, clamp_view, spread_order
 from .reader import SlideError
 from .run import SlidePlan, submit_chunk
 
-__all__ = ["ChunkScheduler", "Progress", "scheduler_for", "SLOT_MARGIN", "RATE_WINDOW", "VIEWER_TIMEOUT_S"]
+__all__ = ["ChunkScheduler", "Progress", "scheduler_for", "current_scheduler", "SLOT_MARGIN", "RATE_WINDOW",
+           "VIEWER_TIMEOUT_S"]
 
 # Tasks on the cluster beyond its threads: a finished thread's next chunk is already there, not a round trip away
 # (the module docstring's figures: none cost 14 % on 50 ms chunks, one as good as all at once), and a pan's first
@@ -522,3 +523,10 @@ def scheduler_for(client, address: str | None = None) -> ChunkScheduler:
                 old.close()
             _SHARED.update(client=client, scheduler=ChunkScheduler(client, address=address))
         return _SHARED["scheduler"]
+
+
+def current_scheduler() -> ChunkScheduler | None:
+    """The process's scheduler if :func:`scheduler_for` has made one, else None: for a page's refresh, which must not
+    wait for a cluster to count its threads."""
+    with _SHARED_LOCK:
+        return _SHARED.get("scheduler")

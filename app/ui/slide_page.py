@@ -6,10 +6,12 @@ The slides are the server's (:mod:`app.slides.library`): its folder, the two rea
 name, and the session's uploads. An ordinary image is a slide of one level whose scale the user gives: region mode
 and slide mode are this one page, on one reader, one grid and one engine (issue 59).
 The viewer (``slide_viewer.js``, a components-v2 element) fetches the slide's tiles over HTTP from the same server
-(:mod:`app.slides.tiles`): panning and zooming never rerun this page. An analysis runs on Dask
-(:func:`app.slides.run.start_slide`, a local cluster per server process, or ``$AAGC_DASK_SCHEDULER``'s) into the
-slide's chunk store, which every session shares: a slide analysed once shows its heatmap to everyone, and an
-analysis cut short (the page left, the server stopped) resumes from its finished chunks.
+(:mod:`app.slides.tiles`): panning and zooming never rerun this page. An analysis runs on Dask (a local cluster
+per server process, or ``$AAGC_DASK_SCHEDULER``'s), fed by the server's one chunk scheduler
+(:mod:`app.slides.schedule`): the chunks in the viewer's view first, then the rest of the slide coarse to fine, the
+cluster shared fairly between the slides being analysed. Each finished chunk goes into the slide's chunk store,
+which every session shares: a slide analysed once shows its heatmap to everyone, and an analysis cut short (the page
+left, the server stopped) resumes from its finished chunks.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import uuid
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,18 +40,20 @@ from ..slides.connection import server_connecting as _connecting
 from ..slides.engine import cell_context
 from ..slides.library import IMAGE_SUFFIXES, UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
 from ..slides.moved import moved_slide
+from ..slides.order import clamp_view
 from ..slides.overlay_colours import RANGE
 from ..slides.overlay_routes import VIEWER_JS, overlay_base
 from ..slides.overlay_tiles import cell_value, chunk_rect, first_corner, register
 from ..slides.proof import compare_moved, move_cells
 from ..slides.reader import SlideError, open_slide
-from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, plan_slide, start_slide
+from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, plan_slide
 from ..slides.scale import slide_scale
+from ..slides.schedule import ChunkScheduler, Progress, current_scheduler, scheduler_for
 from ..slides.tiles import VENDOR, inline_descriptor, moved_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
-__all__ = ["slide_page", "clamped_view", "close_dask_client"]  # the server closes the Dask clients at shutdown
+__all__ = ["slide_page", "viewer_rect", "close_dask_client"]  # the server closes the Dask clients at shutdown
 
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
@@ -70,7 +74,9 @@ PLANS_PER_SLIDE = 6  # a session's plans of one slide kept (scales typed, moves)
 SLIDES_PLANNED = 3  # the slides a session keeps plans of, the latest
 PLANS = "slide-plans"  # this session's plans: slide id -> OrderedDict (path, checkpoint, mpp, element) -> Future
 REPORTED = "slide-reported"  # this session's viewer: store key -> (version, the chunks finished it was told of)
-VIEW = "slide-view"  # the level-0 rectangle the viewer shows, clamped: (slide id, x, y, width, height)
+VIEW = "slide-view"  # the level-0 rectangle the viewer shows, clamped: (store key, x, y, width, height)
+VIEWER_ID = "slide-viewer-id"  # this session's name for the chunk scheduler (its views, its sign of life)
+LOOKED_AT = "slide-looked-at"  # the stores this session's page showed last: told to the scheduler when left
 # Where analyses are kept, shared by every session: $APP_SLIDE_STORE, else the project's user cache.
 STORE = Path(os.environ.get("APP_SLIDE_STORE") or cache_root() / "slides")
 
@@ -250,33 +256,67 @@ def _grid(plan: SlidePlan) -> dict:
                 cols=plan.grid.cells.cols, height=cell_rows, width=cell_cols)
 
 
+def _me() -> str:
+    """This session's name for the chunk scheduler: its views count, and it shows it still looks, under it."""
+    return st.session_state.setdefault(VIEWER_ID, uuid.uuid4().hex)
+
+
 def _look(plan: SlidePlan, rect: tuple[float, float, float, float]) -> None:
-    """The viewer shows ``rect`` (x, y, width, height, level-0 pixels, clamped to the slide) of ``plan``'s slide:
-    kept for the analysis's scheduler, which takes what is in view first."""
+    """The viewer shows ``rect`` (left, top, width, height, level-0 pixels, clamped to the slide) of ``plan``'s
+    slide: kept for an Analyse to come, and told to the scheduler, which re-orders what still waits so that the
+    chunks in view go first."""
     st.session_state[VIEW] = (plan.store.folder.name, *rect)
+    scheduler = current_scheduler()
+    if scheduler is not None:
+        scheduler.view(plan.store.folder.name, rect, viewer=_me())
 
 
 def _seen(plan: SlidePlan, state_key: str) -> None:
     """The viewer's view message, clamped to the slide, to :func:`_look`; a message that is no rectangle is
     ignored."""
-    rect = clamped_view(plan.grid.size, (st.session_state.get(state_key) or {}).get("view"))
-    if rect is not None:
+    rect = viewer_rect(plan.grid.size, (st.session_state.get(state_key) or {}).get("view"))
+    if rect is not None and st.session_state.get(VIEW) != (plan.store.folder.name, *rect):
         _look(plan, rect)
 
 
-def clamped_view(size: tuple[int, int], view) -> tuple[float, float, float, float] | None:
-    """``(x, y, width, height)`` of the viewer's ``view`` (a dict of those, level-0 pixels, from the browser: any
-    value at all) within a slide of ``size`` (rows, cols); None where it is no rectangle of finite numbers."""
-    try:
-        x, y, width, height = (float(view[name]) for name in ("x", "y", "width", "height"))
-    except (TypeError, KeyError, ValueError, OverflowError):
+def viewer_rect(size: tuple[int, int], view) -> tuple[float, float, float, float] | None:
+    """``(left, top, width, height)`` of the viewer's ``view`` message (``x``, ``y``, ``width``, ``height`` in level-0
+    pixels, from the browser: any value at all) clamped to a slide of ``size`` (rows, cols) by the scheduler's own
+    rule (:func:`app.slides.order.clamp_view`); None where it is no rectangle of numbers."""
+    if not isinstance(view, dict):
         return None
-    if not all(np.isfinite((x, y, width, height))):
-        return None
-    rows, cols = size
-    left, top = min(max(x, 0.0), cols), min(max(y, 0.0), rows)
-    right, bottom = min(max(x + width, left), cols), min(max(y + height, top), rows)
-    return left, top, right - left, bottom - top
+    return clamp_view([view.get(name) for name in ("x", "y", "width", "height")], size)
+
+
+def _view_of(plan: SlidePlan) -> tuple[float, float, float, float] | None:
+    """The view this session's viewer last reported of ``plan``'s slide, if any."""
+    kept = st.session_state.get(VIEW)
+    return tuple(kept[1:]) if kept and kept[0] == plan.store.folder.name else None
+
+
+def _progress(scheduler: ChunkScheduler | None, plans: list[SlidePlan]) -> list[Progress]:
+    """The scheduler's progress of each of ``plans`` it analyses (this session still looking at them)."""
+    if scheduler is None:
+        return []
+    found = (scheduler.progress(p.store.folder.name, viewer=_me()) for p in plans)
+    return [progress for progress in found if progress is not None]
+
+
+def _running(progress: list[Progress]) -> bool:
+    return any(p.state in ("running", "background") for p in progress)
+
+
+def _left_behind(scheduler: ChunkScheduler | None, plans: list[SlidePlan]) -> None:
+    """Tell the scheduler that this session no longer looks at the stores its page showed before, where it now shows
+    others (another slide, scale or turn chosen): their analyses keep their finished chunks and go on in the
+    background, below the ones someone looks at."""
+    keys = [p.store.folder.name for p in plans]
+    before = st.session_state.get(LOOKED_AT) or []
+    st.session_state[LOOKED_AT] = keys
+    if scheduler is not None:
+        for key in before:
+            if key not in keys:
+                scheduler.stop(key, viewer=_me())
 
 
 def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
@@ -347,8 +387,13 @@ def slide_page(loaded: LoadedModel) -> None:
     caption = (f"{plan.grid.cells.rows * plan.grid.cells.cols:,} cells of 32 px at "
                f"{plan.grid.model_microns_per_pixel} µm/px; {len(plan.chunks)} chunks with tissue")
     plans = [plan] + ([original] if original is not None else [])
-    runs = [run for p in plans if (run := running_analyses().get(p.store.folder.name)) is not None]
-    active = any(not all(future.done() for future in run.futures) for run in runs)
+    scheduler = current_scheduler()
+    _left_behind(scheduler, plans)
+    progress = _progress(scheduler, plans)
+    active = _running(progress)
+    if active:  # shown again: this session looks at it (again), and its views count
+        for each in plans:
+            scheduler.analyse(each, viewer=_me(), view=_view_of(each) if each is plan else None)
     finished = len(plan.store.finished() & set(plan.chunks))
     missing = [p for p in plans if not p.store.finished() >= set(p.chunks)]
     if mpp is not None and missing and not active:
@@ -360,17 +405,18 @@ def slide_page(loaded: LoadedModel) -> None:
             except OSError as err:  # SchedulerUnreachable: one sentence naming the address
                 st.error(f"The analysis cannot start: {err}.")
                 return
-            for each in missing:  # a moved slide with the slide as scanned, for the proof
-                errors: list[str] = []
-                futures = start_slide(each, client, lambda error, errors=errors: errors.append(str(error)))
-                running_analyses()[each.store.folder.name] = Analysis(futures, errors)
+            scheduler = scheduler_for(client, os.environ.get(SCHEDULER_ENV) or None)
+            for each in missing:  # a moved slide with the slide as scanned, for the proof (the view is the moved one's)
+                scheduler.analyse(each, viewer=_me(), view=_view_of(each) if each is plan else None)
             st.rerun()
         also = " (and the slide as scanned, for the proof)" if original in missing else ""
         right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far{also} (kept: an analysis cut short "
                       f"resumes from them). Runs on {_where()}.")
-    for run in runs:
-        if run.errors:
-            st.error(f"{len(run.errors)} chunk(s) failed: {run.errors[0]}")
+    for each in progress:
+        if each.lost:
+            st.error(each.sentence())
+        elif each.errors:
+            st.error(f"{len(each.errors)} chunk(s) failed: {each.errors[0]}")
     _live_view(plan, entry, mpp, caption, active, route, original)
 
 
@@ -396,20 +442,6 @@ def _cluster_sentence(address: str) -> str:
         return describe_cluster(cluster_devices(dask_client()), address or None)
     except OSError as err:
         return f"the Dask scheduler at {address or 'this server'}, which does not answer now ({err})"
-
-
-@dataclass
-class Analysis:
-    """A slide's analysis running on Dask for whoever opens the slide: its chunks' futures and any failure."""
-
-    futures: list
-    errors: list[str]
-
-
-@st.cache_resource
-def running_analyses() -> dict[str, Analysis]:
-    """The analyses this server runs, by store: two users asking for the same slide and model share one."""
-    return {}
 
 
 def _viewer(route: str, mpp: float | None, caption: str, layers: dict, cells: dict | None = None,
@@ -451,14 +483,16 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
         done = plan.store.finished() & set(plan.chunks)
         analysed = bool(done) and mpp is not None
         text = caption
+        progress = _progress(current_scheduler(), [plan] + ([original] if original is not None else []))
         if active:  # in the viewer's status line, not a bar above it: the view never moves when the analysis ends
-            text = f"Analysing: {len(done):,} of {len(plan.chunks):,} chunks. {caption}"
+            text = f"Analysing. {progress[0].sentence() if progress else ''} {caption}"
         # The choice is there from the start (its place kept: the view never moves), the overlay once a chunk is in.
         chosen = _overlay_ui(plan, done) if mpp is not None else None
         shown = chosen if analysed else None
         if analysed:
-            text += (f"; {len(done):,} of {len(plan.chunks):,} chunks analysed (grey stripes: not yet). Hover a cell "
-                     "for its P(tumour), click it to open it in the patch page.")
+            so_far = "" if active else f"; {len(done):,} of {len(plan.chunks):,} chunks analysed"
+            text += (f"{so_far} (grey stripes: not yet). Hover a cell for its P(tumour), click it to open it in the "
+                     "patch page.")
         _seen(plan, state_key)
         _viewer(route, mpp, text, _layers(plan, shown, _changes(plan, done) if analysed else None),
                 _grid(plan) if analysed else None,
@@ -481,8 +515,8 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
                 _show_score(arrays, _truth(entry, plan.element), complete=len(done) == len(plan.chunks))
             if original is not None:
                 _show_proof(original, arrays, plan.element)
-        if active and len(done) == len(plan.chunks):
-            st.rerun()  # the whole page, once: the analysis is in, the refreshing stops
+        if active and not _running(progress):
+            st.rerun()  # the whole page, once: the analysis is in (or stopped), the refreshing stops
 
     view()
 
