@@ -18,7 +18,7 @@
 
 const KEEP_MS = 5000;
 const VIEW_SETTLE_MS = 300; // the view is told to the page once a pan or zoom has rested this long
-const SWAP_MS = 1500; // the longest a replaced layer stays under its successor while the successor's tiles load
+const SWAP_MS = 5000; // the longest a replaced layer stays under its successor while the successor's tiles load
 let loading = null;
 const kept = new Map(); // dzi -> viewer entry, between a rerun's cleanup and the next call
 const mounted = new Map(); // dzi -> viewer entry on the page
@@ -76,15 +76,28 @@ function drawBar(entry) {
   entry.status = status;
 }
 
-// A layer's tiles, on its own pyramid: each tile's URL names the version it was asked for (a tile over a chunk
-// finished since is a new tile: OpenSeadragon caches tiles by URL).
+// The version of a layer's tile (level, x, y): the layer's base (a full reload's) and the last version at which a
+// chunk finished under it. A tile no chunk has finished under since keeps its URL from one layer to the next, so that
+// OpenSeadragon's tile cache (one per viewer, by URL) hands the next layer the tile it has, without asking again.
+function tileVersion(layer, record, level, x, y) {
+  const side = layer.tileSize * layer.scale * 2 ** (layer.maxLevel - level); // level-0 pixels across a tile
+  const x0 = x * side;
+  const y0 = y * side;
+  let last = 0;
+  for (const [cx, cy, w, h, version] of record.changes) {
+    if (version > last && cx < x0 + side && cx + w > x0 && cy < y0 + side && cy + h > y0) last = version;
+  }
+  return `${record.base}.${last}`;
+}
+
+// A layer's tiles, on its own pyramid, each tile's URL naming its version (tileVersion).
 function layerSource(layer, record) {
   const base = new URL(layer.base, document.baseURI).href;
   return {
     width: layer.width, height: layer.height, tileSize: layer.tileSize, tileOverlap: 0,
     minLevel: layer.minLevel, maxLevel: layer.maxLevel,
     getTileUrl: (level, x, y) => `${base}${layer.kind}/${level}/${x}_${y}.png`
-      + `?v=${record.version}.${record.epochs.get(`${level}/${x}/${y}`) ?? 0}`,
+      + `?v=${tileVersion(layer, record, level, x, y)}`,
   };
 }
 
@@ -105,21 +118,25 @@ function drawLayers(entry) {
     }
     const key = `${layer.base}|${layer.kind}`;
     const version = layer.version ?? 0;
-    if (record && record.key === key) {
-      if (version === record.version) continue;
-      if (layer.rects && layer.since === record.version && record.item) {
-        refreshTiles(entry, record, layer, version);
-        continue;
-      }
-    }
-    addLayer(entry, kind, layer, key, version, record);
+    if (record && record.key === key && version === record.version) continue;
+    // Chunks finished since the layer shown: a new layer over it whose tiles under them have new URLs and whose
+    // others are the shown layer's (from the tile cache); the shown layer is removed once the new one is drawn.
+    const since = record && record.key === key && layer.rects && layer.since === record.version;
+    addLayer(entry, kind, layer, key, version, record, since ? layer.rects : null);
   }
 }
 
-function addLayer(entry, kind, layer, key, version, previous) {
+function addLayer(entry, kind, layer, key, version, previous, rects) {
   const { viewer, root } = entry;
-  const record = { key, version, epochs: new Map(), item: null, replaces: [] };
+  const record = rects
+    ? { key, version, base: previous.base, changes: [...previous.changes, ...rects.map((r) => [...r, version])] }
+    : { key, version, base: version, changes: [] };
+  Object.assign(record, { item: null, replaces: [] });
   if (kind === "overlay") entry.values.clear();
+  if (rects) {
+    entry.root.dataset.overlayVersion = String(version);
+    entry.root.dataset.tilesRefreshed = String(Number(entry.root.dataset.tilesRefreshed || 0) + rects.length);
+  }
   if (previous) record.replaces = [previous.item, ...previous.replaces].filter(Boolean);
   entry.layers[kind] = record;
   const width = viewer.world.getItemAt(0).getContentSize().x;
@@ -143,41 +160,19 @@ function addLayer(entry, kind, layer, key, version, previous) {
         record.replaces = [];
       };
       if (!record.replaces.length) return;
-      event.item.addOnceHandler("fully-loaded-change", swap);
+      if (event.item.getFullyLoaded()) {
+        swap();
+        return;
+      }
+      const loaded = (change) => {
+        if (!change.fullyLoaded) return;
+        event.item.removeHandler("fully-loaded-change", loaded);
+        swap();
+      };
+      event.item.addHandler("fully-loaded-change", loaded);
       setTimeout(swap, SWAP_MS);
     },
   });
-}
-
-// The tiles of the overlay's layer over ``layer.rects`` (level-0 rectangles of the chunks finished since) made again:
-// each is dropped from the layer's tiles and asked for under the new version; the others stay as they are.
-// OpenSeadragon 6.1.1 keeps a layer's tiles in tiledImage.tilesMatrix[level][x][y] and makes a tile anew (its URL
-// from getTileUrl) where none is there; _fullyLoaded = false makes its next update look for the missing ones.
-function refreshTiles(entry, record, layer, version) {
-  const item = record.item;
-  let dropped = 0;
-  for (const [levelKey, columns] of Object.entries(item.tilesMatrix)) {
-    const level = Number(levelKey);
-    const side = layer.tileSize * layer.scale * 2 ** (layer.maxLevel - level); // level-0 pixels across a tile
-    for (const [xKey, rows] of Object.entries(columns)) {
-      for (const yKey of Object.keys(rows)) {
-        const x0 = Number(xKey) * side;
-        const y0 = Number(yKey) * side;
-        if (layer.rects.some(([x, y, w, h]) => x < x0 + side && x + w > x0 && y < y0 + side && y + h > y0)) {
-          record.epochs.set(`${level}/${xKey}/${yKey}`, version);
-          delete rows[yKey];
-          dropped += 1;
-        }
-      }
-    }
-  }
-  record.version = version;
-  entry.values.clear();
-  entry.root.dataset.overlayVersion = String(version);
-  entry.root.dataset.tilesDropped = String(Number(entry.root.dataset.tilesDropped || 0) + dropped);
-  item._fullyLoaded = false;
-  item._needsDraw = true;
-  entry.viewer.forceRedraw();
 }
 
 function drawScaleBar(entry) {
