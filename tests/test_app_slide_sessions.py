@@ -10,7 +10,8 @@ of 225 patches (43 x 43 cells, 11 x 11 chunks) and a small one of 9 (7 x 7 cells
 - Fair: session B's small slide, analysed while session A's large one runs, is done when A has 14 of its 121 chunks.
 - View first: the view in A's viewer state (the component's ``view``) is analysed first, a pan re-orders, and the
   page says ``In view: k of n``.
-- A slide left keeps its finished chunks and goes on in the background, below the slide another session looks at.
+- A slide left (another chosen) is left at once, while the new one's plan is still being made; it keeps its finished
+  chunks and goes on in the background, below the slide another session looks at.
 
 Orders and counts only, never seconds.
 """
@@ -18,6 +19,7 @@ Orders and counts only, never seconds.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import replace
@@ -67,6 +69,9 @@ class Server:
 
     def __init__(self, monkeypatch, tmp_path: Path, client, mosaics):
         self.client, self.mosaics, self.plans = client, mosaics, {}
+        self.held_plans = {count: threading.Event() for count in mosaics}  # cleared: the mosaic's plans wait
+        for gate in self.held_plans.values():
+            gate.set()
         self.stub = ChunkStub(result=lambda path, ci, cj: synthetic_chunk(self.plans[Path(path).name], ci, cj))
         connected: Future = Future()
         connected.set_result(client)
@@ -90,8 +95,8 @@ class Server:
 
     def _plan(self, path, checkpoint, store, mpp, element=0):
         count = next(count for count, entry in self.mosaics.items() if entry.path == Path(path))
+        assert self.held_plans[count].wait(WAIT_S), "the test never let the plan be made"
         plan = run.plan_slide(path, checkpoint, store, mpp, chunk=CHUNK[count], element=element)
-        assert plan.grid.chunks == {225: (11, 11), 9: (3, 3)}[count] and len(plan.chunks) == {225: LARGE, 9: SMALL}[count]
         self.plans[Path(path).name] = plan
         return plan
 
@@ -104,13 +109,17 @@ class Server:
         return self.choose(at, count)
 
     def choose(self, at: AppTest, count: int) -> AppTest:
-        at.sidebar.selectbox(key="slide").set_value(self.mosaics[count].slide_id).run()
+        """Session ``at`` chooses mosaic ``count``: the page once its plan is made and shown."""
+        return self.planned(at.sidebar.selectbox(key="slide").set_value(self.mosaics[count].slide_id).run(), count)
+
+    def planned(self, at: AppTest, count: int) -> AppTest:
         deadline = time.monotonic() + WAIT_S  # the plan is made in the background
         while self.plan(count) is None or not self.said(at, count):
             assert time.monotonic() < deadline, "the slide's plan was never shown"
             time.sleep(0.1)
             at.run()
         assert not at.exception, at.exception
+        assert len(self.plan(count).chunks) == {225: LARGE, 9: SMALL}[count]
         return at
 
     def plan(self, count: int):
@@ -150,6 +159,8 @@ def server(monkeypatch, tmp_path, client, mosaics):
     if scheduler is not None:
         scheduler.close()
     server.stub.open()  # nothing left held after a failed test
+    for gate in server.held_plans.values():
+        gate.set()
 
 
 def held(server, count: int, running: int = 3) -> None:
@@ -233,6 +244,7 @@ def test_a_small_slide_of_a_second_session_is_not_kept_waiting_behind_a_large_on
 
 
 def test_a_slide_left_keeps_its_chunks_and_goes_on_in_the_background_below_one_looked_at(server):
+    server.held_plans[9].clear()  # A's plan of the small slide (the page's first, not yet chosen) waits
     a = server.session("a", 225)
     key = server.key(225)
     server.analyse(a, 225)
@@ -240,9 +252,14 @@ def test_a_slide_left_keeps_its_chunks_and_goes_on_in_the_background_below_one_l
     server.stub.allow(5)
     wait_for(lambda: server.progress(225).done == 5 and server.progress(225).running == 3, WAIT_S,
              "five chunks finished, three more on the cluster")
-    a = server.choose(a, 9)  # A leaves its slide for another
+    a = a.sidebar.selectbox(key="slide").set_value(server.mosaics[9].slide_id).run()  # A leaves its slide
+    assert server.said(a, 9) is None, "the small slide still being planned"
     scheduler = schedule.current_scheduler()
-    assert server.progress(225).state == "background" and scheduler._analyses[key].viewers == {}
+    assert server.progress(225).state == "background" and scheduler._analyses[key].viewers == {}, \
+        "left at once, not once the new slide's plan is made"
+    server.held_plans[9].set()
+    a = server.planned(a, 9)
+    assert server.progress(225).state == "background"
     _, finished = scheduler.finished_since(key)
     assert len(finished) == 5 and ChunkStore(slide_page.STORE, key).finished() == set(finished), \
         "its finished chunks in the store, on disk"

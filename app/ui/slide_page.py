@@ -376,12 +376,15 @@ def slide_page(loaded: LoadedModel) -> None:
     # A moved slide's page needs the slide as scanned too (its maps are compared with it, and analysed with it).
     scanned = planned(0) if element else None
     if not (planning.done() and (scanned is None or scanned.done())):
+        # The slide shown before is left now, not once this one's plan is made (seconds on a large slide).
+        _left_behind(current_scheduler(), [])
         _view_while_planning(entry, mpp, [planning] + ([scanned] if scanned else []), route)
         return
     try:
         plan = planning.result()
         original = scanned.result() if scanned else None  # the slide as scanned, for the proof
     except SlideError as err:
+        _left_behind(current_scheduler(), [])  # a slide that cannot be planned still leaves the one shown before
         st.error(str(err))
         return
     caption = (f"{plan.grid.cells.rows * plan.grid.cells.cols:,} cells of 32 px at "
