@@ -17,7 +17,7 @@ import numpy as np
 
 from app.slides.engine import ChunkResult
 
-__all__ = ["ChunkStub", "in_process_client", "view_of", "inner_chunks", "WAIT_S"]
+__all__ = ["ChunkStub", "empty_chunk", "in_process_client", "view_of", "inner_chunks", "WAIT_S"]
 
 WAIT_S = 60  # the longest a held chunk waits for the test, and a test for what it waits for
 
