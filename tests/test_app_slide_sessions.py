@@ -9,7 +9,8 @@ of 225 patches (43 x 43 cells, 11 x 11 chunks) and a small one of 9 (7 x 7 cells
 
 - Fair: session B's small slide, analysed while session A's large one runs, is done when A has 14 of its 121 chunks.
 - View first: the view in A's viewer state (the component's ``view``) is analysed first, a pan re-orders, and the
-  page says ``In view: k of n``.
+  page says ``In view: k of n``; the patch page chosen, the slide goes on in the background, and back on the Slide
+  page the same slide is shown and looked at again, with its view.
 - A slide left (another chosen) is left at once, while the new one's plan is still being made; it keeps its finished
   chunks and goes on in the background, below the slide another session looks at.
 
@@ -202,6 +203,16 @@ def test_a_view_in_the_viewers_state_is_analysed_first_and_a_pan_reorders(server
     assert ChunkStore(slide_page.STORE, key).finished() == set(finished), "each in the store, on disk"
     at.run()
     assert server.said(at, 225).startswith("Analysing. In view: 9 of 9 chunks. Slide: 12 of 121 chunks, about ")
+
+    # Another page chosen: nobody looks at the slide, which goes on in the background; back, looked at again, with
+    # the view the viewer last reported.
+    at = at.sidebar.radio(key="view").set_value("Patch").run()
+    assert not at.exception and server.progress(225).state == "background"
+    assert scheduler._analyses[key].viewers == {} and server.progress(225).in_view == 0
+    at = at.sidebar.radio(key="view").set_value("Slide").run()
+    assert at.sidebar.selectbox(key="slide").value == server.mosaics[225].slide_id, "the slide chosen, again"
+    assert not at.exception and server.progress(225).state == "running"
+    assert (server.progress(225).in_view_done, server.progress(225).in_view) == (9, 9)
 
 
 def test_a_small_slide_of_a_second_session_is_not_kept_waiting_behind_a_large_one(server):
