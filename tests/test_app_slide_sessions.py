@@ -199,7 +199,9 @@ def test_a_view_in_the_viewers_state_is_analysed_first_and_a_pan_reorders(server
     wait_for(lambda: server.progress(225).done == 12, WAIT_S, "twelve chunks finished")
     _, finished = scheduler.finished_since(key)
     assert set(finished) == submitted | in_view, "the three on the cluster at the pan, then exactly the new view's"
-    assert set(finished[3 + 1:]) <= in_view, "in that order (but for one running beside the last of the three)"
+    started = server.stub.of(plan.slide.name)
+    assert set(started[:3]) == submitted and started[3] == second and set(started[3:12]) == in_view, \
+        "started in that order: the three on the cluster, then the new view's, its centre first"
     assert ChunkStore(slide_page.STORE, key).finished() == set(finished), "each in the store, on disk"
     at.run()
     assert server.said(at, 225).startswith("Analysing. In view: 9 of 9 chunks. Slide: 12 of 121 chunks, about ")
