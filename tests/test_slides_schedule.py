@@ -1,7 +1,7 @@
 """The order in which a slide's chunks run (:mod:`app.slides.schedule`), on a real Dask cluster (one worker of two
-threads, in process) with the engine stubbed (:func:`app.slides.run.chunk_task`: an empty chunk, held at a gate the
-test opens), on a small built slide of five islands of tissue on glass (the gigapixel slide's builder, 4,096 pixels a
-side: 15 x 15 chunks of 2 x 2 cells, 128 of them with tissue).
+threads, in process) with the engine stubbed (:func:`app.slides.run.chunk_task`: an empty chunk, held until the test
+lets it through, :class:`tests.chunk_stub.ChunkStub`), on a small built slide of five islands of tissue on glass (the
+gigapixel slide's builder, 4,096 pixels a side: 15 x 15 chunks of 2 x 2 cells, 128 of them with tissue).
 
 - View first: the first chunks started are those in the view, the nearest its centre first.
 - A pan re-orders what is still waiting: the next chunks started are the new view's.
@@ -22,16 +22,15 @@ from __future__ import annotations
 import dataclasses
 import gc
 import itertools
-import threading
 import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
+from chunk_stub import WAIT_S, ChunkStub, empty_chunk, in_process_client, inner_chunks, view_of
 from dask_processes import wait_for
 
 import app.slides.run as run
-from app.slides.engine import ChunkResult
 from app.slides.order import chunk_edges, clamp_view, spread_order
 from app.slides.schedule import ChunkScheduler
 from app.slides.store import ChunkStore
@@ -39,7 +38,6 @@ from tests.conftest import REPO, require_shared
 
 pytest.importorskip("dask.distributed")
 CHECKPOINT = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
-WAIT_S = 60
 
 
 @pytest.fixture(scope="module")
@@ -56,69 +54,22 @@ def plan(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client():
-    from dask.distributed import Client
-
-    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as client:
+    with in_process_client() as client:
         yield client
-
-
-class Stub:
-    """The engine's stand-in: records each chunk as it starts (by the slide's file name), waits for the gate, and
-    returns an empty chunk, or raises for the chunks in ``failing``."""
-
-    def __init__(self, grid):
-        self.grid = grid
-        self.started: list[tuple[str, tuple[int, int]]] = []
-        self.gate = threading.Event()
-        self.failing: set[tuple[int, int]] = set()
-        self.lock = threading.Lock()
-
-    def __call__(self, slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element=0):
-        with self.lock:
-            self.started.append((Path(slide_path).name, (ci, cj)))
-        assert self.gate.wait(WAIT_S), "the test's gate was never opened"
-        if (ci, cj) in self.failing:
-            raise RuntimeError("the stub was told to fail")
-        i0, i1, j0, j1 = self.grid.cell_block(ci, cj)
-        shape = (i1 - i0, j1 - j0)
-        return ChunkResult((ci, cj), np.zeros(shape), np.zeros(shape, dtype=bool), np.full((*shape, 2), np.nan), {})
-
-    def of(self, name: str) -> list[tuple[int, int]]:
-        with self.lock:
-            return [index for slide, index in self.started if slide == name]
 
 
 @pytest.fixture
 def stub(plan, monkeypatch):
-    stub = Stub(plan.grid)
+    stub = ChunkStub(plan.grid)
     monkeypatch.setattr(run, "chunk_task", stub)
     yield stub
-    stub.gate.set()  # nothing left waiting on a failed test's gate
+    stub.open()  # nothing left waiting on a failed test's gate
 
 
 def own(plan, tmp_path: Path, name: str, chunks=None):
     """``plan`` with a store of its own (its own Dask keys) and the slide's file named ``name``."""
     return dataclasses.replace(plan, slide=plan.slide.with_name(name), store=ChunkStore(tmp_path, name),
                                chunks=plan.chunks if chunks is None else tuple(chunks))
-
-
-def view_of(plan, ci: int, cj: int, radius: int = 1) -> tuple[tuple, set]:
-    """A view over chunks (ci - radius .. ci + radius, cj - radius ..), kept 1 pixel inside them, in level-0 pixels
-    from the cells' corners, and the chunks with tissue it meets."""
-    corners, (cell_rows, cell_cols) = plan.grid.cell_top_left_px(), plan.grid.cell_size_px()
-    (r0, _, c0, _), (_, r1, _, c1) = (plan.grid.cell_block(ci - radius, cj - radius),
-                                      plan.grid.cell_block(ci + radius, cj + radius))
-    top, left = corners[r0, c0] + 1
-    bottom, right = corners[r1 - 1, c1 - 1] + (cell_rows - 1, cell_cols - 1)
-    inside = {(i, j) for i in range(ci - radius, ci + radius + 1) for j in range(cj - radius, cj + radius + 1)}
-    return (left, top, right - left, bottom - top), inside & set(plan.chunks)
-
-
-def inner_chunks(plan) -> list[tuple[int, int]]:
-    """The chunks with tissue whose eight neighbours have tissue too, top left first."""
-    chunks = set(plan.chunks)
-    return sorted(index for index in chunks
-                  if all((index[0] + di, index[1] + dj) in chunks for di in (-1, 0, 1) for dj in (-1, 0, 1)))
 
 
 def done(scheduler: ChunkScheduler, key: str) -> bool:
@@ -133,7 +84,7 @@ def test_the_chunks_in_view_start_first_the_nearest_its_centre_first(plan, clien
     assert len(in_view) == 9
     scheduler = ChunkScheduler(client)
     assert scheduler.slots == 2 + 1, "the cluster's two threads and the margin"
-    stub.gate.set()
+    stub.open()
     progress = scheduler.analyse(mine, view=view)
     assert (progress.in_view, progress.total) == (9, 128)
     wait_for(lambda: done(scheduler, mine.store.folder.name), WAIT_S, "the analysis finished")
@@ -171,7 +122,7 @@ def test_a_pan_reorders_what_is_waiting_and_a_pan_over_glass_moves_nothing(plan,
     view, in_view = view_of(plan, *second)
     scheduler.view(key, view)
     assert scheduler.waiting_order(key)[0] == second and set(scheduler.waiting_order(key)[:9]) == in_view
-    stub.gate.set()
+    stub.open()
     wait_for(lambda: done(scheduler, key), WAIT_S, "the analysis finished")
     started = stub.of("pan.tif")
     assert set(started[:3]) == submitted, "the three on the cluster at the pan run on"
@@ -207,7 +158,7 @@ def test_an_absurd_view_and_a_second_session_join_the_one_analysis(plan, client,
     assert scheduler.running() == [key] and scheduler.progress(key).in_view == 9
     waiting = scheduler.waiting_order(key)
     assert set(waiting[:len(in_view & set(waiting))]) == in_view & set(waiting), "the second session's view first"
-    stub.gate.set()
+    stub.open()
     wait_for(lambda: done(scheduler, key), WAIT_S, "the analysis finished")
     assert sorted(stub.of("shared.tif")) == sorted(plan.chunks), "one analysis: each chunk once"
 
@@ -218,7 +169,7 @@ def test_a_small_slide_started_second_takes_turns_and_finishes_long_before_the_l
     scheduler.analyse(large, viewer="one")
     wait_for(lambda: len(stub.of("large.tif")) == 2, WAIT_S, "the large slide's first chunks held at the gate")
     scheduler.analyse(small, viewer="two")
-    stub.gate.set()
+    stub.open()
     wait_for(lambda: done(scheduler, large.store.folder.name) and done(scheduler, small.store.folder.name), WAIT_S,
              "both finished")
     names = [name for name, _ in stub.started]
@@ -239,7 +190,7 @@ def test_a_stopped_analysis_runs_below_the_one_looked_at(plan, client, stub, tmp
     scheduler.stop(background.store.folder.name)  # its slide closed: it carries on in the background
     assert scheduler.progress(background.store.folder.name).state == "background"
     scheduler.analyse(looked_at, viewer="one")
-    stub.gate.set()
+    stub.open()
     wait_for(lambda: done(scheduler, background.store.folder.name), WAIT_S, "the stopped one finished too")
     names = [name for name, _ in stub.started]
     assert names[:3] == ["closed.tif"] * 3 and names[3:23] == ["open.tif"] * 20, "none of its own while one waits"
@@ -250,7 +201,7 @@ def test_a_failing_chunk_is_a_sentence_and_a_finished_analysis_lets_go(plan, cli
     mine = own(plan, tmp_path, "failing.tif", plan.chunks[:10])
     key = mine.store.folder.name
     stub.failing = {plan.chunks[2], plan.chunks[7]}
-    stub.gate.set()
+    stub.open()
     scheduler = ChunkScheduler(client)
     scheduler.analyse(mine)
     wait_for(lambda: done(scheduler, key), WAIT_S, "the analysis finished")
@@ -346,10 +297,7 @@ def test_the_time_left_is_the_rate_of_the_last_chunks_in_wall_time(plan, tmp_pat
     handed: list[Handed] = []
 
     def submit(client, plan, ci, cj):
-        i0, i1, j0, j1 = plan.grid.cell_block(ci, cj)
-        shape = (i1 - i0, j1 - j0)
-        chunk = ChunkResult((ci, cj), np.zeros(shape), np.zeros(shape, dtype=bool), np.full((*shape, 2), np.nan), {})
-        handed.append(Handed(f"chunk-{ci}-{cj}", (chunk, 3.0)))
+        handed.append(Handed(f"chunk-{ci}-{cj}", (empty_chunk(plan.grid, ci, cj), 3.0)))
         return handed[-1]
 
     scheduler = ChunkScheduler(None, slots=2, submit=submit, clock=lambda: now[0])

@@ -34,7 +34,7 @@ from .comparison import compare, comparison_pair, show_comparison
 from .inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui
 from .readings import reading_ui, show_composite
 from .releases_page import show_ours_against_paper
-from .slide_page import slide_page
+from .slide_page import slide_page, slides_left
 from .variants_page import variants_page
 from .views import (
     arrow_layer_ui,
@@ -116,6 +116,7 @@ def main() -> None:
                    "96 x 96 context, as PCam labels a patch. Click a cell to open it in the patch explorer.")
         slide_page(loaded)
         return
+    slides_left()  # a slide analysed under the Slide page is no longer looked at by this session
     if view == VARIANTS:
         st.caption("One image through every attention variant of the paper's Table 1 at once: where each kind of "
                    "attention looks, per orientation. Rotate or mirror the image in the sidebar: every row turns "

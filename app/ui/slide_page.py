@@ -53,7 +53,8 @@ from ..slides.tiles import VENDOR, inline_descriptor, moved_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
-__all__ = ["slide_page", "viewer_rect", "close_dask_client"]  # the server closes the Dask clients at shutdown
+# slides_left: the app leaves the Slide page; close_dask_client: the server closes the Dask clients at shutdown
+__all__ = ["slide_page", "slides_left", "viewer_rect", "close_dask_client"]
 
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
@@ -76,6 +77,7 @@ PLANS = "slide-plans"  # this session's plans: slide id -> OrderedDict (path, ch
 REPORTED = "slide-reported"  # this session's viewer: store key -> (version, the chunks finished it was told of)
 VIEW = "slide-view"  # the level-0 rectangle the viewer shows, clamped: (store key, x, y, width, height)
 VIEWER_ID = "slide-viewer-id"  # this session's name for the chunk scheduler (its views, its sign of life)
+CHOSEN = "slide-chosen"  # the slide chosen in the sidebar, kept while another page is shown
 LOOKED_AT = "slide-looked-at"  # the stores this session's page showed last: told to the scheduler when left
 # Where analyses are kept, shared by every session: $APP_SLIDE_STORE, else the project's user cache.
 STORE = Path(os.environ.get("APP_SLIDE_STORE") or cache_root() / "slides")
@@ -179,11 +181,16 @@ def _slide_ui(entries: list[SlideEntry]) -> SlideEntry:
     by_id = {entry.slide_id: entry for entry in entries}
     uploaded = {entry.slide_id: entry for entry in st.session_state.get(UPLOADS, {}).values()}
     by_id = {**uploaded, **by_id}
+    # Streamlit drops a widget's state on a run that does not draw it: the slide chosen is kept beside it, so that
+    # the patch page (a click on a cell opens it) and back shows that slide again, its analysis looked at again.
+    if "slide" not in st.session_state and st.session_state.get(CHOSEN) in by_id:
+        st.session_state["slide"] = st.session_state[CHOSEN]
     chosen = st.sidebar.selectbox("Slide", list(by_id), key="slide",
                                   format_func=lambda i: by_id[i].name + (" (demo)" if by_id[i].demo else
                                                                          " (uploaded)" if i in uploaded else ""),
                                   help="Your uploads, the slides and images in the server's slides folder "
                                        "($APP_SLIDES), then the demo slides and images.")
+    st.session_state[CHOSEN] = chosen
     return by_id[chosen]
 
 
@@ -319,6 +326,12 @@ def _left_behind(scheduler: ChunkScheduler | None, plans: list[SlidePlan]) -> No
                 scheduler.stop(key, viewer=_me())
 
 
+def slides_left() -> None:
+    """This session shows no slide now (another page chosen): the analyses its Slide page showed go on in the
+    background, below the ones someone looks at, until it shows them again."""
+    _left_behind(current_scheduler(), [])
+
+
 def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
     """The viewer's click: the cell's context, read as the engine read it, handed to the patch page; a cell not
     evaluated (or not there: a browser may send anything) opens nothing."""
@@ -376,12 +389,15 @@ def slide_page(loaded: LoadedModel) -> None:
     # A moved slide's page needs the slide as scanned too (its maps are compared with it, and analysed with it).
     scanned = planned(0) if element else None
     if not (planning.done() and (scanned is None or scanned.done())):
+        # The slide shown before is left now, not once this one's plan is made (seconds on a large slide).
+        _left_behind(current_scheduler(), [])
         _view_while_planning(entry, mpp, [planning] + ([scanned] if scanned else []), route)
         return
     try:
         plan = planning.result()
         original = scanned.result() if scanned else None  # the slide as scanned, for the proof
     except SlideError as err:
+        _left_behind(current_scheduler(), [])  # a slide that cannot be planned still leaves the one shown before
         st.error(str(err))
         return
     caption = (f"{plan.grid.cells.rows * plan.grid.cells.cols:,} cells of 32 px at "
