@@ -13,8 +13,9 @@ import torch
 from safetensors.torch import save_file
 
 from models.checkpoint import CARD_DIGEST_KEY, CARD_KEY
+from tests.conftest import REPO
 
-SHIPPED_CARD = Path(__file__).resolve().parents[1] / "checkpoints" / "p4cnn_rot_mnist.json"
+SHIPPED_CARD = REPO / "checkpoints" / "p4cnn_rot_mnist.json"
 
 
 def card_with(**config) -> dict:

@@ -27,13 +27,13 @@ from PIL import Image
 from test_app_ui import write_dev_checkpoints
 
 from benchmarks.concurrent_sessions import CHROMIUM, CHROMIUM_ARGS, free_port, streamlit_server
+from tests.conftest import REPO
 
 try:
     from playwright.sync_api import sync_playwright
 except ImportError:  # skipped (or failed under CI) with a message below
     sync_playwright = None
 
-REPO = Path(__file__).resolve().parents[1]
 VIEWPORT = dict(width=1400, height=1000)
 FIRST_SCREEN = dict(width=1440, height=900)  # what the first page must fit
 VARIANTS_SCREEN = dict(width=1440, height=2150)  # five variant rows and their table in one picture

@@ -9,14 +9,13 @@ import pickle
 import urllib.request
 from pathlib import Path
 
-from conftest import RELEASES, release_path
+from conftest import RELEASES, REPO, release_path
 from safetensors.torch import save_file
 from test_app_browser import FIRST_SCREEN, app_page, check_and_keep, scroll_to
 
 import models
 from models.checkpoint import CARD_KEY
 
-REPO = Path(__file__).resolve().parents[1]
 UPLOADER = '[data-testid="stFileUploader"] input[type="file"]'
 
 

@@ -12,10 +12,10 @@ import pytest
 import app.ui.caches as caches
 from app.ui.first_visit import prepare_first_visit
 from benchmarks.concurrent_sessions import free_port, streamlit_server
+from tests.conftest import REPO
 
 AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT = "fa_p4m_densenet_pcam"  # the attentive H&E model the app opens on (app.ui.inputs.default_checkpoint)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +17,8 @@ from app.analysis.transforms import apply_element
 from app.gallery import list_gallery
 from app.ui.comparison import compare, comparison_pair, format_deviation, relative_deviation
 from models.network import Network, call
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PLAIN = REPO / "checkpoints" / "z2cnn_rot_mnist.safetensors"
 EQUIVARIANT = REPO / "checkpoints" / "a_p4cnn_rot_mnist.safetensors"
 DIGITS = ["mnist_0_test459_rot185.2.png", "mnist_2_test1372_rot120.1.png", "mnist_7_test4551_rot246.2.png"]

@@ -4,12 +4,11 @@ the model's own function, tiles are exact without attention, the mosaic is score
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import require_shared
+from conftest import REPO, require_shared
 
 import models
 from app.analysis.frames import InputFrame
@@ -33,7 +32,6 @@ from app.cells.evaluation import (
 from app.cells.mosaic import MOSAIC_PATCHES, pcam_test_mosaic, roc_auc, score_cells
 from app.gallery import list_gallery
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
 ELEMENTS = (1, 2, 4, 7)  # quarter turn, half turn, mirror, mirror after three quarter turns
 TOLERANCE = 1e-5  # float32 round-off of probabilities and attention

@@ -1,10 +1,9 @@
 """Ours against the paper's: an uploaded release of the paper's code beside our shipped checkpoint on the same
 image, with no architecture named by hand."""
 
-from pathlib import Path
 
 import pytest
-from conftest import release_path
+from conftest import REPO, release_path
 from test_app_ui import MAIN, ok
 
 from app.analysis.checkpoints import list_checkpoints
@@ -14,7 +13,6 @@ from models.reference_import import reference_card
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "checkpoints"
 needs_shipped = pytest.mark.skipif(not (SHIPPED / "fa_p4m_densenet_pcam.safetensors").exists(),
                                    reason="the shipped PCam checkpoints are absent")

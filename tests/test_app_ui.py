@@ -27,11 +27,11 @@ from app.analysis.images import read_image
 from app.gallery import list_gallery, list_patches, list_regions
 from app.pictures.export import read_npz
 from models import registry
+from tests.conftest import REPO
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 AppTest = streamlit_testing.AppTest
 
-REPO = Path(__file__).resolve().parents[1]
 MAIN = str(REPO / "app" / "main.py")
 TIMEOUT = 120
 SHIPPED = sorted((REPO / "checkpoints").glob("*.safetensors"))

@@ -23,8 +23,8 @@ from app.analysis.readings import BRIGHT, COLOUR_TITLES
 from app.analysis.variants import ATTENTION_KINDS, table1_text, variants_of
 from app.ui.views import FLAT_SPAN
 from experiments.results_tables import seed_table, spread_text, table1_summary
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "rot_mnist"
 VARIANT_ARCHS = ["arh_p4cnn", "asp_p4cnn", "ach_p4cnn", "fa_p4cnn", "a_p4cnn"]  # deliberately not Table 1's order
 TABLE1_ORDER = ["a_p4cnn", "fa_p4cnn", "ach_p4cnn", "asp_p4cnn", "arh_p4cnn"]

@@ -3,10 +3,9 @@ and a field of the wrong type is refused with a message naming it."""
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from conftest import RELEASES, release_path
+from conftest import RELEASES, REPO, release_path
 
 import models
 from app.analysis.checkpoints import error_text, list_checkpoints
@@ -14,7 +13,6 @@ from app.analysis.pathology import is_pathology
 from models.card import CheckpointError, validate_card
 from models.reference_import import PAPER_LOG_NOTE, reference_card
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED_CARDS = sorted((REPO / "checkpoints").glob("**/*.json"))
 
 

@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from experiments.card_records import record_of, rerecord_intervals
-from tests.conftest import require_shared
+from tests.conftest import REPO, require_shared
 from tests.recorded_numbers import assert_same_numbers
 from training.bootstrap import describe
 from training.provenance import sha256_file
 
-REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "../shared/data/pcam_public/labels.csv"
 CARDS = sorted(card.relative_to(REPO) for pattern in ("checkpoints/*.json", "results/pcam_table3*/*.json")
                for card in REPO.glob(pattern) if "test_intervals" in json.loads(card.read_text()).get("metrics", {}))

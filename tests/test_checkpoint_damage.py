@@ -6,12 +6,11 @@ every format."""
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import release_path
+from conftest import REPO, release_path
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -19,7 +18,6 @@ from app.analysis.checkpoints import load_uploaded_checkpoint
 from models import CheckpointError, load_checkpoint
 from models.checkpoint import save_checkpoint, weights_digest
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = ["a_p4cnn_rot_mnist", "fa_p4m_densenet_pcam"]
 MUTATIONS = 60  # per file
 

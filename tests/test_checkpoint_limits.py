@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,8 +27,8 @@ from models.checkpoint_limits import (
     read_safetensors_header,
 )
 from models.registry import list_models, model_info
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "checkpoints" / "p4cnn_rot_mnist.safetensors"
 PEAK_BOUND_MB = 1024  # the bound for a refused checkpoint, the loading process's whole peak
 

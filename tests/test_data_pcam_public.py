@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require_shared
+from conftest import REPO, require_shared
 from PIL import Image
 
 from training.data import DataError, load_dataset
 from training.data.pcam_public import load_pcam_public, read_labels
 
-PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "pcam_public"
+PUBLIC = REPO.parent / "shared" / "data" / "pcam_public"
 HEADER = "file,label,split,encoding,kaggle_id,copies_found,near_uniform,source_repo,source_commit,source_path"
 
 

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from tools.architecture_diagram import BEGIN, END, diagram, longest_chain
 from tools.import_rules import describe_loop, import_cycles, rule_violations
 from tools.imports import PACKAGES, project_imports, project_modules
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _loops(imports) -> list[str]:

@@ -6,9 +6,9 @@ import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO
+
 README = (REPO / "README.md").read_text()
 MAX_CHARACTERS = 15_000  # the picture, the two commands and the tour; reference material lives in docs/
 # ``python -m MODULE [WORD]`` of the project; WORD (a subcommand or a first argument) only when a word ends there.

@@ -1,63 +1,29 @@
-"""Single layers against the paper's code, float64: ``layers_synthetic.npz`` to 1e-10."""
+"""Single layers, built as the architectures build them (``LayerFactory``), against the paper's code, float64:
+``layers_synthetic.npz`` to 1e-10."""
 
 import pytest
 import torch
 
-from models.attention import (
-    AttentiveGroupConv,
-    AttentiveLiftingConv,
-    FullChannelAttention,
-    FullSpatialAttention,
-    InputAttentiveGroupConv,
-    InputAttentiveLiftingConv,
-    InputChannelAttention,
-    InputSpatialAttention,
-)
-from models.gconv import GroupConv, LiftingConv, group_filters, lifting_filters
-from models.groups import P4, P4M
+from models.architectures.layer_factory import LayerFactory
+from models.gconv import group_filters, lifting_filters
+from models.groups import P4M
 
 TOL = 1e-10
 
-
-def full_lifting(g):
-    return AttentiveLiftingConv(g, 3, 4, 3, padding=1,
-                                channel_attention=FullChannelAttention(4, 3, 1, group=g, lifting=True),
-                                spatial_attention=FullSpatialAttention(4, g, 7, lifting=True))
-
-
-def full_group(g):
-    return AttentiveGroupConv(g, 4, 4, 3, padding=1,
-                              channel_attention=FullChannelAttention(4, 4, 2, group=g, lifting=False),
-                              spatial_attention=FullSpatialAttention(4, g, 7, lifting=False))
-
-
-def input_lifting(g):
-    return InputAttentiveLiftingConv(g, 3, 4, 3, padding=1, channel_attention=InputChannelAttention(3, 1),
-                                     spatial_attention=InputSpatialAttention(g, 7, lifting=True))
-
-
-def input_group(g):
-    return InputAttentiveGroupConv(g, 4, 4, 3, padding=1, channel_attention=InputChannelAttention(4, 2, group=g),
-                                   spatial_attention=InputSpatialAttention(g, 7, lifting=False))
-
-
-def rotation_group(g):
-    spatial = InputSpatialAttention(g, 1, lifting=False, statistics=False, in_channels=4)
-    return InputAttentiveGroupConv(g, 4, 4, 3, padding=1, channel_attention=None, spatial_attention=spatial)
-
-
+# The reference's layers by its class names (se2: p4, e2: p4m; f: alpha_F, RomHog: alpha_RH), each the factory's
+# layer of that variant with the reference's channels and attention reductions.
 LAYERS = {
-    "se2_ConvRnG": lambda: LiftingConv(P4, 3, 4, 3, padding=1),
-    "se2_ConvGG": lambda: GroupConv(P4, 3, 4, 3, padding=1),
-    "e2_ConvRnG": lambda: LiftingConv(P4M, 3, 4, 3, padding=1),
-    "e2_ConvGG": lambda: GroupConv(P4M, 3, 4, 3, padding=1),
-    "se2_fAttConvRnG": lambda: input_lifting(P4),
-    "se2_fAttConvGG": lambda: input_group(P4),
-    "e2_fAttConvRnG": lambda: input_lifting(P4M),
-    "e2_fAttConvGG": lambda: input_group(P4M),
-    "se2_AttConvRnG": lambda: full_lifting(P4),
-    "se2_AttConvGG": lambda: full_group(P4),
-    "se2_RomHog_fAttConvGG": lambda: rotation_group(P4),
+    "se2_ConvRnG": lambda: LayerFactory("p4").lift(3, 4, 3, padding=1),
+    "se2_ConvGG": lambda: LayerFactory("p4").conv(3, 4, 3, padding=1),
+    "e2_ConvRnG": lambda: LayerFactory("p4m").lift(3, 4, 3, padding=1),
+    "e2_ConvGG": lambda: LayerFactory("p4m").conv(3, 4, 3, padding=1),
+    "se2_fAttConvRnG": lambda: LayerFactory("p4", "input").lift(3, 4, 3, padding=1, reduction=1),
+    "se2_fAttConvGG": lambda: LayerFactory("p4", "input").conv(4, 4, 3, padding=1, reduction=2),
+    "e2_fAttConvRnG": lambda: LayerFactory("p4m", "input").lift(3, 4, 3, padding=1, reduction=1),
+    "e2_fAttConvGG": lambda: LayerFactory("p4m", "input").conv(4, 4, 3, padding=1, reduction=2),
+    "se2_AttConvRnG": lambda: LayerFactory("p4", "full").lift(3, 4, 3, padding=1, reduction=1),
+    "se2_AttConvGG": lambda: LayerFactory("p4", "full").conv(4, 4, 3, padding=1, reduction=2),
+    "se2_RomHog_fAttConvGG": lambda: LayerFactory("p4", "rotation").conv(4, 4, 3, padding=1),
 }
 
 

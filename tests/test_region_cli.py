@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from app.region.cli import main
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 GALLERY = REPO / "app" / "gallery"
 HE_CHECKPOINT = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
 MNIST_CHECKPOINT = REPO / "checkpoints" / "p4cnn_rot_mnist.safetensors"

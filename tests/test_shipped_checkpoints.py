@@ -21,12 +21,12 @@ from benchmarks.pcam_test_record import RECORD_COMMAND, record_path
 from experiments.patch_records import card_metrics, card_tolerances, data_identity, decode, tumour_probability
 from experiments.results_tables import PAPER_TABLE1, seed_table, spread_text, table1_summary
 from models import load_checkpoint
+from tests.conftest import REPO
 from tests.recorded_numbers import assert_same_numbers
 from training.data import DataError, load_dataset
 from training.evaluation import evaluate_checkpoint
 from training.provenance import sha256_file
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "checkpoints").glob("*.safetensors"))
 BUILD_OPTIONS = {"rot_mnist": {"fetch": True}}
 PCAM = [path for path in SHIPPED if path.stem.endswith("_pcam")]

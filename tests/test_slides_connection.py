@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import dask
 import pytest
@@ -21,7 +20,6 @@ from app.slides.connection import TLS_SETTINGS, SchedulerUnreachable, connect
 
 pytest.importorskip("dask.distributed")
 
-REPO = Path(__file__).resolve().parents[1]
 DEADLINE_S = 2.0
 BOUND_S = DEADLINE_S + 8  # generous on 2 busy cores; the silent listener held Dask's own client for over 150 s
 

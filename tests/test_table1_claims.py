@@ -1,13 +1,13 @@
 """The paper's Table 1 claims tested on seeds' cards: the exact permutation test and the table built from cards."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from experiments.cli import main as cli_main
 from experiments.results_tables import seed_table
 from experiments.table1_claims import CLAIMS, claim_verdict, claims_table, permutation_p
+from tests.conftest import REPO
 
 
 def test_permutation_p_is_the_exact_fraction_of_splits():
@@ -60,8 +60,8 @@ def test_claims_table_from_cards(tmp_path, capsys):
 
 def test_readme_tables_are_the_ones_the_committed_cards_build():
     # Anyone can rebuild the README's Table 1 and its claims from results/rot_mnist and get the same text.
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    cards = Path(__file__).parents[1] / "results" / "rot_mnist"
+    readme = (REPO / "README.md").read_text()
+    cards = REPO / "results" / "rot_mnist"
     assert seed_table(cards) in readme
     assert claims_table(cards) in readme
 

@@ -43,13 +43,12 @@ from experiments.patch_records import (
 )
 from experiments.table3 import BEGIN, CLAIMS, END, MODELS, RELEASE, Model, block, claims, claims_markdown, ours
 from models import build_model, load_checkpoint, save_checkpoint
-from tests.conftest import RELEASES, release_path, require_shared
+from tests.conftest import RELEASES, REPO, release_path, require_shared
 from tests.recorded_numbers import assert_same_numbers, classes_of_digest
 from training.data import load_dataset
 from training.data.pcam_public import PatchRecord, PublicSplit
 from training.provenance import sha256_file
 
-REPO = Path(__file__).resolve().parents[1]
 FOLDER = REPO / "results" / "pcam_table3"
 DATA = REPO / "../shared/data/pcam_public"
 SHIPPED = REPO / "results" / "pcam_test_predictions"

@@ -18,12 +18,12 @@ from safetensors.torch import load_file
 from test_data_rot_mnist import write_amat, write_idx
 
 from experiments.results_tables import results_table
+from tests.conftest import REPO
 from training.cli import main as cli_main
 from training.evaluation import evaluate_checkpoint
 from training.loop import record_invocation
 from training.provenance import from_scratch, hardware, on_cpu
 
-REPO = Path(__file__).resolve().parent.parent
 # Tiny, fast runs: p4cnn on 60 amat digits, batch 8.
 SMALL = ["--model", "p4cnn", "--batch-size", "8", "--eval-batch-size", "16", "--equivariance-images", "4"]
 
