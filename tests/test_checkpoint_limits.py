@@ -1,5 +1,5 @@
 """Checkpoints are bounded before anything is built: a small hostile file is refused with a sentence, in little memory
-(issue 66). Peaks are measured in a fresh process (``ru_maxrss``), where the upload is loaded as the app loads it."""
+(issue 66). Peaks are measured in a fresh process (its own VmHWM), where the upload is loaded as the app loads it."""
 
 from __future__ import annotations
 
@@ -33,8 +33,10 @@ SHIPPED = REPO / "checkpoints" / "p4cnn_rot_mnist.safetensors"
 PEAK_BOUND_MB = 1024  # the issue's bound for a refused checkpoint, the loading process's whole peak
 
 # Loads each file as the app's upload path does, and says what happened; then the process's peak resident memory.
+# The peak is the process's own high-water mark (VmHWM), not ru_maxrss: Linux carries a parent's maximum over fork
+# and exec, so a child of a pytest process of 2 GB reported 2 GB whatever it did.
 _LOAD_AS_UPLOADED = """
-import json, resource, sys
+import json, sys
 from pathlib import Path
 from app.analysis.checkpoints import CheckpointError, load_uploaded_checkpoint
 said = {}
@@ -45,7 +47,8 @@ for name in sys.argv[1:]:
         said[path.name] = None
     except CheckpointError as err:
         said[path.name] = str(err)
-print(json.dumps({"said": said, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"said": said, "peak_mb": int(hwm.split()[1]) / 1024}))
 """
 
 
