@@ -8,9 +8,9 @@ Measured, on the slide :mod:`benchmarks.gigapixel_slide` builds (cached after th
 - ``open to outline``: in a fresh process (this file with a hidden ``--open`` flag, so that nothing is warm but the
   imports and the disk's cache), what the Slide page computes before its viewer draws the tissue outline: the
   slide opened and its scale read (the sidebar), :func:`app.slides.run.plan_slide` (the checkpoint's card, scale,
-  grid, thumbnail, tissue mask, chunks with tissue), the store asked for finished chunks, and the outline's
-  picture (the page's own ``_outline``). Its seconds, part by part, and what the plan added to that process's
-  peak memory. The goal is 5 s.
+  grid, thumbnail, tissue mask, chunks with tissue), the store asked for finished chunks, and the outline's tiles
+  at the whole slide's zoom (made as the overlay route makes them). Its seconds, part by part, and what the plan
+  added to that process's peak memory. The goal is 5 s.
 - ``server while viewed``: ``app/server.py`` on a free port with the slide alone in ``$APP_SLIDES``; the
   descriptor, then deep-zoom tiles as a viewer asks for them: every tile of the levels that fit a 1,400 x 1,000
   viewer (the slide opened whole), then zoom paths from there to level 0's neighbourhood, a viewport of tiles per
@@ -67,10 +67,10 @@ CONCURRENT = 6  # a browser's connections per host
 def open_to_outline(slide: Path, checkpoint: Path) -> dict:
     """Seconds of each step the Slide page takes before it draws the outline, and the memory the plan added (MiB,
     this process's peak over its resident size before). Run in a fresh process (:func:`_open_in_child`)."""
+    from app.slides.overlay_tiles import overlay_tile, register
     from app.slides.reader import open_slide
     from app.slides.run import THUMBNAIL_SIDE, plan_slide
     from app.slides.scale import slide_scale
-    from app.ui.slide_page import _outline  # the page's own picture of the outline
 
     before = proc_status(os.getpid()).get("VmRSS", 0.0)
     with tempfile.TemporaryDirectory(prefix="gigapixel-store-") as store:
@@ -83,15 +83,27 @@ def open_to_outline(slide: Path, checkpoint: Path) -> dict:
         planned = time.perf_counter()
         finished = sum(plan.store.get(*index) is not None for index in plan.chunks)
         stored = time.perf_counter()
-        picture = _outline(plan)
+        picture = _outline_tiles(plan, register, overlay_tile)
         drawn = time.perf_counter()
     peak = proc_status(os.getpid()).get("VmHWM", 0.0)
     return dict(open_to_outline_s=drawn - start, sidebar_s=sidebar - start, plan_s=planned - sidebar,
                 store_s=stored - planned, outline_s=drawn - stored, thumbnail_level=thumbnail_level,
                 cells=[plan.grid.cells.rows, plan.grid.cells.cols], chunk_grid=list(plan.grid.chunks),
                 chunks_with_tissue=len(plan.chunks), finished_chunks=finished,
-                tissue_share=float(plan.tissue.mean()), outline_png_bytes=len(picture["url"]),
+                tissue_share=float(plan.tissue.mean()), outline_png_bytes=picture,
                 plan_peak_extra_mib=peak - before, plan_process_peak_mib=peak)
+
+
+def _outline_tiles(plan, register, overlay_tile) -> int:
+    """The outline's tiles the viewer asks for at the whole slide's zoom (the overlays' deepest level that fits
+    :data:`VIEWPORT` whole), made as the overlay route makes them: their bytes in all."""
+    overlay = register(plan)
+    geometry = overlay.pyramid
+    fits = [level for level in range(geometry.min_level, geometry.max_level + 1)
+            if all(side <= view for side, view in zip(geometry.level_size(level), VIEWPORT, strict=True))]
+    level = max(fits, default=geometry.min_level)
+    cols, rows = geometry.level_tiles(level)
+    return sum(len(overlay_tile(overlay, "outline", level, col, row)) for col in range(cols) for row in range(rows))
 
 
 def _open_in_child(slide: Path, checkpoint: Path) -> dict:
