@@ -389,15 +389,14 @@ def slide_page(loaded: LoadedModel) -> None:
     # A moved slide's page needs the slide as scanned too (its maps are compared with it, and analysed with it).
     scanned = planned(0) if element else None
     if not (planning.done() and (scanned is None or scanned.done())):
-        # The slide shown before is left now, not once this one's plan is made (seconds on a large slide).
-        _left_behind(current_scheduler(), [])
+        slides_left()  # the slide shown before is left now, not once this one's plan is made (seconds on a large slide)
         _view_while_planning(entry, mpp, [planning] + ([scanned] if scanned else []), route)
         return
     try:
         plan = planning.result()
         original = scanned.result() if scanned else None  # the slide as scanned, for the proof
     except SlideError as err:
-        _left_behind(current_scheduler(), [])  # a slide that cannot be planned still leaves the one shown before
+        slides_left()  # a slide that cannot be planned still leaves the one shown before
         st.error(str(err))
         return
     caption = (f"{plan.grid.cells.rows * plan.grid.cells.cols:,} cells of 32 px at "
@@ -410,8 +409,9 @@ def slide_page(loaded: LoadedModel) -> None:
     if active:  # shown again: this session looks at it (again), and its views count
         for each in plans:
             scheduler.analyse(each, viewer=_me(), view=_view_of(each) if each is plan else None)
-    finished = len(plan.store.finished() & set(plan.chunks))
-    missing = [p for p in plans if not p.store.finished() >= set(p.chunks)]
+    stored = [p.store.finished() for p in plans]  # one listing of each store's folder per run
+    finished = len(stored[0] & set(plan.chunks))
+    missing = [p for p, done in zip(plans, stored, strict=True) if not done >= set(p.chunks)]
     if mpp is not None and missing and not active:
         _connecting()  # the cluster starts while the user looks at the slide
         left, right = st.columns([1, 3])
