@@ -13,7 +13,7 @@ Why a queue here and not Dask's priorities: a submitted task's priority cannot b
 without it, dask/distributed#1753 open), so with everything submitted at once a pan could only re-order by cancelling
 the new view's tasks and submitting them again at a higher priority, and two slides could only be interleaved by
 priorities fixed when each was submitted. Measured with a stub chunk (a sleep) on one worker of two threads
-(``python -m benchmarks.schedule_pan``, 2-core AMD EPYC, AVX-512, shared with other work), from a pan to the first
+(``python -m benchmarks.schedule_pan``, 2-core AMD EPYC, AVX2 only, shared with other work), from a pan to the first
 chunk of the new view finished, median of 3, with 0.5 s chunks: this queue 1.00 s with one task beyond the threads
 (0.99 s with none, 1.47 s with two), cancel and resubmit at a higher priority 1.00 s, all submitted at once as before
 63 s (the view's chunks late in the order); with 50 ms chunks: the queue 0.10 s, cancel and resubmit 0.83 s
