@@ -12,10 +12,11 @@ from ..analysis.cache import LRUCache, analysis_key, image_digest
 from ..analysis.compute import Analysis, analyse
 from ..analysis.padding import stored_borders
 from ..analysis.reductions import MapSelection
+from ..analysis.stain_stability import StainStability, stain_reference, stain_stability
 from ..analysis.turning import TurnSequence, chunked, joined, turning_chunks
 from .inputs import LoadedModel
 
-__all__ = ["analyses", "analysed", "turned", "padding_of"]
+__all__ = ["analyses", "analysed", "turned", "padding_of", "stain_stable"]
 
 
 @st.cache_resource
@@ -53,6 +54,16 @@ def turned(loaded: LoadedModel, image, layer_key: str, selection: MapSelection) 
             chunks.append(chunk)
             yield chunk
     cache.put(key, joined(chunks))
+
+
+def stain_stable(loaded: LoadedModel, image, method: str, border: int, element: int = 0,
+                 degrees: float = 0.0) -> StainStability:
+    """``loaded``'s stain stability of ``image`` (the patch as scanned) against ``method``'s normalisation to its
+    card's reference (:func:`app.analysis.stain_stability.stain_stability`), computed once per (model, image,
+    method, border, geometry) in the analyses' cache, which bounds its memory and concurrency as theirs."""
+    key = ("stain-stability", loaded.model_id, image_digest(image), method, int(border), int(element), float(degrees))
+    return analyses().get_or_compute(key, lambda: stain_stability(
+        loaded.model, loaded.card, image, stain_reference(loaded.card), method, border, element, degrees))
 
 
 @st.cache_resource(max_entries=16)

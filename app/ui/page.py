@@ -25,6 +25,7 @@ from ..analysis.compute import Analysis, display_group
 from ..analysis.pathology import dataset_name, is_pathology, is_proxy, proxy_statement
 from ..analysis.readings import COMPOSITE, layer_selections, page_readings
 from ..analysis.releases import is_release
+from ..analysis.stain_stability import first_spatial_layer, stained
 from ..analysis.transforms import apply_element, rotate_by_angle
 from ..analysis.variants import variants_of
 from ..pictures.fig5 import fig5_png
@@ -32,9 +33,10 @@ from ..pictures.plots import image_rgb
 from .caches import analysed, analyses, padding_of, turned
 from .comparison import compare, comparison_pair, show_comparison
 from .inputs import LoadedModel, checkpoint_folder, image_ui, load_entry, model_ui, transform_ui
-from .readings import reading_ui, show_composite
+from .readings import analysed_in_reading, reading_ui, show_composite
 from .releases_page import show_ours_against_paper
 from .slide_page import slide_page, slides_left
+from .stain_view import STAIN_TAB, page_reference, show_stain_stability, stain_ui
 from .variants_page import variants_page
 from .views import (
     arrow_layer_ui,
@@ -130,13 +132,19 @@ def main() -> None:
     if chosen is None:
         display_ui()
         return
+    # H&E models with PCam's reference stain in their card: the patch as scanned or normalised to it, before the
+    # geometry (normalisation acts on each pixel's colour alone: it commutes with every turn and mirror).
+    reference = page_reference(card) if view != VARIANTS else None
+    shown = stained(chosen.pixels, stain_ui(reference), reference)
+    if shown.error:
+        st.warning(f"{shown.error} The patch is shown as scanned.", icon="🎨")
     # The patch page turns and mirrors in its viewer, in the browser; the Variants page moves its rows here.
     element, degrees = transform_ui(display_group(model), planar=model.group is None, turns=view == VARIANTS)
     display = display_ui(is_pathology(card), rgb=card["input"]["channels"] == 3)
     # The user's element first, then the arbitrary rotation; analysed as a new image when the angle is not 0.
-    image, first = chosen.pixels, element
+    image, first = shown.pixels, element
     if degrees:
-        image, first = rotate_by_angle(apply_element(chosen.pixels, element), degrees), 0
+        image, first = rotate_by_angle(apply_element(shown.pixels, element), degrees), 0
     if view == VARIANTS:
         variants_page(loaded, entries, image, first, display)
         return
@@ -152,7 +160,7 @@ def main() -> None:
     size = current.images.shape[-1]
     marks = panel_marks(card, size, chosen.microns_per_pixel)
     with left:  # before the maps: a view that fails below still leaves the prediction on the page
-        show_summary(card, current, chosen, marks)
+        show_summary(card, current, chosen, marks, shown.label if reference is not None else "")
 
     if reading == COMPOSITE:
         layer_key, layer = COMPOSITE, current.composite
@@ -181,6 +189,7 @@ def main() -> None:
     pathology = is_pathology(card)
     names = ["Arrow field", "Equivariance proof", "Predictions per transform"]
     names += ["Attention on nuclei", "Calibration"] if pathology else []
+    names += [STAIN_TAB] if reference is not None else []
     pair = comparison_pair(entries)
     names += (["Plain CNN vs equivariant"] if pair else []) + ([OURS_VS_PAPER] if is_release(card) else [])
     names += ["Export", "About the model"]
@@ -215,6 +224,13 @@ def main() -> None:
     if pathology and tabs["Calibration"].open:
         with tabs["Calibration"]:
             show_calibration(card, current)
+    if reference is not None and tabs[STAIN_TAB].open:
+        with tabs[STAIN_TAB]:
+            # The group's row measures alpha_s: the page's image in the spatial reading (the default, cached).
+            spatial = analysed_in_reading(loaded, image, first, "spatial")
+            layer_border = borders.get(f"attention/{first_spatial_layer(model)}", 0)
+            show_stain_stability(loaded, chosen.pixels, shown.method, spatial, layer_border, display, marks,
+                                 element, degrees)
     if pair and tabs["Plain CNN vs equivariant"].open:
         with tabs["Plain CNN vs equivariant"]:
             show_plain_versus_equivariant(pair, current, display)
@@ -237,9 +253,11 @@ def main() -> None:
             show_about(card)
 
 
-def show_summary(card: dict, current: Analysis, chosen, marks) -> None:
-    """The image, the prediction and, for H&E, the true label and what the marks on the maps mean."""
-    st.image(image_rgb(current.images[0]), width=170, caption="What the model sees")
+def show_summary(card: dict, current: Analysis, chosen, marks, stain: str = "") -> None:
+    """The image, the prediction and, for H&E, the true label and what the marks on the maps mean; ``stain`` says
+    in which stain the model sees the patch (empty: no stain control)."""
+    st.image(image_rgb(current.images[0]), width=170,
+             caption="What the model sees" + (f": the patch {stain}" if stain else ""))
     probabilities = current.probabilities[0]
     top = int(probabilities.argmax())
     st.metric("Prediction", current.class_names[top], f"p = {probabilities[top]:.3f}", delta_color="off")
@@ -250,6 +268,9 @@ def show_summary(card: dict, current: Analysis, chosen, marks) -> None:
         if marks is not None:
             scale = (f"{chosen.microns_per_pixel:.3f} µm/px" if chosen.microns_per_pixel else
                      "the model's training scale (assumed: an upload's µm/px is unknown)")
+            if stain.startswith("normalised"):
+                st.caption(f"Stain: {stain}. The model sees, and every map is drawn over, the normalised patch "
+                           "(sidebar: Stain).")
             st.caption(f"Dashed square: the central 32 x 32 pixels, the region PCam's label refers to. "
                        f"Scale bar: {marks.bar_label} at {scale}.")
     st.caption(chosen.info.text)
