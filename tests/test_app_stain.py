@@ -3,8 +3,11 @@ through the shipped default model, and in AppTest."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
+from PIL import Image
 
 from app.analysis.compute import analyse
 from app.analysis.images import fit_to_model, read_image
@@ -128,6 +131,14 @@ def test_pearson_is_exactly_one_on_itself_and_undefined_on_a_constant_map():
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 
 
+def glass_png() -> bytes:
+    """A 96 x 96 picture of empty glass: near-white, with a little noise."""
+    pixels = np.random.default_rng(1).integers(236, 244, (96, 96, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def test_the_page_switches_stain_and_shows_the_stability_table(monkeypatch, stability):
     monkeypatch.setenv("APP_CHECKPOINTS", str(REPO / "checkpoints"))
     at = streamlit_testing.AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120).run()
@@ -154,3 +165,9 @@ def test_the_page_switches_stain_and_shows_the_stability_table(monkeypatch, stab
     assert spread["P(tumour) max − min"].iloc[0] == stability.spread("none")
     assert "equivariance proof" in spread["what moves the patch"].iloc[2]
     assert any(c.key == "stain_maps" for c in at.get("plotly_chart"))
+    # An upload without tissue: StainError's sentence, the patch as scanned, no traceback.
+    at.session_state["tab"] = "Arrow field"
+    at = at.sidebar.radio(key="image_source").set_value("Upload an image").run()
+    at = at.sidebar.file_uploader(key="image_upload").set_value(("glass.png", glass_png(), "image/png")).run()
+    assert not at.exception and not at.error, [e.message for e in at.exception] + [e.value for e in at.error]
+    assert any(BLANK_SENTENCE in w.value and "shown as scanned" in w.value for w in at.warning)

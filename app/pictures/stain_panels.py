@@ -46,8 +46,9 @@ def stability_figure(stability: StainStability, *, range_mode: str, colorscale: 
     fig = map_panels(images, maps, titles, colorscale=colorscale, opacity=opacity, zmin=low, zmax=high,
                      colour_title=title, marks=marks, columns=count, style=style, border=stability.border,
                      width_px=width_px)
-    # Each row says which stain it is, on its first panel's axis (the image's, beside a side-by-side row).
     width = count + (style == "side")
+    _tighten(fig, len(stability.methods), width)
+    # Each row says which stain it is, on its first panel's axis (the image's, beside a side-by-side row).
     for row, method in enumerate(stability.methods):
         panel = row * width
         name = "yaxis" if panel == 0 else f"yaxis{panel + 1}"
@@ -55,3 +56,25 @@ def stability_figure(stability: StainStability, *, range_mode: str, colorscale: 
                                 zeroline=False,
                                 title=dict(text=STAIN_LABELS[method].replace(" (", "<br>("), font=dict(size=11)))
     return fig
+
+
+PANEL_PX = 112  # the panels' side on a wide page: a 96-pixel patch at about its own size
+TITLE_PX = 34  # two lines of 11-point title above each row
+
+
+def _tighten(fig: go.Figure, rows: int, columns: int) -> None:
+    """Rows of ``PANEL_PX`` with ``TITLE_PX`` for their two-line titles between them: map_panels' grid leaves a
+    gap of a few percent of the height between rows, too little for two lines, and square panels in a row taller
+    than they are wide float in its middle. Narrower pages shrink the panels (square, as before)."""
+    plot = rows * PANEL_PX + (rows - 1) * TITLE_PX
+    fig.layout.height = plot + TITLE_PX + 8
+    fig.layout.margin = dict(l=0, r=0, t=TITLE_PX, b=8)
+    tops = [1 - row * (PANEL_PX + TITLE_PX) / plot for row in range(rows)]
+    for panel in range(rows * columns):
+        top = tops[panel // columns]
+        name = "yaxis" if panel == 0 else f"yaxis{panel + 1}"
+        fig.layout[name].domain = [max(top - PANEL_PX / plot, 0.0), top]
+    titles = [a for a in fig.layout.annotations if a.yref == "paper"]  # the panels' titles, atop their rows
+    old_tops = sorted({a.y for a in titles}, reverse=True)  # one per row, top row first
+    for annotation in titles:
+        annotation.y = tops[old_tops.index(annotation.y)]

@@ -129,13 +129,15 @@ def main() -> None:
                    "image with the buttons above the maps: the panels turn with it and trade places at once, "
                    "exactly (the page already holds every transform; the proof tab measures it).")
     chosen = image_ui(card)
+    # H&E models with PCam's reference stain in their card: the patch as scanned or normalised to it, before the
+    # geometry (normalisation acts on each pixel's colour alone: it commutes with every turn and mirror). Drawn
+    # while no image is chosen too, so that the choice outlives a switch to an upload not made yet.
+    reference = page_reference(card) if view != VARIANTS else None
+    method = stain_ui(reference)
     if chosen is None:
         display_ui()
         return
-    # H&E models with PCam's reference stain in their card: the patch as scanned or normalised to it, before the
-    # geometry (normalisation acts on each pixel's colour alone: it commutes with every turn and mirror).
-    reference = page_reference(card) if view != VARIANTS else None
-    shown = stained(chosen.pixels, stain_ui(reference), reference)
+    shown = stained(chosen.pixels, method, reference)
     if shown.error:
         st.warning(f"{shown.error} The patch is shown as scanned.", icon="🎨")
     # The patch page turns and mirrors in its viewer, in the browser; the Variants page moves its rows here.
@@ -242,7 +244,8 @@ def main() -> None:
             if field is None:  # the arrow tab is closed: the export draws its default field
                 arrow_key, field = default_arrow_field(current, borders)
             metadata = dict(model=loaded.name, arch=card.get("arch"), image=chosen.source, element=element,
-                            degrees=degrees, fit=chosen.info.text, layer=layer_key, reading=reading)
+                            degrees=degrees, fit=chosen.info.text, layer=layer_key, reading=reading,
+                            stain=shown.label)
             fig5 = None
             if current.composite is not None:
                 title = (chosen.source or "image")[:24]

@@ -88,13 +88,17 @@ def spread_rows(stability: StainStability, analysis: Analysis, border: int) -> l
 
 
 def _sentence(stability: StainStability, analysis: Analysis, border: int) -> str:
+    """The two spreads in one sentence: the stain's (as scanned, normalised) against the group's."""
     group = group_spread(analysis, stability.layer, border)
-    stain = stability.spread("none")
-    text = (f"Stain moves this patch's P(tumour) by up to **{stain:.3g}** as scanned"
-            + (f" and **{stability.spread(stability.methods[1]):.3g}** {STAIN_LABELS[stability.methods[1]]}"
-               if len(stability.methods) > 1 else "")
-            + f"; the group moves it by **{group.spread:.1e}** (round-off: the model is equivariant, not stain "
-              "invariant).")
+    normalised = stability.methods[1] if len(stability.methods) > 1 else None
+    text = (f"Stain moves this patch's P(tumour) by up to **{stability.spread('none'):.3g}** as scanned"
+            + (f" and **{stability.spread(normalised):.3g}** {STAIN_LABELS[normalised]}" if normalised else ""))
+    if stability.layer is not None and group.mean_change is not None:
+        text += (f", and its α_s map ({stability.layer}) by **{stability.mean_change('none'):.2g}** on average"
+                 + (f" (**{stability.mean_change(normalised):.2g}** normalised)" if normalised else ""))
+    text += (f". Turns and mirrors move P(tumour) by **{group.spread:.1e}**"
+             + (f" and the map by **{group.mean_change:.1e}**" if group.mean_change is not None else "")
+             + ": round-off, since the model is equivariant; it is not stain invariant.")
     return text
 
 
