@@ -115,7 +115,7 @@ def test_a_blank_patch_gets_the_sentence_and_stays_as_scanned(shipped):
     shown = stained(blank, "macenko", reference)
     assert BLANK_SENTENCE in shown.error and shown.pixels is blank and shown.label == "as scanned"
     assert BLANK_SENTENCE in stained(blank, "reinhard", reference).error
-    result = stain_stability(model, card, blank, reference, "macenko", perturbations=PERTURBATIONS[:2])
+    result = stain_stability(model, card, blank, reference, "macenko", perturbations=PERTURBATIONS[:1])
     assert BLANK_SENTENCE in result.error and result.methods == ("none",)
 
 

@@ -22,18 +22,19 @@ import torch
 
 from models import Network
 from models.attention.parts import AttentiveLayer
+from models.card import stain_reference as card_stain_reference
 from models.stain_normalise import HED_LIGHT, HED_STRONG, METHODS, StainError, StainEstimate, hed_jitter, normalise
 
 from .compute import Analysis
 from .frames import InputFrame
 from .padding import border_left_out
-from .pathology import dataset_name, is_pathology
+from .pathology import is_pathology
 from .reductions import MapSelection, reduce_attention, upsample
 from .transforms import apply_element, rotate_by_angle
 
 __all__ = ["STAIN_LABELS", "Perturbation", "PERTURBATIONS", "SEED", "StainedImage", "StainStability",
            "GroupSpread", "stain_reference", "stained", "tumour_index", "stain_stability", "group_spread",
-           "pearson", "first_spatial_layer", "patch_rgb", "patch_image", "is_pcam"]
+           "pearson", "first_spatial_layer", "patch_rgb", "patch_image"]
 
 STAIN_LABELS = {"none": "as scanned", "macenko": "normalised to PCam (Macenko)",
                 "reinhard": "normalised to PCam (Reinhard)"}
@@ -72,19 +73,12 @@ PERTURBATIONS = (
 
 def stain_reference(card: dict) -> StainEstimate | None:
     """The stain the page normalises to: the card's own ``stain_reference`` (PCam's, written by
-    ``python -m tools.pcam_stain``); None for a model that is not an H&E model, or an H&E card without one.
+    ``python -m tools.pcam_stain``; :func:`models.card.stain_reference`) for an H&E model, else None.
 
     Raises:
         StainError: a card whose ``stain_reference`` is malformed.
     """
-    if not is_pathology(card) or not card.get("stain_reference"):
-        return None
-    return StainEstimate.from_dict(card["stain_reference"])
-
-
-def is_pcam(card: dict) -> bool:
-    """Trained on PCam (whatever the card calls it): the models the Stain control is for."""
-    return "pcam" in dataset_name(card).lower() or "camelyon" in dataset_name(card).lower()
+    return card_stain_reference(card) if is_pathology(card) else None
 
 
 def patch_rgb(image: np.ndarray) -> np.ndarray:
