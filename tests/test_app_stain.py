@@ -27,6 +27,7 @@ from app.analysis.stain_stability import (
 )
 from app.ui.inputs import gallery_order
 from models import load_checkpoint
+from models.stain_normalise import METHODS
 from tests.conftest import REPO
 
 DEFAULT = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
@@ -145,6 +146,7 @@ def test_the_page_switches_stain_and_shows_the_stability_table(monkeypatch, stab
     assert not at.exception, [e.message for e in at.exception]
     stain = at.sidebar.radio(key="stain")
     assert stain.options == list(STAIN_LABELS.values()) and stain.value == "none"
+    assert tuple(STAIN_LABELS) == METHODS, "one label per method of the library, in its order"
     at = stain.set_value("macenko").run()
     assert not at.exception and not at.warning, [w.value for w in at.warning]
     assert any("Stain: normalised to PCam (Macenko)" in c.value for c in at.caption)
