@@ -25,6 +25,7 @@ from app.analysis.stain_stability import (
     stained,
     tumour_index,
 )
+from app.pictures.stain_panels import stability_figure, stability_maps
 from app.ui.inputs import gallery_order
 from models import load_checkpoint
 from models.stain_normalise import METHODS
@@ -127,6 +128,17 @@ def test_pearson_is_exactly_one_on_itself_and_undefined_on_a_constant_map():
     b = a + rng.random(a.shape)
     assert abs(pearson(a, b) - np.corrcoef(a.ravel(), b.ravel())[0, 1]) < 1e-12
     assert pearson(a, np.ones_like(a)) is None
+
+
+def test_the_small_multiples_draw_every_perturbed_patch_on_one_range(stability):
+    fig = stability_figure(stability, range_mode="equalised", colorscale="Viridis", opacity=0.75)
+    assert len([t for t in fig.data if t.type == "image"]) == 16, "8 perturbations, as scanned and normalised"
+    assert (fig.layout.coloraxis.cmin, fig.layout.coloraxis.cmax) == (0.0, 1.0)
+    titles = [a.text for a in fig.layout.annotations if a.text.startswith(("the patch", "HED"))]
+    assert titles[0] == f"the patch<br>P {stability.probability['none'][0]:.3f} · r 1.000" and len(titles) == 16
+    maps, (low, high), mode = stability_maps(stability, "deviation")
+    assert mode == "robust" and 0 <= low < high <= 1, "a mean over orientations has no deviation: robust range"
+    assert maps.shape == (16, 96, 96)
 
 
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")

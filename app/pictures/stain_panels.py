@@ -31,9 +31,12 @@ def stability_maps(stability: StainStability, range_mode: str) -> tuple[np.ndarr
 
 
 def stability_figure(stability: StainStability, *, range_mode: str, colorscale: str, opacity: float,
-                     style: str = "overlay", marks: PanelMarks | None = None, width_px: int = 1150) -> go.Figure:
-    """Rows of panels, one row per method, one panel per perturbation: the patch the model saw with its alpha_s,
-    titled with the perturbation, its P(tumour) and its map's correlation with the unperturbed one."""
+                     marks: PanelMarks | None = None, width_px: int = 1150) -> go.Figure:
+    """Rows of panels, one row per method, one panel per perturbation: the patch the model saw with its alpha_s
+    over it, titled with the perturbation, its P(tumour) and its map's correlation with the unperturbed one.
+
+    Always over the image, whatever the page's *Maps* choice: each panel's patch is another (image | map would
+    show only the row's first)."""
     maps, (low, high), mode = stability_maps(stability, range_mode)
     images = np.concatenate([stability.images[m] for m in stability.methods])  # (M N, 3, S, S)
     titles = []
@@ -44,13 +47,12 @@ def stability_figure(stability: StainStability, *, range_mode: str, colorscale: 
     count = len(stability.perturbations)
     title = "α_s: quantile" if mode == "equalised" else "α_s"  # as the page's colour bars name it
     fig = map_panels(images, maps, titles, colorscale=colorscale, opacity=opacity, zmin=low, zmax=high,
-                     colour_title=title, marks=marks, columns=count, style=style, border=stability.border,
+                     colour_title=title, marks=marks, columns=count, border=stability.border,
                      width_px=width_px)
-    width = count + (style == "side")
-    _tighten(fig, len(stability.methods), width)
-    # Each row says which stain it is, on its first panel's axis (the image's, beside a side-by-side row).
+    _tighten(fig, len(stability.methods), count)
+    # Each row says which stain it is, on its first panel's axis.
     for row, method in enumerate(stability.methods):
-        panel = row * width
+        panel = row * count
         name = "yaxis" if panel == 0 else f"yaxis{panel + 1}"
         fig.layout[name].update(visible=True, showticklabels=False, ticks="", showline=False, showgrid=False,
                                 zeroline=False,

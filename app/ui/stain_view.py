@@ -133,7 +133,7 @@ def show_stain_stability(loaded: LoadedModel, scanned: np.ndarray, method: str, 
         "measures maps(g.x) against g.maps(x) on the image the page shows, over every transform.")
     if stability.layer is not None:
         fig = stability_figure(stability, range_mode=display.range_mode, colorscale=display.colorscale,
-                               opacity=display.opacity, style=display.style,
+                               opacity=display.opacity,
                                marks=PanelMarks(marks.centre) if marks is not None else None)
         st.plotly_chart(fig, key="stain_maps", config={"displaylogo": False})
     st.dataframe(pd.DataFrame(stability_rows(stability)), hide_index=True, key="stain_table",
