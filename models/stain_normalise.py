@@ -2,11 +2,19 @@
 
 Every function takes 8-bit RGB pixels with channels last, ``(..., H, W, 3)`` (one image, a batch, or a slide's
 low-resolution level), and works pixel by pixel once the estimates are given, so that it commutes with every
-element of p4m *exactly* (bit for bit): the estimate is order-independent (the tissue pixels' values are sorted
-before any sum, eigen decomposition or percentile), the optical density is a 256-entry table of
-:func:`models.stain.optical_density` looked up per channel, and every per-pixel product is written out channel by
-channel (no BLAS call, whose blocked kernels may round a row differently by its place in the array), on contiguous
-arrays (so numpy's vectorised ``log10`` and ``power`` take the same code path for every pixel).
+element of p4m *exactly* (bit for bit, ``tests/test_stain_normalise.py`` checks all eight elements):
+
+* the estimate is a function of the tissue's colour histogram alone (its distinct colours in a canonical order,
+  each with its pixel count), so a turned, mirrored or shuffled image gives the same bits;
+* the optical density is a 256-entry table of :func:`models.stain.optical_density`, looked up per channel, and
+  Macenko's map is three 256-entry tables per output channel multiplied (no logarithm or power per pixel);
+* every other per-pixel product is written out channel by channel on contiguous planes (no BLAS call, whose
+  blocked kernels may round a row differently by its place in the array; numpy's vectorised ``log`` and ``exp``
+  then take one code path for every pixel).
+
+Speed (2-core AMD EPYC, AVX2, no AVX-512; process CPU time, the machine shared): a 96 x 96 patch estimated and
+normalised in about 5 ms (1 ms with its estimate given), a 2048 x 2048 image estimated in 0.2-0.3 s and
+normalised with a given estimate in 0.2-0.3 s (Macenko) or about 0.5 s (Reinhard).
 
 Why written here rather than taken from a library (issue 67 asks to say so):
 
@@ -432,8 +440,9 @@ def hed_jitter(rgb, sigma: float, bias: float, rng: np.random.Generator) -> np.n
 
 
 def pcam_reference() -> StainEstimate:
-    """PCam's reference stain: the ``stain_reference`` that ``python -m tools.pcam_stain`` wrote into the default
-    PCam card, ``checkpoints/fa_p4m_densenet_pcam.json`` (estimated from pcam_public's training split).
+    """PCam's reference stain: the ``stain_reference`` that ``python -m tools.pcam_stain`` (``experiments/
+    pcam_stain.py``) wrote into the default PCam card, ``checkpoints/fa_p4m_densenet_pcam.json``: 4,000 patches of
+    pcam_public's training split, seeded, pooled. :func:`models.card.stain_reference` reads any card's.
 
     Raises:
         StainError: the card or its ``stain_reference`` missing.
