@@ -289,8 +289,9 @@ def _unmixing(vectors: np.ndarray) -> np.ndarray:
     """``(3, 2)``: the least-squares map of OD rows to the two stains' concentrations (the pseudo-inverse)."""
     vectors = np.asarray(vectors, dtype=np.float64)
     gram = vectors @ vectors.T
-    if abs(np.linalg.det(gram)) < 1e-6:
-        raise StainError("The two stain vectors point the same way, so concentrations are undefined.")
+    # det = |v1|^2 |v2|^2 sin^2 of their angle: below a degree apart the inverse would amplify rounding past 8 bits
+    if not abs(np.linalg.det(gram)) >= np.sin(np.radians(1.0)) ** 2:
+        raise StainError("The two stain vectors are less than 1 degree apart, so concentrations are undefined.")
     return vectors.T @ np.linalg.inv(gram)
 
 
