@@ -27,6 +27,7 @@ from app.analysis.stain_stability import (
 )
 from app.pictures.stain_panels import stability_figure, stability_maps
 from app.ui.inputs import gallery_order
+from app.ui.stain_view import STAIN_TAB
 from models import load_checkpoint
 from models.stain_normalise import METHODS
 from tests.conftest import REPO
@@ -164,7 +165,7 @@ def test_the_page_switches_stain_and_shows_the_stability_table(monkeypatch, stab
     assert any("Stain: normalised to PCam (Macenko)" in c.value for c in at.caption)
     # The page's P(tumour) of the normalised patch is the stability view's unperturbed one.
     assert f"P(tumor) = **{stability.probability['macenko'][0]:.3f}**" in " ".join(m.value for m in at.markdown)
-    at.session_state["tab"] = "Stain stability"
+    at.session_state["tab"] = STAIN_TAB
     at = at.run()
     assert not at.exception and not at.error, [e.message for e in at.exception] + [e.value for e in at.error]
     tables = {tuple(d.value.columns)[0]: d.value for d in at.dataframe}

@@ -27,7 +27,7 @@ from .views import Display
 
 __all__ = ["STAIN_TAB", "page_reference", "stain_ui", "show_stain_stability", "stability_rows", "spread_rows"]
 
-STAIN_TAB = "Stain stability"
+STAIN_TAB = "Stain"  # "Stain stability" made the tab bar overflow a 1440-pixel window with every shipped model
 SHORT = {"none": "scanned", "macenko": "Macenko", "reinhard": "Reinhard"}  # the per-perturbation table's columns
 STAIN_HELP = ("What the model sees. As scanned: the pixels as given. Normalised to PCam: each pixel's colour mapped "
               "from this patch's own stain to PCam's (the reference estimated from PCam's training split, in the "
@@ -91,7 +91,8 @@ def _sentence(stability: StainStability, analysis: Analysis, border: int) -> str
     """The two spreads in one sentence: the stain's (as scanned, normalised) against the group's."""
     group = group_spread(analysis, stability.layer, border)
     normalised = stability.methods[1] if len(stability.methods) > 1 else None
-    text = (f"Stain moves this patch's P(tumour) by up to **{stability.spread('none'):.3g}** as scanned"
+    text = ("**Stain stability.** Stain moves this patch's P(tumour) by up to "
+            f"**{stability.spread('none'):.3g}** as scanned"
             + (f" and **{stability.spread(normalised):.3g}** {STAIN_LABELS[normalised]}" if normalised else ""))
     if stability.layer is not None and group.mean_change is not None:
         text += (f", and its α_s map ({stability.layer}) by **{stability.mean_change('none'):.2g}** on average"
@@ -135,7 +136,7 @@ def show_stain_stability(loaded: LoadedModel, scanned: np.ndarray, method: str, 
         fig = stability_figure(stability, range_mode=display.range_mode, colorscale=display.colorscale,
                                opacity=display.opacity,
                                marks=PanelMarks(marks.centre) if marks is not None else None)
-        st.plotly_chart(fig, key="stain_maps", config={"displaylogo": False})
+        st.plotly_chart(fig, key="stain_maps", config={"displaylogo": False, "displayModeBar": False})
     st.dataframe(pd.DataFrame(stability_rows(stability)), hide_index=True, key="stain_table",
                  column_config={k: st.column_config.NumberColumn(format="%.4f")
                                 for k in stability_rows(stability)[0] if k not in ("perturbation", "σ = bias")})
