@@ -116,11 +116,11 @@ def show_stain_stability(loaded: LoadedModel, scanned: np.ndarray, method: str, 
         st.info(f"{stability.error} Only the patch as scanned is shown.")
     st.markdown(_sentence(stability, analysis, border))
     # One table, numbers of very different sizes (stain: 1e-2, the group: 1e-8): three significant digits each.
-    percent = {"P(tumour) max − min": st.column_config.NumberColumn(format="%.3g"),
+    formats = {"P(tumour) max − min": st.column_config.NumberColumn(format="%.3g"),
                "mean |Δα_s|": st.column_config.NumberColumn(format="%.3g"),
                "lowest r": st.column_config.NumberColumn(format="%.6f")}
     st.dataframe(pd.DataFrame(spread_rows(stability, analysis, border)), hide_index=True, key="stain_spread",
-                 column_config=percent)
+                 column_config=formats)
     light, strong = (next(p for p in PERTURBATIONS if p.name.startswith(k)) for k in ("HED-light", "HED-strong"))
     layer = (f"the first attentive layer's α_s ({stability.layer}, mean over channels, at the patch's size"
              + (f", {border} px of padding border left out" if stability.border else "") + ")"
@@ -137,6 +137,7 @@ def show_stain_stability(loaded: LoadedModel, scanned: np.ndarray, method: str, 
                                opacity=display.opacity,
                                marks=PanelMarks(marks.centre) if marks is not None else None)
         st.plotly_chart(fig, key="stain_maps", config={"displaylogo": False, "displayModeBar": False})
-    st.dataframe(pd.DataFrame(stability_rows(stability)), hide_index=True, key="stain_table",
+    rows = stability_rows(stability)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="stain_table",
                  column_config={k: st.column_config.NumberColumn(format="%.4f")
-                                for k in stability_rows(stability)[0] if k not in ("perturbation", "σ = bias")})
+                                for k in rows[0] if k not in ("perturbation", "σ = bias")})
