@@ -26,8 +26,8 @@ from .reader import open_slide
 from .scale import slide_scale
 from .tissue import tissue_mask
 
-__all__ = ["slide_stain", "card_reference", "SlideStain", "stain_of", "check_method", "STAIN_SIDE", "METHODS",
-           "StainError"]
+__all__ = ["slide_stain", "known_slide_stain", "card_reference", "SlideStain", "stain_of", "check_method", "STAIN_SIDE",
+           "METHODS", "StainError", "StainEstimate", "pcam_reference"]
 
 STAIN_SIDE = 1024  # the thumbnail's longer side: 1 MP at most, the size of the plan's tissue mask (app.slides.run)
 MIN_TISSUE_PIXELS = 1024  # of the thumbnail: about 0.26 mm^2 at 16 um/px, a small biopsy's tissue
@@ -66,8 +66,7 @@ def slide_stain(path_or_reader) -> StainEstimate:
     """
     if isinstance(path_or_reader, (str, Path)):
         path = Path(path_or_reader)
-        stat = path.stat()
-        key = ("file", str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        key = _file_key(path)
 
         def estimate() -> StainEstimate:
             with open_slide(path) as slide:
@@ -82,6 +81,23 @@ def slide_stain(path_or_reader) -> StainEstimate:
         def estimate() -> StainEstimate:
             return _estimate(slide)
     return _kept_or(key, estimate)
+
+
+def known_slide_stain(path: str | Path) -> StainEstimate | str | None:
+    """What :func:`slide_stain` has found for the file at ``path`` so far, without estimating: its estimate, the
+    sentence it failed with, or None (not estimated yet). What a page that must not wait for it asks."""
+    path = Path(path)
+    try:
+        key = _file_key(path)
+    except OSError:
+        return None
+    with _guard:
+        return _kept.get(key)
+
+
+def _file_key(path: Path) -> tuple:
+    stat = path.stat()
+    return ("file", str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 def _kept_or(key: tuple, estimate) -> StainEstimate:
