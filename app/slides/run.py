@@ -37,7 +37,7 @@ from .engine import ATTENTION_POOL, ChunkResult, SlideGrid, class_count, evaluat
 from .moved import moved_slide
 from .reader import SlideError, open_slide
 from .scale import Scale, slide_scale
-from .stain import SlideStain, card_reference, check_method, stain_of
+from .stain import STAIN_SIDE, SlideStain, check_method, stain_of
 from .store import ChunkStore, file_sha256, store_key
 from .tissue import tissue_mask
 from .workers import prepare_device, worker_device
@@ -48,8 +48,9 @@ __all__ = ["SlidePlan", "plan_slide", "start_slide", "chunk_key", "submit_chunk"
 
 SCHEDULER_ENV = "AAGC_DASK_SCHEDULER"
 # The tissue mask's thumbnail: 16 um/px for a 1.6 cm slide, an 8-cell chunk still 15 pixels or more across; the
-# mask of the CMU slide in 0.4 s (2,048 pixels: 1.6 s).
-THUMBNAIL_SIDE = 1024
+# mask of the CMU slide in 0.4 s (2,048 pixels: 1.6 s). The slide's stain is estimated from the same thumbnail
+# (app.slides.stain), which a plan hands it rather than read it twice.
+THUMBNAIL_SIDE = STAIN_SIDE  # 1024
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
                           **({"chunk": chunk} if chunk else {}))
         thumbnail = original.thumbnail(THUMBNAIL_SIDE)
         identity = slide_identity(original, slide_path)
+    normalised = stain_of(stain, slide_path, card, thumbnail)  # the slide as scanned: its thumbnail, not moved
     thumbnail_mpp = scale.microns_per_pixel * original.dimensions[0] / thumbnail.shape[1]
     tissue, _ = tissue_mask(thumbnail, thumbnail_mpp)
     if element:  # the original's thumbnail and mask moved (the moved slide's thumbnail is exactly that one)
@@ -117,7 +119,6 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
     chunks = tuple(sorted((index for index, share in shares.items() if share > 0), key=shares.__getitem__))
     if not chunks:
         raise SlideError(f"{Path(slide_path).name}: no tissue found (its tissue mask is empty): nothing to analyse")
-    normalised = stain_of(stain, slide_path, card_reference(card))
     weights = str(card.get("weights_sha256") or file_sha256(checkpoint))  # the tensors, whatever the metadata
     store = ChunkStore(store_root, store_key(identity, weights, grid, element=element, stain=normalised))
     return SlidePlan(Path(slide_path), Path(checkpoint), scale, card, grid, thumbnail, tissue, chunks, store,

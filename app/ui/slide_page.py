@@ -132,7 +132,9 @@ def _make_plan(slide_id: str, path: str, checkpoint: str, mpp: float | None, ele
         wait_for_tiles(route_id(slide_id, element, stain), PLAN_WAIT_S)
         made = plan_slide(Path(path), Path(checkpoint), STORE, mpp, element=element, stain=stain)
         try:
-            slide_stain(path)  # kept: the sidebar shows it from the page's next run on, without waiting for it
+            # Kept: the sidebar shows it from the page's next run on, without waiting for it (from the plan's own
+            # thumbnail where it is the slide's as scanned: reading it is most of the estimate's cost).
+            slide_stain(path, made.thumbnail if element == 0 else None)
         except (StainError, SlideError):
             pass  # its sentence is kept too, and said in the sidebar
         return made
@@ -176,12 +178,16 @@ def _stain_ui(entry: SlideEntry) -> str:
     plan made (:func:`app.slides.stain.known_slide_stain`): this run never waits for it."""
     st.sidebar.header("Stain")
     found = known_slide_stain(entry.path)
+    try:
+        reference = pcam_reference()
+    except StainError as err:  # a card without its reference stain: python -m tools.pcam_stain writes it
+        found = str(err).rstrip(".")
     if isinstance(found, StainEstimate):
-        (slide_h, slide_e), (pcam_h, pcam_e) = found.swatches(), pcam_reference().swatches()
+        (slide_h, slide_e), (pcam_h, pcam_e) = found.swatches(), reference.swatches()
         st.sidebar.markdown(f"<small>H and E: this slide {_swatch(slide_h)} {_swatch(slide_e)} &nbsp; "
                             f"PCam {_swatch(pcam_h)} {_swatch(pcam_e)}</small>", unsafe_allow_html=True)
     elif isinstance(found, str):
-        st.sidebar.caption(f"{found}: shown and analysed as scanned only.")
+        st.sidebar.caption(f"{found.rstrip('.')}; shown and analysed as scanned only.")
     else:
         st.sidebar.caption("This slide's stain is estimated from its tissue once its tissue is found.")
     chosen = st.sidebar.radio("Stain", ["none", NORMALISED], horizontal=True, key="slide_stain",
