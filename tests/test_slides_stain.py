@@ -19,7 +19,7 @@ from app.slides.cli import main
 from app.slides.engine import ChunkResult, SlideGrid, evaluate_chunk, read_chunk, slide_grid
 from app.slides.library import list_slides
 from app.slides.reader import open_slide
-from app.slides.run import plan_slide
+from app.slides.run import plan_slide, submit_chunk
 from app.slides.stain import SlideStain, StainError, card_reference, known_slide_stain, slide_stain
 from app.slides.store import store_key
 from app.slides.tiles import deep_zoom, descriptor, parse_route, route_id, tile, tile_rgb
@@ -134,6 +134,16 @@ def test_the_command_line_names_its_stain_in_the_summary_and_reads_back_its_norm
     assert plan.stain_method == "macenko" and plan.stain.source == slide_stain(crop)
     scanned = plan_slide(crop, CHECKPOINT, out / ".chunks", chunk=3)
     assert scanned.store.folder != plan.store.folder and scanned.stain_method == "none"
+    submitted = []
+
+    class Client:  # what a chunk's task is sent: the plan's normalisation, both estimates exactly, as a keyword
+        def submit(self, *args, **kwargs):
+            submitted.append((args, kwargs))
+
+    submit_chunk(Client(), plan, *plan.chunks[0])
+    submit_chunk(Client(), scanned, *plan.chunks[0])
+    assert SlideStain.from_dict(submitted[0][1]["stain"]) == plan.stain and "stain" not in submitted[1][1]
+    assert submitted[0][0] == submitted[1][0], "the same arguments as a task of the pixels as scanned, and the stain"
     for index in plan.chunks:  # the normalised store filled here (a tumour probability of 0.75 everywhere): the
         i0, i1, j0, j1 = plan.grid.cell_block(*index)  # command reads it back, needs no cluster, computes nothing
         shape = (i1 - i0, j1 - j0)

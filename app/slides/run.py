@@ -171,7 +171,8 @@ def timed_chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str,
                      cj: int, element: int = 0, stain: dict | None = None) -> tuple[ChunkResult, float]:
     """:func:`chunk_task` and the worker's seconds on it: what every run submits (:func:`submit_chunk`)."""
     start = time.perf_counter()
-    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element, stain)
+    normalised = {"stain": stain} if stain else {}  # as submit_chunk: only where there is a normalisation
+    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element, **normalised)
     return result, time.perf_counter() - start
 
 
@@ -185,9 +186,10 @@ def chunk_key(plan: SlidePlan, ci: int, cj: int) -> str:
 def submit_chunk(client, plan: SlidePlan, ci: int, cj: int):
     """Chunk (ci, cj) of ``plan`` as one task on ``client`` (:func:`chunk_key`), its future giving ``(ChunkResult,
     worker seconds)``."""
-    stain = plan.stain.to_dict() if plan.stain is not None else None
+    # The normalisation as a keyword, and only where there is one: a task of the pixels as scanned is as before.
+    stain = {"stain": plan.stain.to_dict()} if plan.stain is not None else {}
     return client.submit(timed_chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
-                         plan.grid.chunk, ci, cj, plan.element, stain, key=chunk_key(plan, ci, cj))
+                         plan.grid.chunk, ci, cj, plan.element, key=chunk_key(plan, ci, cj), **stain)
 
 
 def start_slide(plan: SlidePlan, client, failed: Callable[[BaseException], None] | None = None) -> list:
