@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.stain import TISSUE_OD, hed_to_rgb, optical_density, rgb_to_hed
+from .stain import TISSUE_OD, hed_to_rgb, optical_density, rgb_to_hed
 
 __all__ = [
     "METHODS",

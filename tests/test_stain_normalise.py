@@ -215,3 +215,40 @@ def test_hed_jitter_draws_from_the_given_rng_only(patch):
     assert used.bit_generator.state == fresh.bit_generator.state
     with pytest.raises(StainError, match="non-negative"):
         hed_jitter(patch, -0.1, 0.0, np.random.default_rng(0))
+
+
+def test_pcam_reference_is_the_default_cards_and_every_pcam_card_holds_the_same():
+    from experiments.pcam_stain import PCAM_CARDS
+    from models.card import stain_reference
+    from models.stain_normalise import pcam_reference
+
+    reference = pcam_reference()
+    for name in PCAM_CARDS:
+        card = json.loads((REPO / "checkpoints" / f"{name}.json").read_text())
+        assert stain_reference(card) == reference, name
+        assert card["stain_reference"]["estimated"]["patches"] == 4000
+        assert max(card["stain_reference"]["estimated"]["disjoint_sample"]["vector_angles_degrees"]) < 1
+    assert stain_reference({"arch": "z2cnn"}) is None
+    assert reference.vectors[0, 0] > reference.vectors[1, 0]
+
+
+def test_a_card_with_a_broken_stain_reference_is_refused_with_a_sentence():
+    from models.card import CheckpointError, validate_card
+
+    card = json.loads((REPO / "checkpoints" / "fa_p4m_densenet_pcam.json").read_text())
+    card["stain_reference"]["vectors"] = [[1, 0, 0]]
+    with pytest.raises(CheckpointError, match=r"'stain_reference' is not a stain estimate \(A stain estimate's "
+                                              r"vectors must be \(2, 3\) finite numbers"):
+        validate_card(card)
+
+
+def test_the_reference_tool_pools_a_seeded_sample_of_the_training_split():
+    from experiments.pcam_stain import reference_entry, sample_estimate, training_records
+
+    require_shared(PUBLIC / "labels.csv", f"{PUBLIC} not found (real PCam patches live in ../shared/data)")
+    train = training_records(PUBLIC)
+    assert len(train) == 29822
+    entry = reference_entry(PUBLIC, patches=12, seed=3, train=train)
+    again, tissue = sample_estimate(PUBLIC, 12, seed=3, train=train)
+    assert StainEstimate.from_dict(entry) == again and entry["estimated"]["tissue_pixels"] == tissue > 0
+    assert entry["estimated"]["command"] == "python -m tools.pcam_stain --patches 12 --seed 3"
