@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.card import stain_reference
 from models.stain_normalise import METHODS, StainError, StainEstimate, estimate_stain, normalise, pcam_reference
 
 from .reader import open_slide
@@ -46,10 +47,9 @@ def check_method(method: str) -> str:
 
 
 def card_reference(card: dict) -> StainEstimate:
-    """The reference stain the model of ``card`` was trained on (its card's ``stain_reference``), else PCam's
-    (:func:`models.stain_normalise.pcam_reference`)."""
-    found = card.get("stain_reference")
-    return StainEstimate.from_dict(found) if found else pcam_reference()
+    """The reference stain the model of ``card`` was trained on (its card's ``stain_reference``,
+    :func:`models.card.stain_reference`), else PCam's (:func:`models.stain_normalise.pcam_reference`)."""
+    return stain_reference(card) or pcam_reference()
 
 
 def slide_stain(path_or_reader, thumbnail: np.ndarray | None = None) -> StainEstimate:
