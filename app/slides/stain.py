@@ -13,6 +13,7 @@ The maths is :mod:`models.stain_normalise`'s; this module only says which pixels
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from .scale import slide_scale
 from .tissue import tissue_mask
 
 __all__ = ["slide_stain", "known_slide_stain", "card_reference", "SlideStain", "stain_of", "check_method", "STAIN_SIDE",
-           "METHODS", "StainError", "StainEstimate", "pcam_reference"]
+           "METHODS", "StainError", "StainEstimate", "pcam_target"]
 
 STAIN_SIDE = 1024  # the thumbnail's longer side: 1 MP at most, the size of the plan's tissue mask (app.slides.run)
 MIN_TISSUE_PIXELS = 1024  # of the thumbnail: about 0.26 mm^2 at 16 um/px, a small biopsy's tissue
@@ -44,6 +45,13 @@ def check_method(method: str) -> str:
     if method not in METHODS:
         raise StainError(f"{str(method)[:40]!r} is no stain normalisation: one of {', '.join(METHODS)}")
     return method
+
+
+@functools.lru_cache(maxsize=1)
+def pcam_target() -> StainEstimate:
+    """PCam's reference stain (:func:`models.stain_normalise.pcam_reference`), read from its card once per process:
+    the tiles and every run of the Slide page ask for it (5 ms a read of the card, here)."""
+    return pcam_reference()
 
 
 def card_reference(card: dict) -> StainEstimate:

@@ -13,10 +13,10 @@ cluster shared fairly between the slides being analysed. Each finished chunk goe
 which every session shares: a slide analysed once shows its heatmap to everyone, and an analysis cut short (the page
 left, the server stopped) resumes from its finished chunks.
 
-The sidebar's Stain control shows the slide as scanned or normalised to PCam's stain (Macenko, from the slide's own
-estimate, :mod:`app.slides.stain`), beside swatches of the slide's estimated haematoxylin and eosin and PCam's: the
-viewer's tiles are normalised by the tile routes as they are asked for, and Analyse runs on the normalised pixels, in
-a store of its own.
+The sidebar's Stain control shows the slide as scanned or normalised to PCam's stain (Macenko's or Reinhard's, from
+the slide's own estimate, :mod:`app.slides.stain`), beside swatches of the slide's estimated haematoxylin and eosin
+and PCam's: the viewer's tiles are normalised by the tile routes as they are asked for, and Analyse runs on the
+normalised pixels, in a store of its own.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, plan_slide
 from ..slides.scale import slide_scale
 from ..slides.schedule import ChunkScheduler, Progress, current_scheduler, scheduler_for
-from ..slides.stain import StainError, StainEstimate, known_slide_stain, pcam_reference, slide_stain
+from ..slides.stain import StainError, StainEstimate, known_slide_stain, pcam_target, slide_stain
 from ..slides.tiles import VENDOR, inline_descriptor, route_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
@@ -183,7 +183,7 @@ def _stain_ui(entry: SlideEntry) -> str:
     st.sidebar.header("Stain")
     found = known_slide_stain(entry.path)
     try:
-        reference = pcam_reference()
+        reference = pcam_target()
     except StainError as err:  # a card without its reference stain: python -m tools.pcam_stain writes it
         found = str(err).rstrip(".")
     if isinstance(found, StainEstimate):
