@@ -367,6 +367,7 @@ def slide_page(loaded: LoadedModel) -> None:
         st.warning("The deep-zoom viewer is not installed on this server: `make vendor` fetches OpenSeadragon.")
         return
     if loaded.path is None:
+        slides_left()  # the slide shown before is left now (it stayed looked at until the scheduler's timeout)
         st.info(f"{loaded.name} is an upload, held by this session only: a slide is analysed by worker processes "
                 "that load the model from the server's disk. Pick a shipped checkpoint to analyse slides.")
         return
