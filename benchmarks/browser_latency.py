@@ -25,9 +25,9 @@ watch-turn         the turn viewer's "Watch it turn" (``[data-play]``) on a pict
                    (the viewer's ``data-frame``), not to a still page: an animation plays on
 angle-step         rot-MNIST page: the sidebar slider "(Then) rotate by an arbitrary angle", one key step
 slide-first        Slide page, its first visit in the browser session (and the server's: the slide not yet planned;
-                   the Dask cluster starts with the server): the sidebar radio "View" to "Slide" (once per session), timed
-                   to the first frame the viewer draws with the slide's tiles (its ``data-drawn``), and then to
-                   the button "Analyse the slide" shown (the slide's plan made)
+                   the Dask cluster starts with the server): the sidebar radio "View" to "Slide" (once per
+                   session), timed to the first frame the viewer draws with the slide's tiles (its ``data-drawn``),
+                   and then to the button "Analyse the slide" shown (the slide's plan made)
 slide-view         Slide page, visited again: the radio "View" to "Patch" (untimed), then to "Slide", timed as
                    slide-first
 slide-change       Slide page: the sidebar selectbox "Slide" to its next option, timed to the new slide's first
@@ -85,6 +85,8 @@ Run from the repository root::
     python -m benchmarks.browser_latency
     python -m benchmarks.browser_latency --page he --actions first-warm,quarter-turn --repeats 5
     python -m benchmarks.browser_latency --page slide --sessions 5
+    python -m benchmarks.browser_latency --page slide --gigapixel      # benchmarks/slide_analysis_browser.py
+    python -m benchmarks.browser_latency --page slide --whole-slide
     python -m benchmarks.browser_latency --checkpoints /tmp/ckpts --page he --json out/browser_latency.json
 """
 
@@ -804,7 +806,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-warm", action="store_true",
                         help="start the server without make run's warm-up (python -m app.warm): the cold first page "
                              "then measures the padding borders too, unless an earlier run stored them")
+    parser.add_argument("--gigapixel", action="store_true",
+                        help="with --page slide: the gigapixel slide analysed in the page instead "
+                             "(benchmarks.slide_analysis_browser: Analyse, a pan, websocket bytes, CPU share, memory "
+                             "per overlay, overlay switches)")
+    parser.add_argument("--whole-slide", action="store_true",
+                        help="with --page slide: the CMU slide whole in the app against python -m app.slides on it")
     args = parser.parse_args(argv)
+    if args.gigapixel or args.whole_slide:
+        from benchmarks import slide_analysis_browser
+
+        report = slide_analysis_browser.main("gigapixel" if args.gigapixel else "whole", args.timeout * 5,
+                                             args.chromium)
+        print(slide_analysis_browser.printed(report))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+        return 0
     keys = [key.strip() for key in args.actions.split(",") if key.strip()]
     unknown = sorted(set(keys) - {a.key for a in ACTIONS})
     if unknown:
