@@ -37,16 +37,15 @@ async def ready_before_the_first_visitor(_app):
     # Imported here, once Streamlit's runtime runs (the page's caches then find it), and run in the event loop's
     # own thread on purpose: nothing is served until it is done.
     started = time.perf_counter()
-    from app.slides.connection import server_connecting
+    from app.ui.slide_page import close_dask_client, start_dask_client
 
     # The slides' Dask cluster starts now, in its own thread beside the preparation, and the server answers once
     # it is up (or after CLUSTER_WAIT_S): a local cluster's start, TLS and the worker's PyTorch import, is 6-15 s of
     # CPU on two cores. Started from the Slide page (as it was), it came after the slide's plan and before the
     # analysis, so Analyse waited 10-24 s for the first cells; started as the server answers, it took the cores
     # from the first visitor's pages. Before the first request it costs no visitor a wait.
-    cluster = server_connecting()
+    cluster = start_dask_client()
     from app.ui.first_visit import prepare_first_visit
-    from app.ui.slide_page import close_dask_client
 
     quiet = logging.getLogger(QUIET_WHILE_PREPARING)
     level, _ = quiet.level, quiet.setLevel(logging.ERROR)

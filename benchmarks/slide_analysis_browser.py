@@ -357,16 +357,38 @@ def _demo_slide_path() -> Path:
 
 def main(mode: str, timeout_s: float, chromium: Path) -> dict:
     """``mode`` ``"gigapixel"`` (the slide built first where it is not in the user cache) or ``"whole"``; the report."""
+    from benchmarks.browser_latency import cpu_model
     from benchmarks.gigapixel_slide import gigapixel_slide
     from benchmarks.train_step import instruction_sets
-
-    from .browser_latency import cpu_model
 
     header = dict(cpu=cpu_model(), cpus=os.cpu_count(), instruction_set=instruction_sets(),
                   at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     if mode == "gigapixel":
         return {**header, **gigapixel_actions(gigapixel_slide()[0], timeout_s, chromium)}
     return {**header, **whole_slide(timeout_s, chromium)}
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.slide_analysis_browser --gigapixel | --whole-slide`` (what ``python -m
+    benchmarks.browser_latency --page slide --gigapixel`` runs): the report printed, and written to ``--json``."""
+    import argparse
+
+    from benchmarks.concurrent_sessions import CHROMIUM
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--gigapixel", action="store_true", help="the gigapixel slide's actions")
+    mode.add_argument("--whole-slide", action="store_true", help="the CMU slide whole, the app against the command")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per wait at most")
+    parser.add_argument("--chromium", type=Path, default=CHROMIUM, help="the Chromium executable")
+    parser.add_argument("--json", type=Path, help="also write the report here")
+    args = parser.parse_args(argv)
+    report = main("gigapixel" if args.gigapixel else "whole", args.timeout, args.chromium)
+    print(printed(report))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
 
 
 def printed(report: dict) -> str:
@@ -382,3 +404,6 @@ def printed(report: dict) -> str:
 
     return json.dumps(rounded(report), indent=2)
 
+
+if __name__ == "__main__":
+    sys.exit(cli())
