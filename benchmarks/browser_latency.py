@@ -24,9 +24,10 @@ watch-turn         the turn viewer's "Watch it turn" (``[data-play]``) on a pict
                    after the first changes the gallery image first, untimed), timed to its first frame drawn
                    (the viewer's ``data-frame``), not to a still page: an animation plays on
 angle-step         rot-MNIST page: the sidebar slider "(Then) rotate by an arbitrary angle", one key step
-slide-first        Slide page, its first visit in the browser session (and the server's: the slide not yet planned,
-                   the Dask cluster not yet started): the sidebar radio "View" to "Slide" (once per session), timed
-                   to the first frame the viewer draws with the slide's tiles (its ``data-drawn``)
+slide-first        Slide page, its first visit in the browser session (and the server's: the slide not yet planned;
+                   the Dask cluster starts with the server): the sidebar radio "View" to "Slide" (once per
+                   session), timed to the first frame the viewer draws with the slide's tiles (its ``data-drawn``),
+                   and then to the button "Analyse the slide" shown (the slide's plan made)
 slide-view         Slide page, visited again: the radio "View" to "Patch" (untimed), then to "Slide", timed as
                    slide-first
 slide-change       Slide page: the sidebar selectbox "Slide" to its next option, timed to the new slide's first
@@ -84,6 +85,8 @@ Run from the repository root::
     python -m benchmarks.browser_latency
     python -m benchmarks.browser_latency --page he --actions first-warm,quarter-turn --repeats 5
     python -m benchmarks.browser_latency --page slide --sessions 5
+    python -m benchmarks.browser_latency --page slide --gigapixel      # benchmarks/slide_analysis_browser.py
+    python -m benchmarks.browser_latency --page slide --whole-slide
     python -m benchmarks.browser_latency --checkpoints /tmp/ckpts --page he --json out/browser_latency.json
 """
 
@@ -143,7 +146,7 @@ PAGES = {"he": "H&E", "rot_mnist": "rot-MNIST", "slide": "Slide"}
 # Every action's entry in the JSON's "results" has these keys.
 RESULT_KEYS = ("page", "action", "label", "available", "control", "settled_s", "received_bytes", "sent_bytes",
                "mutations", "errors", "median_s", "min_s", "max_s", "received_kb_median", "sent_kb_median",
-               "tiles", "tile_ms_median")
+               "tiles", "tile_ms_median", "marks")
 # The slide viewer's element (in a component's shadow root) and its first frame drawn with tiles.
 SLIDE_VIEWER = ".slide-viewer"
 PAN_PX = 240
@@ -257,6 +260,7 @@ class Sample:
     sent: int
     mutations: int
     tiles_ms: list[float] = field(default_factory=list)
+    marks: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -283,7 +287,9 @@ class ActionResult:
                     sent_kb_median=statistics.median(sent) / 1024 if sent else None,
                     tiles=[len(s.tiles_ms) for s in self.samples],
                     tile_ms_median=statistics.median(tiles) if (tiles := [t for s in self.samples for t in s.tiles_ms])
-                    else None)
+                    else None,
+                    marks={name: [s.marks[name] for s in self.samples if name in s.marks]
+                           for name in dict.fromkeys(n for s in self.samples for n in s.marks)})
 
 
 class WebsocketBytes:
@@ -339,9 +345,12 @@ class Session:
         return Sample(max(0.0, last - start) / 1000, self.websocket.received - received,
                       self.websocket.sent - sent, poll["mutations"], self.page.evaluate(TILES_SCRIPT))
 
-    def measure_until(self, act: Callable[[], object], condition: str) -> Sample:
+    def measure_until(self, act: Callable[[], object], condition: str, settle: bool = True,
+                      then: dict[str, str] | None = None) -> Sample:
         """Run ``act`` and time it from its input event to the first animation frame on which the JS expression
-        ``condition`` holds; then wait for the still page (not timed), so that the next action starts on it.
+        ``condition`` holds, and to each of ``then``'s conditions after it (the sample's ``marks``, by name); then
+        (``settle``) wait for the still page (not timed), so that the next action starts on it: not after an
+        Analyse, whose page refreshes until the analysis is done.
 
         Raises:
             SettleTimeout: the condition did not hold, or the page was not still, within the timeout.
@@ -358,7 +367,15 @@ class Session:
         start = poll["input"] if poll["input"] is not None else poll["mark"]
         sample = Sample(max(0.0, seen - start) / 1000, self.websocket.received - received,
                         self.websocket.sent - sent, poll["mutations"])
-        self._settle(first_panel=False)
+        for name, later in (then or {}).items():
+            try:
+                self.page.wait_for_function(f"() => ({later}) && (window.__settle.later = performance.now())",
+                                            polling="raf", timeout=self.timeout_s * 1000)
+            except PlaywrightError as error:
+                raise SettleTimeout(f"{later} did not hold within {self.timeout_s:.0f} s") from error
+            sample.marks[name] = max(0.0, self.page.evaluate("window.__settle.later") - start) / 1000
+        if settle:
+            self._settle(first_panel=False)
         sample.tiles_ms = self.page.evaluate(TILES_SCRIPT)  # the tiles of the view it settled on
         return sample
 
@@ -573,6 +590,9 @@ def slide_zoom(session: Session, repeat: int) -> tuple[str, Callable]:
     return "mouse wheel at the viewer's centre", lambda: session.page.mouse.wheel(0, delta)
 
 
+MARKS = {"button": "button 'Analyse the slide' shown"}  # the names of Sample.marks, in the table
+# The Slide page shows its button "Analyse the slide" (the slide's plan is made).
+ANALYSE_SHOWN = "[...document.querySelectorAll('button')].some((b) => b.innerText.includes('Analyse the slide'))"
 # A slide viewer on the page has drawn its overlay of analysed cells.
 OVERLAY_DRAWN = ("window.__settle.roots.some((root) => [...root.querySelectorAll("
                  f"'{SLIDE_VIEWER}[data-overlay=\"drawn\"]')].some((viewer) => viewer.isConnected))")
@@ -640,13 +660,14 @@ def run_action(session: Session, page_name: str, action: Action, repeats: int, u
                 result.samples.append(session.measure_until(act, FIRST_FRAME))
             elif action.key in ("slide-first", "slide-view"):
                 result.control, act = preparers[action.key](session, repeat)
-                result.samples.append(session.measure_until(act, slide_drawn()))
+                then = {"button": ANALYSE_SHOWN} if action.key == "slide-first" else None
+                result.samples.append(session.measure_until(act, slide_drawn(), then=then))
             elif action.key == "slide-change":
                 result.control, (act, drawn) = preparers[action.key](session, repeat)
                 result.samples.append(session.measure_until(act, drawn))
             elif action.key == "slide-analyse":
                 result.control, act = preparers[action.key](session, repeat)
-                result.samples.append(session.measure_until(act, OVERLAY_DRAWN))
+                result.samples.append(session.measure_until(act, OVERLAY_DRAWN, settle=False))
             elif action.key in ("slide-pan", "slide-zoom"):
                 result.control, act = preparers[action.key](session, repeat)
                 result.samples.append(session.measure(act, end=LAST_FRAME, from_release=action.key == "slide-pan"))
@@ -758,6 +779,9 @@ def markdown(report: dict) -> str:
             f"; tiles {statistics.median(r['tiles']):.0f}, {r['tile_ms_median']:.0f} ms median")
         lines.append(f"| {name} | {number(r['median_s'], 2)} | {number(r['min_s'], 2)} | {number(r['max_s'], 2)} "
                      f"| {number(r['received_kb_median'], 1)}{tiles} | {number(r['sent_kb_median'], 1)} |")
+        for mark, values in (r.get("marks") or {}).items():
+            lines.append(f"| {name}, then to the {MARKS.get(mark, mark)} | {statistics.median(values):.2f} "
+                         f"| {min(values):.2f} | {max(values):.2f} | | |")
     notes = [f"- {r['label']}: {error}" for r in report["results"] for error in r["errors"]]
     return "\n".join(lines + ([""] + notes if notes else []))
 
@@ -782,7 +806,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-warm", action="store_true",
                         help="start the server without make run's warm-up (python -m app.warm): the cold first page "
                              "then measures the padding borders too, unless an earlier run stored them")
+    parser.add_argument("--gigapixel", action="store_true",
+                        help="with --page slide: the gigapixel slide analysed in the page instead "
+                             "(benchmarks.slide_analysis_browser: Analyse, a pan, websocket bytes, CPU share, memory "
+                             "per overlay, overlay switches)")
+    parser.add_argument("--whole-slide", action="store_true",
+                        help="with --page slide: the CMU slide whole in the app against python -m app.slides on it")
     args = parser.parse_args(argv)
+    if args.gigapixel or args.whole_slide:  # its own module, which uses this one's Session
+        command = [sys.executable, "-m", "benchmarks.slide_analysis_browser",
+                   "--gigapixel" if args.gigapixel else "--whole-slide", "--timeout", str(args.timeout * 5),
+                   "--chromium", str(args.chromium)] + (["--json", str(args.json)] if args.json else [])
+        return subprocess.run(command, cwd=REPO).returncode
     keys = [key.strip() for key in args.actions.split(",") if key.strip()]
     unknown = sorted(set(keys) - {a.key for a in ACTIONS})
     if unknown:

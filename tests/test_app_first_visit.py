@@ -66,9 +66,11 @@ def test_a_folder_it_cannot_prepare_says_why(tmp_path, counted_analyses):
 
 
 def test_the_server_answers_once_the_first_visit_is_prepared(tmp_path):
-    """``streamlit run app/server.py``: its health check answers only after the start-up hook has run."""
+    """``streamlit run app/server.py``: its health check answers only after the start-up hook has run, and the
+    slides' Dask cluster is up by then."""
     log = tmp_path / "server.log"
     with streamlit_server(REPO / "checkpoints", log, free_port(), time.monotonic() + 120):
         text = log.read_text()
     assert "first visit prepared in " in text and f"{DEFAULT} on pcam_tumour_0a5f22f6a5.jpg is ready" in text
+    assert "the slides' Dask client ready " in text, "the slides' local cluster up before the first request"
     assert "Traceback" not in text and "No runtime found" not in text and "missing ScriptRunContext" not in text

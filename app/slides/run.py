@@ -222,9 +222,13 @@ def local_client(workers: int = 1, threads: int = 2, **options):
     import dask
     from dask.distributed import Client, LocalCluster
 
+    # The scheduler serves its HTTP routes (health, metrics) even without a dashboard, on the dashboard's address or
+    # else 8787: a second cluster on the machine (another server, a test) found 8787 taken and warned in the logs.
+    # A free port of 127.0.0.1 instead, and no dashboard.
+    http = {"dashboard": False, "dashboard_address": "127.0.0.1:0", **options.pop("scheduler_kwargs", {})}
     with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
-                               dashboard_address=None, security=True, **options)
+                               dashboard_address=None, security=True, scheduler_kwargs=http, **options)
     return Client(cluster)  # with the cluster's security
 
 

@@ -59,8 +59,10 @@ from ..slides.tiles import VENDOR, inline_descriptor, route_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
-# slides_left: the app leaves the Slide page; close_dask_client: the server closes the Dask clients at shutdown
-__all__ = ["slide_page", "slides_left", "viewer_rect", "close_dask_client"]
+# slides_left: the app leaves the Slide page; start_dask_client, close_dask_client: the server makes its Dask client
+# as it starts (app/server.py says why there) and closes it at shutdown
+__all__ = ["slide_page", "slides_left", "viewer_rect", "start_dask_client", "close_dask_client"]
+start_dask_client = _connecting
 
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
@@ -424,6 +426,7 @@ def slide_page(loaded: LoadedModel) -> None:
         st.warning("The deep-zoom viewer is not installed on this server: `make vendor` fetches OpenSeadragon.")
         return
     if loaded.path is None:
+        slides_left()  # the slide shown before is left now (it stayed looked at until the scheduler's timeout)
         st.info(f"{loaded.name} is an upload, held by this session only: a slide is analysed by worker processes "
                 "that load the model from the server's disk. Pick a shipped checkpoint to analyse slides.")
         return

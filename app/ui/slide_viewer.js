@@ -153,6 +153,7 @@ function addLayer(entry, kind, layer, key, version, previous, rects) {
   }
   if (previous) record.replaces = [previous.item, ...previous.replaces].filter(Boolean);
   entry.layers[kind] = record;
+  root.dataset[kind] = "loading"; // until the new layer is in: a benchmark or test waits for "drawn" after it
   const width = viewer.world.getItemAt(0).getContentSize().x;
   viewer.addTiledImage({
     tileSource: layerSource(layer, record),
