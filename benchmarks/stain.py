@@ -32,8 +32,15 @@ import numpy as np
 import torch
 
 import models.stain_normalise as stain_normalise
-from benchmarks.stain_conditions import (GOAL, Perturbation, condition_images, condition_key, perturbations,
-                                         recovery, resampled_recovery, verdict)
+from benchmarks.stain_conditions import (
+    GOAL,
+    condition_images,
+    condition_key,
+    perturbations,
+    recovery,
+    resampled_recovery,
+    verdict,
+)
 from benchmarks.train_step import instruction_sets
 from experiments.patch_records import BATCH_SIZE, listing_sha256, tumour_intervals
 from models import load_checkpoint
@@ -96,7 +103,7 @@ class Cache:
 
     def path(self, stem: str, what: dict) -> Path:
         key = json.dumps({**self.identity, "stem": stem, **what}, sort_keys=True)
-        return self.folder / f"{stem}-{what.get('condition', 'maps')}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
+        return self.folder / f"{stem}-{what['condition']}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
 
     def load(self, stem: str, what: dict) -> dict | None:
         path = self.path(stem, what)
@@ -113,19 +120,15 @@ class Cache:
         write_atomic(self.path(stem, what), buffer.getvalue())
 
 
-def measure_condition(model, card, layer, images, indices, perturbation: Perturbation, method: str,
-                      reference: StainEstimate, scanned_maps: np.ndarray | None) -> dict:
-    """One condition's arrays: tumour ``(N,)``, done ``(N,)``, alpha_change ``(N,)`` (mean |alpha_s - scanned's|
-    per patch; empty without attention) and the seconds of the colour steps and of the model."""
+def measure_condition(model, card, layer, changed: np.ndarray, scanned_maps: np.ndarray | None) -> dict:
+    """One model on one condition's patches: tumour ``(N,)``, alpha_change ``(N,)`` (mean |alpha_s - scanned's|
+    per patch; empty without attention), the maps themselves and the model's seconds."""
     started = time.perf_counter()
-    changed, done = condition_images(images, indices, perturbation, method, reference)
-    colour_s = time.perf_counter() - started
     tumour, maps = evaluate(model, card, changed, layer)
-    model_s = time.perf_counter() - started - colour_s
     alpha_change = (np.abs(maps - scanned_maps).mean(axis=(1, 2)) if maps is not None and scanned_maps is not None
                     else np.zeros(0, dtype=np.float32))
-    return {"tumour": tumour, "done": done, "alpha_change": alpha_change, "maps": maps,
-            "seconds": np.array([colour_s, model_s])}
+    return {"tumour": tumour, "alpha_change": alpha_change, "maps": maps,
+            "model_s": np.float64(time.perf_counter() - started)}
 
 
 def summarise(result: dict, scanned: np.ndarray, labels: np.ndarray) -> dict:
@@ -141,7 +144,8 @@ def summarise(result: dict, scanned: np.ndarray, labels: np.ndarray) -> dict:
 
 
 def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, StainEstimate],
-        reference: StainEstimate, cache: Cache | None = None, methods=METHODS, log=None) -> dict:
+        reference: StainEstimate, cache: Cache | None = None, methods=METHODS, only: set[str] | None = None,
+        log=None) -> dict:
     """Every condition on every model: ``{stem: {"layer", "conditions": {key: summary}, "recovery": {...}}}``.
 
     Args:
@@ -149,6 +153,7 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
         images: uint8 ``(N, 3, H, W)`` test patches, the first N of the split; labels ``(N,)``.
         slides: ``{short name: estimate}`` of the slides to re-stain to.
         cache: where each condition is kept when done (None: nothing kept).
+        only: the condition keys to run (None: all); ``scanned+none`` always runs, every change is against it.
         log: called with a line of progress after each condition.
 
     The goal's conditions (as scanned and re-stained, each normalised) run first on every model, the jitter last,
@@ -156,43 +161,42 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
     """
     indices = np.arange(len(images))
     plan = perturbations(slides)
-    order = [(stem, p, m) for goal in (True, False) for stem in loaded for p in plan for m in methods
-             if (p.jitter == 0) == goal]
+    wanted = [(p, m) for p in plan for m in methods
+              if only is None or condition_key(p, m) in only or (p is plan[0] and m == "none")]
+    # The goal's conditions of each model in turn (the default first), then the jitter: an interrupted run has
+    # the goal of the default model first. Each condition's patches are made once and kept for the next model.
+    order = [(stem, p, m) for goal in (True, False) for stem in loaded for p, m in wanted if (p.jitter == 0) == goal]
     raw: dict[str, dict[str, dict]] = {stem: {} for stem in loaded}
-    maps: dict[str, np.ndarray | None] = {}
+    maps: dict[str, np.ndarray | None] = {}  # each model's alpha_s as scanned: what every change is against
+    made: dict[str, tuple] = {}  # condition -> (patches, done, colour seconds, their sha256)
     for stem, perturbation, method in order:
         model, card = loaded[stem]
-        layer = first_spatial_layer(model)
         key = condition_key(perturbation, method)
-        what = {"condition": key, "perturbation": perturbation.describe(), "method": method}
-        if stem not in maps:
-            maps[stem] = _scanned_maps(stem, model, card, layer, images, cache)
+        if key not in made:
+            started = time.perf_counter()
+            changed, done = condition_images(images, indices, perturbation, method, reference)
+            # Named by the pixels the models see: a change of the stain code that leaves them alike keeps the cache.
+            made[key] = (changed, done, time.perf_counter() - started,
+                         hashlib.sha256(np.ascontiguousarray(changed).tobytes()).hexdigest())
+        changed, done, colour_s, pixels = made[key]
+        layer = first_spatial_layer(model)
+        scanned = key == "scanned+none"  # each model's first condition
+        what = {"condition": key, "pixels": pixels, "layer": layer}
         result = cache.load(stem, what) if cache else None
         if result is None:
-            result = measure_condition(model, card, layer, images, indices, perturbation, method, reference,
-                                       maps[stem])
-            result.pop("maps")
+            result = measure_condition(model, card, layer, changed, maps.get(stem))
+            if scanned and result["maps"] is not None:
+                result["alpha_change"] = np.zeros(len(images), dtype=np.float32)
+            if not scanned or result["maps"] is None:
+                result.pop("maps")  # only the scanned maps are kept: 36 KB a patch
             if cache:
                 cache.save(stem, what, **result)
-        raw[stem][key] = result
+        if scanned:
+            maps[stem] = result.get("maps")
+        raw[stem][key] = {**result, "done": done, "seconds": np.array([colour_s, float(result["model_s"])])}
         if log:
-            colour_s, model_s = result["seconds"]
-            log(f"{stem} {key}: colours {colour_s:.0f} s, model {model_s:.0f} s")
+            log(f"{stem} {key}: colours {colour_s:.0f} s, model {float(result['model_s']):.0f} s")
     return {stem: _model_summary(stem, loaded[stem][0], raw[stem], labels, plan, methods) for stem in loaded}
-
-
-def _scanned_maps(stem, model, card, layer, images, cache: Cache | None) -> np.ndarray | None:
-    """The first attentive layer's alpha_s of every patch as scanned, which every condition's change is against."""
-    if layer is None:
-        return None
-    what = {"condition": "scanned-maps", "layer": layer}
-    kept = cache.load(stem, what) if cache else None
-    if kept is not None:
-        return kept["maps"]
-    _, maps = evaluate(model, card, images, layer)
-    if cache:
-        cache.save(stem, what, maps=maps)
-    return maps
 
 
 def _model_summary(stem, model, raw: dict, labels, plan, methods) -> dict:
@@ -203,13 +207,13 @@ def _model_summary(stem, model, raw: dict, labels, plan, methods) -> dict:
     goal = {}
     auc = {key: c["auc"]["value"] for key, c in conditions.items()}
     for p in plan:
-        if p.target is None:
-            continue
         restained = condition_key(p, "none")
+        if p.target is None or restained not in raw:
+            continue
         for method in methods:
-            if method == "none":
-                continue
             normalised = condition_key(p, method)
+            if method == "none" or normalised not in raw:
+                continue
             share = recovery(auc["scanned+none"], auc[restained], auc[normalised])
             interval = resampled_recovery(labels, scanned, raw[restained]["tumour"].astype(np.float64),
                                           raw[normalised]["tumour"].astype(np.float64))
@@ -245,6 +249,13 @@ def table(stem: str, summary: dict, count: int) -> list[str]:
         lines.append(f"- goal, {g['slide']}, {g['method']}: recovers {share}{interval} of the AUC lost "
                      f"(goal >= {100 * GOAL:.0f} %): **{g['verdict']}**")
     return lines
+
+
+def cache_identity(test, count: int, stems) -> dict:
+    """What every cached condition depends on: the patches and labels, the checkpoints, the batch size."""
+    return {"files_labels": listing_sha256(test.names[:count], test.labels[:count]), "count": count,
+            "batch": BATCH_SIZE,
+            "checkpoints": {stem: sha256_file(REPO / "checkpoints" / f"{stem}.safetensors") for stem in stems}}
 
 
 def slide_estimates(folder: Path) -> dict[str, StainEstimate]:
@@ -284,10 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     slides = slide_estimates(args.slides)
     reference = pcam_reference()
     stain_code = sha256_file(Path(stain_normalise.__file__))
-    identity = {"files_labels": listing_sha256(test.names[:count], labels), "count": count,
-                "reference": reference.to_dict(), "stain_code": stain_code, "batch": BATCH_SIZE,
-                "checkpoints": {stem: sha256_file(REPO / "checkpoints" / f"{stem}.safetensors") for stem in loaded}}
-    cache = Cache(args.cache, identity)
+    cache = Cache(args.cache, cache_identity(test, count, loaded))
     print(cpu_line(), flush=True)
     print(f"torch {torch.__version__}, {args.threads} thread(s); {count:,} test patches; models/stain_normalise.py "
           f"sha256 {stain_code[:12]}; cache {args.cache}", flush=True)
