@@ -251,11 +251,14 @@ def table(stem: str, summary: dict, count: int) -> list[str]:
     return lines
 
 
-def cache_identity(test, count: int, stems) -> dict:
-    """What every cached condition depends on: the patches and labels, the checkpoints, the batch size."""
+def cache_identity(test, count: int, loaded: dict) -> dict:
+    """What every cached condition depends on besides its pixels: the patches' names and labels, each model's
+    weights (the card's digest of its tensors: a card edited around the same weights keeps the cache) and input
+    normalisation, the batch size."""
     return {"files_labels": listing_sha256(test.names[:count], test.labels[:count]), "count": count,
             "batch": BATCH_SIZE,
-            "checkpoints": {stem: sha256_file(REPO / "checkpoints" / f"{stem}.safetensors") for stem in stems}}
+            "models": {stem: [card["arch"], card.get("weights_sha256"), card["input"]]
+                       for stem, (_, card) in loaded.items()}}
 
 
 def slide_estimates(folder: Path) -> dict[str, StainEstimate]:
@@ -274,6 +277,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="folder for each finished condition (default: the system's temporary folder)")
     parser.add_argument("--slides", type=Path, default=REPO.parent / "shared" / "data" / "slides",
                         help="folder of the two real slides")
+    parser.add_argument("--reference", type=Path,
+                        help="a JSON stain estimate to normalise to (StainEstimate.to_dict; default: pcam_reference())")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.limit < 0:
@@ -293,12 +298,19 @@ def main(argv: list[str] | None = None) -> None:
     count = min(args.limit or len(test), len(test))
     images, labels = test.images[:count], test.labels[:count]
     slides = slide_estimates(args.slides)
-    reference = pcam_reference()
+    try:
+        reference = (StainEstimate.from_dict(json.loads(args.reference.read_text())) if args.reference
+                     else pcam_reference())
+    except (OSError, ValueError) as error:  # StainError is a ValueError: its sentence is the message
+        parser.error(f"no reference stain to normalise to: {error}")
     stain_code = sha256_file(Path(stain_normalise.__file__))
     cache = Cache(args.cache, cache_identity(test, count, loaded))
     print(cpu_line(), flush=True)
     print(f"torch {torch.__version__}, {args.threads} thread(s); {count:,} test patches; models/stain_normalise.py "
           f"sha256 {stain_code[:12]}; cache {args.cache}", flush=True)
+    for name, estimate in {"PCam reference": reference, **slides}.items():
+        print(f"{name}: H {np.round(estimate.vectors[0], 3).tolist()}, E {np.round(estimate.vectors[1], 3).tolist()}, "
+              f"99th-percentile concentrations {np.round(estimate.max_concentrations, 3).tolist()}", flush=True)
     results = run(loaded, images, labels, slides, reference, cache, log=lambda line: print(line, flush=True))
     print()
     for stem, summary in results.items():
