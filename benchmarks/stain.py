@@ -34,6 +34,7 @@ import torch
 import models.stain_normalise as stain_normalise
 from benchmarks.stain_conditions import (
     GOAL,
+    Perturbation,
     condition_images,
     condition_key,
     perturbations,
@@ -163,9 +164,11 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
     plan = perturbations(slides)
     wanted = [(p, m) for p in plan for m in methods
               if only is None or condition_key(p, m) in only or (p is plan[0] and m == "none")]
-    # The goal's conditions of each model in turn (the default first), then the jitter: an interrupted run has
-    # the goal of the default model first. Each condition's patches are made once and kept for the next model.
-    order = [(stem, p, m) for goal in (True, False) for stem in loaded for p, m in wanted if (p.jitter == 0) == goal]
+    # The goal's conditions of each model in turn (the default first), then the jitter, so that an interrupted run
+    # has the default model's goal first. Each condition's patches are made once and kept for the next model.
+    stems = list(loaded)
+    order = sorted(((stem, p, m) for stem in stems for p, m in wanted),
+                   key=lambda c: (_priority(*c[1:]) == 4, stems.index(c[0]), _priority(*c[1:])))
     raw: dict[str, dict[str, dict]] = {stem: {} for stem in loaded}
     maps: dict[str, np.ndarray | None] = {}  # each model's alpha_s as scanned: what every change is against
     made: dict[str, tuple] = {}  # condition -> (patches, done, colour seconds, their sha256)
@@ -197,6 +200,16 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
         if log:
             log(f"{stem} {key}: colours {colour_s:.0f} s, model {float(result['model_s']):.0f} s")
     return {stem: _model_summary(stem, loaded[stem][0], raw[stem], labels, plan, methods) for stem in loaded}
+
+
+def _priority(perturbation: Perturbation, method: str) -> int:
+    """Which conditions a run measures first: as scanned; the goal's re-stained sets, plain and with Macenko; with
+    Reinhard; as scanned and normalised; the jitter."""
+    if perturbation.target is not None:
+        return 1 if method in ("none", "macenko") else 2
+    if perturbation.jitter:
+        return 4
+    return 0 if method == "none" else 3
 
 
 def _model_summary(stem, model, raw: dict, labels, plan, methods) -> dict:
