@@ -6,12 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import REPO, require_shared
 
 from benchmarks import stain as bench
 from benchmarks.stain_conditions import GOAL, Perturbation, condition_images, recovery, resampled_recovery, verdict
 from experiments.patch_records import tumour_probability
-from models import load_checkpoint
+from models import build_model, load_checkpoint
 from models.stain_normalise import estimate_stain
 from training.data import ArraySplit
 from training.data.pcam_public import decode_all, read_labels
@@ -28,9 +29,29 @@ def patches() -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def default_model():
-    model, card = load_checkpoint(REPO / "checkpoints" / f"{DEFAULT}.safetensors")
-    return model.eval(), card
+def tiny_model():
+    """A small untrained fa_p4m_densenet (seeded) with the default card's input normalisation: the pipeline's
+    arithmetic does not depend on the weights, and the shipped model takes seconds a patch on a loaded CPU."""
+    torch.manual_seed(0)
+    card = {"input": load_checkpoint(REPO / "checkpoints" / f"{DEFAULT}.safetensors")[1]["input"]}
+    return build_model("fa_p4m_densenet", channels=2, blocks=1).eval(), card
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)  # conftest restores the session's count; two threads wait on each other when loaded
+
+
+def crops(images: np.ndarray) -> np.ndarray:
+    """The central 33 x 33 pixels (PCam's label region and a border) of ``(N, 3, 96, 96)`` patches."""
+    return np.ascontiguousarray(images[:, :, 31:64, 31:64])
+
+
+def test_the_first_attentive_layer_of_the_shipped_models():
+    default = load_checkpoint(REPO / "checkpoints" / f"{DEFAULT}.safetensors")[0]
+    plain = load_checkpoint(REPO / "checkpoints" / "p4m_densenet_pcam.safetensors")[0]
+    assert bench.first_spatial_layer(default) == "c1"  # alpha_F on the image: alpha_s (B, 1, 96, 96)
+    assert bench.first_spatial_layer(plain) is None
 
 
 def test_recovery_is_the_share_of_the_lost_auc_given_back():
@@ -54,14 +75,14 @@ def test_resampled_recovery_pairs_the_three_aucs():
     assert resampled_recovery(labels, scanned, scanned.copy(), restained) is None
 
 
-def test_scanned_without_normalisation_is_the_evaluators_probabilities(patches, default_model):
-    images, labels = patches[0][:2], patches[1][:2]
-    model, card = default_model
+def test_scanned_without_normalisation_is_the_evaluators_probabilities(patches, tiny_model):
+    images, labels = crops(patches[0][:2]), patches[1][:2]
+    model, card = tiny_model
     same, done = condition_images(images, np.arange(2), Perturbation("scanned", "as scanned"), "none", None)
     assert np.array_equal(same, images) and done.all()
     tumour, maps = bench.evaluate(model, card, same, bench.first_spatial_layer(model))
     assert np.array_equal(tumour, tumour_probability(model, card, ArraySplit(images, labels)))
-    assert maps.shape == (2, 96, 96) and 0 < maps.min() and maps.max() < 1  # alpha_s, a sigmoid
+    assert maps.shape == (2, 33, 33) and 0 < maps.min() and maps.max() < 1  # alpha_s, a sigmoid
 
 
 def test_restain_and_jitter_change_the_patches_and_repeat(patches):
@@ -79,13 +100,13 @@ def test_restain_and_jitter_change_the_patches_and_repeat(patches):
         condition_images(images, np.arange(2), jitter, "vahadane", None)
 
 
-def test_run_on_eight_patches_gives_each_condition_and_the_goal(patches, default_model, tmp_path: Path):
-    images, labels = patches
+def test_run_on_eight_patches_gives_each_condition_and_the_goal(patches, tiny_model, tmp_path: Path):
+    images, labels = crops(patches[0]), patches[1]
     target = estimate_stain(images[3].transpose(1, 2, 0))
     reference = estimate_stain(images[5].transpose(1, 2, 0))  # a stand-in: the pipeline, not PCam's reference
     only = {"scanned+none", "restain_x+none", "restain_x+macenko"}
     cache = bench.Cache(tmp_path, {"test": 1})
-    summary = bench.run({DEFAULT: default_model}, images, labels, {"x": target}, reference, cache, only=only)
+    summary = bench.run({DEFAULT: tiny_model}, images, labels, {"x": target}, reference, cache, only=only)
     result = summary[DEFAULT]
     assert result["layer"] == "c1" and set(result["conditions"]) == only
     scanned = result["conditions"]["scanned+none"]
@@ -101,7 +122,7 @@ def test_run_on_eight_patches_gives_each_condition_and_the_goal(patches, default
     assert any(f"**{goal['verdict']}**" in line and "re-stained to x, macenko" in line for line in lines)
     # A second run reads every model's outputs back from the cache (only the colours are made again): the same
     # figures, and the model's seconds are the first run's.
-    again = bench.run({DEFAULT: default_model}, images, labels, {"x": target}, reference, cache, only=only)
+    again = bench.run({DEFAULT: tiny_model}, images, labels, {"x": target}, reference, cache, only=only)
     for key, first in result["conditions"].items():
         second = again[DEFAULT]["conditions"][key]
         assert second["seconds"][1] == first["seconds"][1]
