@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import models.stain as stain_maths
 import models.stain_normalise as stain_normalise
 from benchmarks.stain_conditions import (
     GOAL,
@@ -146,7 +147,7 @@ def summarise(result: dict, scanned: np.ndarray, labels: np.ndarray) -> dict:
 
 def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, StainEstimate],
         reference: StainEstimate, cache: Cache | None = None, methods=METHODS, only: set[str] | None = None,
-        log=None) -> dict:
+        measure: bool = True, log=None) -> dict:
     """Every condition on every model: ``{stem: {"layer", "conditions": {key: summary}, "recovery": {...}}}``.
 
     Args:
@@ -155,6 +156,7 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
         slides: ``{short name: estimate}`` of the slides to re-stain to.
         cache: where each condition is kept when done (None: nothing kept).
         only: the condition keys to run (None: all); ``scanned+none`` always runs, every change is against it.
+        measure: False: report only what the cache holds (a condition not measured yet is left out).
         log: called with a line of progress after each condition.
 
     The goal's conditions (as scanned and re-stained, each normalised) run first on every model, the jitter last,
@@ -171,23 +173,32 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
                    key=lambda c: (_priority(*c[1:]) == 4, stems.index(c[0]), _priority(*c[1:])))
     raw: dict[str, dict[str, dict]] = {stem: {} for stem in loaded}
     maps: dict[str, np.ndarray | None] = {}  # each model's alpha_s as scanned: what every change is against
-    made: dict[str, tuple] = {}  # condition -> (patches, done, colour seconds, their sha256)
+    made: dict[str, dict] = {}  # condition -> its pixels' sha256, done, colour seconds (and the patches once made)
+    code = {"stain_code": [sha256_file(Path(module.__file__)) for module in (stain_normalise, stain_maths)]}
     for stem, perturbation, method in order:
         model, card = loaded[stem]
         key = condition_key(perturbation, method)
+        definition = {"condition": key, "perturbation": perturbation.describe(), "method": method, **code,
+                      "reference": None if method == "none" else reference.to_dict()}
         if key not in made:
-            started = time.perf_counter()
-            changed, done = condition_images(images, indices, perturbation, method, reference)
-            # Named by the pixels the models see: a change of the stain code that leaves them alike keeps the cache.
-            made[key] = (changed, done, time.perf_counter() - started,
-                         hashlib.sha256(np.ascontiguousarray(changed).tobytes()).hexdigest())
-        changed, done, colour_s, pixels = made[key]
+            # The patches' digest, kept by what defines them, so that a run finds a model's cached outputs without
+            # making the patches again.
+            made[key] = (cache.load("colours", definition) if cache else None) or {}
+        if "pixels" not in made[key]:
+            made[key] = _make(images, indices, perturbation, method, reference)
+            if cache:
+                cache.save("colours", definition, **{k: v for k, v in made[key].items() if k != "patches"})
         layer = first_spatial_layer(model)
         scanned = key == "scanned+none"  # each model's first condition
-        what = {"condition": key, "pixels": pixels, "layer": layer}
+        # Named by the pixels the models see: a change of the stain code that leaves them alike keeps the cache.
+        what = {"condition": key, "pixels": str(made[key]["pixels"]), "layer": layer, "model": model_identity(card)}
         result = cache.load(stem, what) if cache else None
         if result is None:
-            result = measure_condition(model, card, layer, changed, maps.get(stem))
+            if not measure:
+                continue
+            if "patches" not in made[key]:
+                made[key] = _make(images, indices, perturbation, method, reference)
+            result = measure_condition(model, card, layer, made[key]["patches"], maps.get(stem))
             if scanned and result["maps"] is not None:
                 result["alpha_change"] = np.zeros(len(images), dtype=np.float32)
             if not scanned or result["maps"] is None:
@@ -196,10 +207,22 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
                 cache.save(stem, what, **result)
         if scanned:
             maps[stem] = result.get("maps")
-        raw[stem][key] = {**result, "done": done, "seconds": np.array([colour_s, float(result["model_s"])])}
+        colour_s = float(made[key]["colour_s"])
+        seconds = np.array([colour_s, float(result["model_s"])])
+        raw[stem][key] = {**result, "done": made[key]["done"], "seconds": seconds}
         if log:
             log(f"{stem} {key}: colours {colour_s:.0f} s, model {float(result['model_s']):.0f} s")
-    return {stem: _model_summary(stem, loaded[stem][0], raw[stem], labels, plan, methods) for stem in loaded}
+    missing = {stem: [condition_key(p, m) for p, m in wanted if condition_key(p, m) not in raw[stem]] for stem in stems}
+    return {stem: {**_model_summary(loaded[stem][0], raw[stem], labels, plan, methods), "missing": missing[stem]}
+            for stem in stems}
+
+
+def _make(images, indices, perturbation: Perturbation, method: str, reference: StainEstimate) -> dict:
+    """One condition's patches, which went through every step, the seconds it took and the patches' sha256."""
+    started = time.perf_counter()
+    patches, done = condition_images(images, indices, perturbation, method, reference)
+    return {"patches": patches, "done": done, "colour_s": np.float64(time.perf_counter() - started),
+            "pixels": np.str_(hashlib.sha256(np.ascontiguousarray(patches).tobytes()).hexdigest())}
 
 
 def _priority(perturbation: Perturbation, method: str) -> int:
@@ -212,7 +235,9 @@ def _priority(perturbation: Perturbation, method: str) -> int:
     return 0 if method == "none" else 3
 
 
-def _model_summary(stem, model, raw: dict, labels, plan, methods) -> dict:
+def _model_summary(model, raw: dict, labels, plan, methods) -> dict:
+    if "scanned+none" not in raw:
+        return {"layer": first_spatial_layer(model), "conditions": {}, "recovery": {}}
     scanned = raw[condition_key(plan[0], "none")]["tumour"].astype(np.float64)
     conditions = {key: {"label": next(p.label for p in plan if key.startswith(p.key + "+")),
                         "method": key.split("+")[1], **summarise(result, scanned, labels)}
@@ -251,6 +276,9 @@ def table(stem: str, summary: dict, count: int) -> list[str]:
         dalpha = "—" if c["mean_abs_dalpha"] is None else f"{c['mean_abs_dalpha']:.4f}"
         lines.append(f"| {c['label']} | {c['method']} | {_interval(c['accuracy'])} | {_interval(c['auc'])} | "
                      f"{c['mean_abs_dp']:.4f} | {dalpha} | {100 * c['flipped']:.1f} % | {c['not_done']} |")
+    if summary.get("missing"):
+        lines.append("")
+        lines.append(f"Not measured yet: {', '.join(summary['missing'])} (`{COMMAND}` measures them).")
     if not layer:
         lines.append("")
         lines.append(f"{stem} has no attentive layer: no α_s to compare.")
@@ -264,14 +292,17 @@ def table(stem: str, summary: dict, count: int) -> list[str]:
     return lines
 
 
-def cache_identity(test, count: int, loaded: dict) -> dict:
-    """What every cached condition depends on besides its pixels: the patches' names and labels, each model's
-    weights (the card's digest of its tensors: a card edited around the same weights keeps the cache) and input
-    normalisation, the batch size."""
+def cache_identity(test, count: int) -> dict:
+    """What every cached condition depends on besides its pixels and its model: the patches' names and labels and
+    the batch size."""
     return {"files_labels": listing_sha256(test.names[:count], test.labels[:count]), "count": count,
-            "batch": BATCH_SIZE,
-            "models": {stem: [card["arch"], card.get("weights_sha256"), card["input"]]
-                       for stem, (_, card) in loaded.items()}}
+            "batch": BATCH_SIZE}
+
+
+def model_identity(card: dict) -> list:
+    """What a model's outputs depend on: its architecture, weights (the card's digest of its tensors: a card edited
+    around the same weights keeps the cache) and input normalisation."""
+    return [card["arch"], card.get("weights_sha256"), card["input"]]
 
 
 def slide_estimates(folder: Path) -> dict[str, StainEstimate]:
@@ -290,6 +321,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="folder for each finished condition (default: the system's temporary folder)")
     parser.add_argument("--slides", type=Path, default=REPO.parent / "shared" / "data" / "slides",
                         help="folder of the two real slides")
+    parser.add_argument("--report", action="store_true",
+                        help="print what the cache holds, measuring nothing (a condition not measured is named)")
+    parser.add_argument("--only", nargs="+", metavar="CONDITION",
+                        help="measure these conditions only (e.g. 'restain_CMU-1+macenko'; as scanned always runs)")
     parser.add_argument("--reference", type=Path,
                         help="a JSON stain estimate to normalise to (StainEstimate.to_dict; default: pcam_reference())")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -317,14 +352,19 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError) as error:  # StainError is a ValueError: its sentence is the message
         parser.error(f"no reference stain to normalise to: {error}")
     stain_code = sha256_file(Path(stain_normalise.__file__))
-    cache = Cache(args.cache, cache_identity(test, count, loaded))
+    cache = Cache(args.cache, cache_identity(test, count))
     print(cpu_line(), flush=True)
     print(f"torch {torch.__version__}, {args.threads} thread(s); {count:,} test patches; models/stain_normalise.py "
           f"sha256 {stain_code[:12]}; cache {args.cache}", flush=True)
     for name, estimate in {"PCam reference": reference, **slides}.items():
         print(f"{name}: H {np.round(estimate.vectors[0], 3).tolist()}, E {np.round(estimate.vectors[1], 3).tolist()}, "
               f"99th-percentile concentrations {np.round(estimate.max_concentrations, 3).tolist()}", flush=True)
-    results = run(loaded, images, labels, slides, reference, cache, log=lambda line: print(line, flush=True))
+    known = [condition_key(p, m) for p in perturbations(slides) for m in METHODS]
+    if set(args.only or ()) - set(known):
+        parser.error(f"no condition {', '.join(sorted(set(args.only) - set(known)))}; the conditions are "
+                     f"{', '.join(known)}")
+    results = run(loaded, images, labels, slides, reference, cache, only=set(args.only) if args.only else None,
+                  measure=not args.report, log=lambda line: print(line, flush=True))
     print()
     for stem, summary in results.items():
         print("\n".join(table(stem, summary, count)))

@@ -33,7 +33,8 @@ def tiny_model():
     """A small untrained fa_p4m_densenet (seeded) with the default card's input normalisation: the pipeline's
     arithmetic does not depend on the weights, and the shipped model takes seconds a patch on a loaded CPU."""
     torch.manual_seed(0)
-    card = {"input": load_checkpoint(REPO / "checkpoints" / f"{DEFAULT}.safetensors")[1]["input"]}
+    shipped = load_checkpoint(REPO / "checkpoints" / f"{DEFAULT}.safetensors")[1]
+    card = {"arch": "fa_p4m_densenet", "input": shipped["input"]}
     return build_model("fa_p4m_densenet", channels=2, blocks=1).eval(), card
 
 
@@ -127,4 +128,11 @@ def test_run_on_eight_patches_gives_each_condition_and_the_goal(patches, tiny_mo
         second = again[DEFAULT]["conditions"][key]
         assert second["seconds"][1] == first["seconds"][1]
         assert {k: v for k, v in second.items() if k != "seconds"} == {k: v for k, v in first.items() if k != "seconds"}
-    assert again[DEFAULT]["recovery"] == result["recovery"]
+    assert again[DEFAULT]["recovery"] == result["recovery"] and again[DEFAULT]["missing"] == []
+    # --report: what a cache holds, measuring nothing; an empty one names every condition as not measured.
+    report = bench.run({DEFAULT: tiny_model}, images, labels, {"x": target}, reference, cache, only=only,
+                       measure=False)
+    assert report[DEFAULT]["conditions"] == again[DEFAULT]["conditions"]
+    empty = bench.run({DEFAULT: tiny_model}, images, labels, {"x": target}, reference,
+                      bench.Cache(tmp_path / "empty", {"test": 1}), only=only, measure=False)
+    assert empty[DEFAULT]["conditions"] == {} and set(empty[DEFAULT]["missing"]) == only
