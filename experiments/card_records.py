@@ -58,8 +58,9 @@ def _check_bound(card: Path, record_file: Path, record: dict) -> tuple[Path, str
 
 def as_trained(card: dict) -> dict:
     """``card`` without what is measured into it after training (:func:`edit_card`'s uses): the test intervals,
-    recorded again from the record, and the attention-on-nuclei measurement. What names the run is left."""
-    trained = {key: value for key, value in card.items() if key != "attention_on_nuclei"}
+    recorded again from the record, the attention-on-nuclei measurement and the data's reference stain
+    (``experiments/pcam_stain.py``). What names the run is left."""
+    trained = {key: value for key, value in card.items() if key not in ("attention_on_nuclei", "stain_reference")}
     trained["metrics"] = {key: value for key, value in card.get("metrics", {}).items() if key != "test_intervals"}
     return trained
 

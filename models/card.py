@@ -26,19 +26,24 @@ match it), ``training``, ``table1`` and ``attention_on_nuclei`` (dicts). ``atten
 the layer readings also ``by_layer``; every summary maps a number (``spearman``, ``tissue_minus_background``, ...)
 to its ``mean``, ``low``, ``high``, ``sd``, ``median``, ``share_positive`` and ``n`` over patches; ``layers`` lists
 the layers in forward order (the card's JSON sorts keys). Cards measured before the readings (retired ones) keep the
-older single-reading summary.
+older single-reading summary. ``stain_reference`` (the PCam cards; ``python -m tools.pcam_stain``) is the stain of the
+data the model trained on, a :class:`models.stain_normalise.StainEstimate` as ``to_dict`` writes it (``vectors``,
+``max_concentrations``, ``lab_mean``, ``lab_std``) beside how it was estimated (``estimated``); read it with
+:func:`stain_reference`.
 """
 
 from __future__ import annotations
 
 from numbers import Real
 
-__all__ = ["CheckpointError", "validate_card", "REQUIRED_FIELDS", "INPUT_FIELDS"]
+from .stain_normalise import StainError, StainEstimate
+
+__all__ = ["CheckpointError", "validate_card", "stain_reference", "REQUIRED_FIELDS", "INPUT_FIELDS"]
 
 REQUIRED_FIELDS = ("arch", "config", "group", "input", "dataset", "class_names", "metrics", "equivariance_error")
 INPUT_FIELDS = ("size", "channels", "mean", "std", "transposed")
 GROUPS = ("p4", "p4m")
-OPTIONAL_DICTS = ("training", "table1", "attention_on_nuclei")
+OPTIONAL_DICTS = ("training", "table1", "attention_on_nuclei", "stain_reference")
 
 
 class CheckpointError(ValueError):
@@ -117,6 +122,18 @@ def validate_card(card, where: str = "model card") -> None:
     for key in OPTIONAL_DICTS:
         if key in card and not isinstance(card[key], dict):
             bad(key, "a dict")
+    if "stain_reference" in card:
+        try:
+            StainEstimate.from_dict(card["stain_reference"])
+        except StainError as err:
+            raise CheckpointError(f"{where}: 'stain_reference' is not a stain estimate ({err})") from None
+
+
+def stain_reference(card: dict) -> StainEstimate | None:
+    """The stain of the data the card's model trained on (its ``stain_reference``), or None where it has none:
+    the target an image is normalised to before this model sees it."""
+    value = card.get("stain_reference") if isinstance(card, dict) else None
+    return None if value is None else StainEstimate.from_dict(value)
 
 
 def _validate_input(spec, where: str) -> None:

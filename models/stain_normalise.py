@@ -2,11 +2,21 @@
 
 Every function takes 8-bit RGB pixels with channels last, ``(..., H, W, 3)`` (one image, a batch, or a slide's
 low-resolution level), and works pixel by pixel once the estimates are given, so that it commutes with every
-element of p4m *exactly* (bit for bit): the estimate is order-independent (the tissue pixels' values are sorted
-before any sum, eigen decomposition or percentile), the optical density is a 256-entry table of
-:func:`models.stain.optical_density` looked up per channel, and every per-pixel product is written out channel by
-channel (no BLAS call, whose blocked kernels may round a row differently by its place in the array), on contiguous
-arrays (so numpy's vectorised ``log10`` and ``power`` take the same code path for every pixel).
+element of p4m *exactly* (bit for bit, ``tests/test_stain_normalise.py`` checks all eight elements):
+
+* the estimate is a function of the tissue's colour histogram alone (its distinct colours in a canonical order,
+  each with its pixel count), so a turned, mirrored or shuffled image gives the same bits;
+* the optical density is a 256-entry table of :func:`models.stain.optical_density`, looked up per channel, and
+  Macenko's map is three 256-entry tables per output channel multiplied (no logarithm or power per pixel);
+* every other per-pixel product is written out channel by channel on contiguous planes (no BLAS call, whose
+  blocked kernels may round a row differently by its place in the array; numpy's vectorised ``log`` and ``exp``
+  then take one code path for every pixel).
+
+Speed (2-core AMD EPYC, AVX2, no AVX-512; process CPU time, best of several, the machine shared by other work):
+a 96 x 96 patch is estimated in 2.9 ms and normalised with its own estimate in 3.6 ms (0.4 ms with one given); a
+2048 x 2048 mosaic of 484 real PCam patches (399k distinct colours) is estimated in 0.22 s and normalised with a
+given estimate in 0.29 s (Macenko) or 0.40 s (Reinhard), 0.51 s for Macenko with its own estimate; the CMU slide's
+2967 x 2220 pixels are estimated in 0.63 s.
 
 Why written here rather than taken from a library (issue 67 asks to say so):
 
@@ -48,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.stain import TISSUE_OD, hed_to_rgb, optical_density, rgb_to_hed
+from .stain import TISSUE_OD, hed_to_rgb, optical_density, rgb_to_hed
 
 __all__ = [
     "METHODS",
@@ -83,6 +93,7 @@ HED_STRONG = (0.2, 0.2)
 
 # optical_density of every 8-bit value: a lookup gives each pixel the same bits wherever it lies.
 _OD_TABLE = optical_density(np.arange(256))
+_TISSUE = _OD_TABLE > TISSUE_OD  # an 8-bit value darker than glass (the brightest channel decides: Macenko's beta)
 _SCALED = (np.arange(256) + 1.0) / 256.0  # 10^-OD: the transmitted share, the same convention
 # Reinhard et al. (2001), eq. 4: RGB to LMS cone space; the l-alpha-beta rotation of eq. 6 (rows l, alpha, beta).
 _LMS_FROM_RGB = np.array([[0.3811, 0.5783, 0.0402], [0.1967, 0.7244, 0.0782], [0.0241, 0.1288, 0.8444]])
@@ -210,14 +221,18 @@ def _weighted_sum(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return (values * weights.reshape((-1,) + (1,) * (values.ndim - 1))).sum(axis=0)
 
 
-def _weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    """``np.percentile`` (linear) of ``values`` each repeated ``weights`` times, without repeating them."""
-    order = np.argsort(values, kind="stable")
+def _weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """``np.percentile`` (linear) at each of ``qs`` of ``values`` each repeated ``weights`` times, without repeating
+    them. Ties hold equal values, so the order among them (which the sort does not fix) changes no result."""
+    order = np.argsort(values)
     ranked, cumulative = values[order], np.cumsum(weights[order])
-    position = q / 100.0 * (cumulative[-1] - 1)
-    low = int(np.floor(position))
-    below, above = ranked[np.searchsorted(cumulative, [low, low + 1], side="right").clip(max=len(ranked) - 1)]
-    return float(below + (position - low) * (above - below))
+    out = []
+    for q in qs:
+        position = q / 100.0 * (cumulative[-1] - 1)
+        low = int(np.floor(position))
+        below, above = ranked[np.searchsorted(cumulative, [low, low + 1], side="right").clip(max=len(ranked) - 1)]
+        out.append(float(below + (position - low) * (above - below)))
+    return out
 
 
 def _percent(x: float) -> str:
@@ -234,9 +249,11 @@ def _tissue_colours(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Raises:
         StainError: too few tissue pixels, with the measured share and the needed one.
     """
-    flat = pixels.reshape(-1, 3)  # (pixels, 3)
-    tissue = flat[_OD_TABLE[flat.max(axis=1)] > TISSUE_OD]
-    count, total = len(tissue), len(flat)
+    r, g, b = (plane.reshape(-1) for plane in _planes(pixels))  # (pixels,) each
+    tissue = _TISSUE[np.maximum(np.maximum(r, g), b)]
+    keys = (r.astype(np.int32) << 16) | (g.astype(np.int32) << 8) | b  # the colour as one number
+    keys = keys[tissue]
+    count, total = len(keys), len(r)
     if count < MIN_TISSUE_FRACTION * total or count < MIN_TISSUE_PIXELS:
         if count < MIN_TISSUE_FRACTION * total:
             measured, needed = (f"{_percent(count / total)} of pixels" if total else "no pixels",
@@ -244,7 +261,7 @@ def _tissue_colours(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         else:
             measured, needed = f"{count} pixels", f"at least {MIN_TISSUE_PIXELS} needed"
         raise StainError(f"The image has too little tissue to estimate its stain ({measured}, {needed}).")
-    keys = np.sort((tissue[:, 0].astype(np.int32) << 16) | (tissue[:, 1].astype(np.int32) << 8) | tissue[:, 2])
+    keys = np.sort(keys)
     starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
     counts = np.diff(np.append(starts, len(keys))).astype(np.float64)
     distinct = keys[starts]
@@ -264,8 +281,7 @@ def _macenko_vectors(od: np.ndarray, weights: np.ndarray) -> np.ndarray:
     plane = plane * np.where(plane.sum(axis=0) < 0, -1.0, 1.0)  # point into positive OD
     projected = np.stack(_mix(_planes(od), plane), axis=-1)  # (N, 2)
     angles = np.arctan2(projected[:, 1], projected[:, 0])
-    low = _weighted_percentile(angles, weights, PERCENTILE)
-    high = _weighted_percentile(angles, weights, 100 - PERCENTILE)
+    low, high = _weighted_percentiles(angles, weights, (PERCENTILE, 100 - PERCENTILE))
     spread = float(np.degrees(high - low))
     if not np.isfinite(spread) or spread < MIN_STAIN_ANGLE:
         raise StainError("The image's tissue has one colour, so its two stains cannot be told apart (their "
@@ -280,8 +296,9 @@ def _unmixing(vectors: np.ndarray) -> np.ndarray:
     """``(3, 2)``: the least-squares map of OD rows to the two stains' concentrations (the pseudo-inverse)."""
     vectors = np.asarray(vectors, dtype=np.float64)
     gram = vectors @ vectors.T
-    if abs(np.linalg.det(gram)) < 1e-6:
-        raise StainError("The two stain vectors point the same way, so concentrations are undefined.")
+    # det = |v1|^2 |v2|^2 sin^2 of their angle: below a degree apart the inverse would amplify rounding past 8 bits
+    if not abs(np.linalg.det(gram)) >= np.sin(np.radians(1.0)) ** 2:
+        raise StainError("The two stain vectors are less than 1 degree apart, so concentrations are undefined.")
     return vectors.T @ np.linalg.inv(gram)
 
 
@@ -333,7 +350,7 @@ def estimate_stain(rgb) -> StainEstimate:
     od = _OD_TABLE[colours]  # (N, 3)
     vectors = _macenko_vectors(od, counts)
     amounts = np.stack(_mix(_planes(od), _unmixing(vectors)), axis=-1)  # (N, 2)
-    ranges = np.array([_weighted_percentile(amounts[:, k], counts, 100 - PERCENTILE) for k in range(2)])
+    ranges = np.array([_weighted_percentiles(amounts[:, k], counts, (100 - PERCENTILE,))[0] for k in range(2)])
     if not (ranges > 0).all():
         raise StainError("The image's tissue holds too little of one stain to measure its range (99th percentile "
                          f"of the concentrations {ranges.round(3).tolist()}, both must be positive).")
@@ -432,8 +449,9 @@ def hed_jitter(rgb, sigma: float, bias: float, rng: np.random.Generator) -> np.n
 
 
 def pcam_reference() -> StainEstimate:
-    """PCam's reference stain: the ``stain_reference`` that ``python -m tools.pcam_stain`` wrote into the default
-    PCam card, ``checkpoints/fa_p4m_densenet_pcam.json`` (estimated from pcam_public's training split).
+    """PCam's reference stain: the ``stain_reference`` that ``python -m tools.pcam_stain`` (``experiments/
+    pcam_stain.py``) wrote into the default PCam card, ``checkpoints/fa_p4m_densenet_pcam.json``: 4,000 patches of
+    pcam_public's training split, seeded, pooled. :func:`models.card.stain_reference` reads any card's.
 
     Raises:
         StainError: the card or its ``stain_reference`` missing.

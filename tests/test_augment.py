@@ -1,7 +1,9 @@
 """flip_and_crop: each output is its input flipped (or not) and shifted, reproducibly per generator;
 group_and_stain: a stain change by colour deconvolution, then an element of p4m;
 jpeg_recompress: half the patches compressed again, at the drawn quality, exactly as Pillow does;
-random_rotation: each digit turned by its own uniform angle."""
+random_rotation: each digit turned by its own uniform angle;
+group_hed_light / group_hed_strong: Tellez's HED scales, their draws within range, equivariance kept, and a 2-step
+training run that names them in its card."""
 
 from __future__ import annotations
 
@@ -10,7 +12,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training.data.augment import flip_and_crop, group_and_stain, jpeg_recompress, random_rotation, redraw_rotation
+from training.data.augment import (
+    STAIN_SCALES,
+    flip_and_crop,
+    group_and_stain,
+    hed_jitter,
+    jpeg_recompress,
+    random_rotation,
+    redraw_rotation,
+)
 from training.data.rot_mnist import rotate_images
 
 
@@ -167,3 +177,86 @@ def test_jpeg_recompress_compresses_the_drawn_images_at_the_drawn_quality():
     assert torch.equal(jpeg_recompress(images, torch.Generator().manual_seed(3)), out), "reproducible"
     with pytest.raises(ValueError, match=r"images must be RGB \(B, 3, H, W\)"):
         jpeg_recompress(images[:, :1], torch.Generator())
+
+
+@pytest.mark.parametrize("name, size", [("group_hed_light", 0.05), ("group_hed_strong", 0.2)])
+def test_tellez_hed_scales_draw_each_stains_factor_within_one_plus_minus_sigma(name, size):
+    """Measured on the draws: each stain's factor within 1 +- sigma and offset within +- bias, spread over the range,
+    and the jitter the documented map of each image's concentrations (models.stain's deconvolution)."""
+    from models.stain import hed_to_rgb, rgb_to_hed
+
+    assert STAIN_SCALES[name] == {"scale": size, "shift": size}
+    images = torch.rand(400, 3, 4, 4, dtype=torch.float64) * 0.8 + 0.1
+    out = hed_jitter(images, torch.Generator().manual_seed(5), **STAIN_SCALES[name])
+    draws = torch.Generator().manual_seed(5)
+    factor = (1 + size * (2 * torch.rand(400, 3, generator=draws) - 1)).double()  # drawn in float32, as documented
+    offset = (size * (2 * torch.rand(400, 3, generator=draws) - 1)).double()
+    assert ((factor - 1).abs() <= size).all() and (offset.abs() <= size).all()
+    assert (factor - 1).abs().max() > 0.95 * size and abs(float(factor.mean()) - 1) < 0.1 * size
+    for i in (0, 199, 399):
+        hed = rgb_to_hed(255 * images[i].permute(1, 2, 0).numpy()) * factor[i].numpy() + offset[i].numpy()
+        expected = np.clip(hed_to_rgb(hed) / 255, 0, 1)
+        assert np.abs(out[i].permute(1, 2, 0).numpy() - expected).max() < 1e-6
+    # Read back from the output: the haematoxylin of two pixels of one image changes by the same factor + offset.
+    before = rgb_to_hed(255 * images.permute(0, 2, 3, 1).numpy())[..., 0].reshape(400, -1)
+    after = rgb_to_hed(255 * out.permute(0, 2, 3, 1).numpy())[..., 0].reshape(400, -1)
+    unclipped = ((out > 0) & (out < 1)).flatten(1).all(dim=1).numpy()
+    slope = (after[:, 1] - after[:, 0]) / (before[:, 1] - before[:, 0])
+    assert np.allclose(slope[unclipped], factor[unclipped, 0].numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["group_hed_light", "group_hed_strong"])
+def test_hed_augmentation_keeps_equivariance_each_output_is_a_p4m_element_of_the_jittered_image(name):
+    """The colour change acts on each pixel alone and the p4m element comes after it, so every output is exactly
+    (1e-12) one element of p4m applied to the jittered image: a p4m-invariant network's answer is the jittered
+    image's, whatever element was drawn."""
+    images = torch.rand(16, 3, 9, 9, dtype=torch.float64) * 0.9 + 0.05
+    moved = group_and_stain(images, torch.Generator().manual_seed(2), **STAIN_SCALES[name])
+    still = hed_jitter(images, torch.Generator().manual_seed(2), **STAIN_SCALES[name])
+    assert not torch.allclose(still, images, atol=1e-3)
+    seen = set()
+    for image, out in zip(still, moved, strict=True):
+        errors = [(candidate - out).abs().max().item() for candidate in p4m_images(image)]
+        assert min(errors) < 1e-12
+        seen.add(int(np.argmin(errors)))
+    assert len(seen) > 3
+    # and the jitter commutes with every element itself: jittering a turned image turns the jittered one
+    for g, turned in enumerate(p4m_images(images[0])):
+        again = hed_jitter(turned[None], torch.Generator().manual_seed(9), **STAIN_SCALES[name])[0]
+        base = hed_jitter(images[:1], torch.Generator().manual_seed(9), **STAIN_SCALES[name])[0]
+        assert torch.allclose(again, p4m_images(base)[g], atol=1e-12), g
+
+
+def test_a_two_step_run_with_hed_strong_writes_a_card_naming_it(tmp_path, monkeypatch):
+    import csv
+    import json
+    import shutil
+
+    from conftest import REPO, require_shared
+
+    from training.cli import main as cli_main
+
+    public = REPO.parent / "shared" / "data" / "pcam_public"
+    require_shared(public / "labels.csv", f"{public} not found (real PCam patches live in ../shared/data)")
+    with open(public / "labels.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        header, rows = reader.fieldnames, list(reader)
+    chosen = [next(r for r in rows if r["split"] == split and r["label"] == label)
+              for split in ("train", "valid", "test") for label in ("0", "1")]
+    root = tmp_path / "pcam_public"
+    for row in chosen:
+        (root / row["split"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(public / row["file"], root / row["file"])
+    with open(root / "labels.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(chosen)
+    monkeypatch.setenv("AAGC_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    assert cli_main(["train", "pcam_table3", "--data-dir", str(root), "--out", str(out), "--model", "densenet",
+                     "--epochs", "1", "--batch-size", "1", "--epoch-size", "2", "--max-steps", "2",
+                     "--augment", "group_hed_strong", "--precision", "fp32", "--eval-batch-size", "2",
+                     "--max-eval-batches", "1", "--equivariance-images", "2", "--threads", "1"]) == 0
+    card = json.loads((out / "best.json").read_text())
+    assert card["training"]["config"]["augment"] == "group_hed_strong"
+    assert card["training"]["steps"] == 2

@@ -88,6 +88,15 @@ def test_normalising_a_patch_to_its_own_stain_is_the_identity_to_round_off(patch
     assert np.abs(out.astype(int) - patch).max() <= 1
 
 
+@pytest.mark.parametrize("method", ["macenko", "reinhard"])
+def test_normalising_from_an_estimate_to_itself_leaves_every_colour_exactly(target, method):
+    """On a grid of 636,056 colours (every third level and 255, all channels): not one grey level moves (all
+    16.7 million 8-bit colours were measured once the same way, none moved)."""
+    levels = np.append(np.arange(0, 256, 3), 255).astype(np.uint8)
+    colours = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), axis=-1).reshape(1, -1, 3)
+    assert np.array_equal(normalise(colours, method, target, source=target), colours)
+
+
 def test_restaining_to_its_own_estimate_is_the_identity_and_restain_is_macenko(patch, target):
     assert np.abs(restain(patch, estimate_stain(patch)).astype(int) - patch).max() <= 1
     assert np.array_equal(restain(patch, target), normalise(patch, "macenko", target))
@@ -118,6 +127,26 @@ def test_concentrations_and_compose_invert_each_other_on_the_stain_plane(patch):
     assert amounts.shape == patch.shape[:2] + (2,) and amounts.dtype == np.float64
     once = compose(amounts, estimate.vectors)  # the patch projected on its two stains
     assert np.abs(compose(concentrations(once, estimate.vectors), estimate.vectors).astype(int) - once).max() <= 1
+
+
+def test_l_alpha_beta_is_rudermans_space_through_reinhards_published_matrices():
+    """Reinhard et al. 2001, eqs. 4 and 6, on (I + 1) / 256, written out here with matrix products and log10."""
+    from models.stain_normalise import _lab
+
+    colours = np.array([[255, 255, 255], [128, 128, 128], [200, 60, 150], [90, 40, 160], [0, 0, 0]], np.uint8)
+    lms = ((colours + 1.0) / 256) @ np.array([[0.3811, 0.5783, 0.0402], [0.1967, 0.7244, 0.0782],
+                                               [0.0241, 0.1288, 0.8444]]).T
+    rotation = np.diag([3 ** -0.5, 6 ** -0.5, 2 ** -0.5]) @ np.array([[1, 1, 1], [1, 1, -2], [1, -1, 0]])
+    assert np.allclose(_lab(colours), np.log10(lms) @ rotation.T, rtol=0, atol=1e-12)
+    grey = _lab(colours[:2])
+    assert np.abs(grey[:, 1:]).max() < 2e-3  # grey has (almost: the matrix rows sum to 0.997..1) no colour
+
+
+def test_stain_vectors_less_than_a_degree_apart_are_refused(patch):
+    close = np.array([[0.6, 0.7, 0.3], [0.6, 0.7, 0.31]])
+    close /= np.linalg.norm(close, axis=1, keepdims=True)
+    with pytest.raises(StainError, match=r"less than 1 degree apart"):
+        concentrations(patch, close)
 
 
 def test_none_returns_the_pixels_and_an_unknown_method_is_a_sentence(patch, target):
@@ -215,3 +244,40 @@ def test_hed_jitter_draws_from_the_given_rng_only(patch):
     assert used.bit_generator.state == fresh.bit_generator.state
     with pytest.raises(StainError, match="non-negative"):
         hed_jitter(patch, -0.1, 0.0, np.random.default_rng(0))
+
+
+def test_pcam_reference_is_the_default_cards_and_every_pcam_card_holds_the_same():
+    from experiments.pcam_stain import PCAM_CARDS
+    from models.card import stain_reference
+    from models.stain_normalise import pcam_reference
+
+    reference = pcam_reference()
+    for name in PCAM_CARDS:
+        card = json.loads((REPO / "checkpoints" / f"{name}.json").read_text())
+        assert stain_reference(card) == reference, name
+        assert card["stain_reference"]["estimated"]["patches"] == 4000
+        assert max(card["stain_reference"]["estimated"]["disjoint_sample"]["vector_angles_degrees"]) < 1
+    assert stain_reference({"arch": "z2cnn"}) is None
+    assert reference.vectors[0, 0] > reference.vectors[1, 0]
+
+
+def test_a_card_with_a_broken_stain_reference_is_refused_with_a_sentence():
+    from models.card import CheckpointError, validate_card
+
+    card = json.loads((REPO / "checkpoints" / "fa_p4m_densenet_pcam.json").read_text())
+    card["stain_reference"]["vectors"] = [[1, 0, 0]]
+    with pytest.raises(CheckpointError, match=r"'stain_reference' is not a stain estimate \(A stain estimate's "
+                                              r"vectors must be \(2, 3\) finite numbers"):
+        validate_card(card)
+
+
+def test_the_reference_tool_pools_a_seeded_sample_of_the_training_split():
+    from experiments.pcam_stain import reference_entry, sample_estimate, training_records
+
+    require_shared(PUBLIC / "labels.csv", f"{PUBLIC} not found (real PCam patches live in ../shared/data)")
+    train = training_records(PUBLIC)
+    assert len(train) == 29822
+    entry = reference_entry(PUBLIC, patches=12, seed=3, train=train)
+    again, tissue = sample_estimate(PUBLIC, 12, seed=3, train=train)
+    assert StainEstimate.from_dict(entry) == again and entry["estimated"]["tissue_pixels"] == tissue > 0
+    assert entry["estimated"]["command"] == "python -m tools.pcam_stain --patches 12 --seed 3"

@@ -33,6 +33,9 @@ class TrainConfig:
             (H&E: random p4m element and stain jitter, ``data/augment.py``), ``group_stain_strong`` (the same
             with each stain scaled by up to 20 % and shifted by up to 0.05), ``group_stain_jpeg`` (``group_stain``,
             then half the patches compressed again as JPEG at a quality from 60 to 95: ``jpeg_recompress``),
+            ``group_hed_light`` and ``group_hed_strong`` (a random p4m element and Tellez et al.'s HED-light or
+            HED-strong colour augmentation: each stain scaled by ``1 + a`` and shifted by ``b``, ``a`` and ``b``
+            uniform in +-0.05 or +-0.2, per image; ``data/augment.py``'s ``STAIN_SCALES``),
             ``rotate`` (rot-MNIST: each digit turned by a uniform angle, ``random_rotation``) or ``redraw``
             (rot-MNIST rebuilt from MNIST: each digit drawn again from its upright original at a uniform angle,
             ``redraw_rotation``).
@@ -92,7 +95,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', not {self.optimizer!r}")
-        augments = ("none", "flip_crop", "group_stain", "group_stain_strong", "group_stain_jpeg", "rotate", "redraw")
+        augments = ("none", "flip_crop", "group_stain", "group_stain_strong", "group_stain_jpeg", "group_hed_light",
+                    "group_hed_strong", "rotate", "redraw")
         for name, allowed in (("augment", augments), ("sampling", ("uniform", "weighted")),
                               ("precision", ("fp32", "bf16")),
                               ("select_on", ("error", "nll", "auc", "last"))):

@@ -110,10 +110,10 @@ def train_one_epoch(
             from .data.augment import flip_and_crop  # CIFAR only
 
             images = flip_and_crop(images, augment_rng)
-        elif cfg.augment.startswith("group_stain"):
-            from .data.augment import STRONG_STAIN, group_and_stain, jpeg_recompress  # H&E only
+        elif cfg.augment.startswith("group_"):
+            from .data.augment import STAIN_SCALES, group_and_stain, jpeg_recompress  # H&E only
 
-            images = group_and_stain(images, augment_rng, **(STRONG_STAIN if cfg.augment.endswith("strong") else {}))
+            images = group_and_stain(images, augment_rng, **STAIN_SCALES[cfg.augment])
             if cfg.augment.endswith("jpeg"):
                 images = jpeg_recompress(images, augment_rng)
         elif cfg.augment == "rotate":

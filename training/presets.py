@@ -73,5 +73,7 @@ PRESET_NOTES: dict[str, str] = {
     "pcam_public": "PCam's train / valid / test splits, 29,822 / 2,907 / 1,944 real patches (JPEG); models "
                    "fa_p4m_densenet, p4m_densenet, densenet.",
     "pcam_table3": "pcam_public's splits; Table 3's five DenseNets (densenet, p4_densenet, fa_p4_densenet, "
-                   "p4m_densenet, fa_p4m_densenet) at one budget: python -m training sweep table3.",
+                   "p4m_densenet, fa_p4m_densenet) at one budget: python -m training sweep table3. The shipped "
+                   "fa_p4m_densenet_pcam's recipe; with Tellez's HED colour augmentation (issue 67): --model "
+                   "fa_p4m_densenet --augment group_hed_strong (or group_hed_light).",
 }

@@ -16,12 +16,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["flip_and_crop", "group_and_stain", "jpeg_recompress", "jpeg_round_trip", "random_rotation",
-           "redraw_rotation", "STRONG_STAIN", "JPEG_QUALITIES"]
+from models.stain_normalise import HED_LIGHT, HED_STRONG
+
+__all__ = ["flip_and_crop", "group_and_stain", "group_element", "hed_jitter", "jpeg_recompress", "jpeg_round_trip",
+           "random_rotation", "redraw_rotation", "STRONG_STAIN", "STAIN_SCALES", "JPEG_QUALITIES"]
 
 # Stronger stain jitter, between the "HED-light" and "HED-strong" ranges of Tellez et al. (2019): slides differ
 # more in how much stain they took up than in their baseline.
 STRONG_STAIN = {"scale": 0.2, "shift": 0.05}
+# The stain jitter of each H&E augment name (TrainConfig.augment): group_stain's own defaults, the stronger one, and
+# Tellez et al.'s HED-light (sigma = bias = 0.05) and HED-strong (0.2), the scales models.stain_normalise names.
+STAIN_SCALES = {
+    "group_stain": {"scale": 0.1, "shift": 0.03},
+    "group_stain_jpeg": {"scale": 0.1, "shift": 0.03},
+    "group_stain_strong": STRONG_STAIN,
+    "group_hed_light": {"scale": HED_LIGHT[0], "shift": HED_LIGHT[1]},
+    "group_hed_strong": {"scale": HED_STRONG[0], "shift": HED_STRONG[1]},
+}
 # JPEG qualities drawn by ``jpeg_recompress``: around pcam_public's own (about 75 as committed, 90 re-encoded) and
 # what users upload, so that how a patch was compressed tells the model nothing about its label.
 JPEG_QUALITIES = (60, 95)
@@ -57,16 +68,55 @@ def flip_and_crop(images: torch.Tensor, generator: torch.Generator, padding: int
     return out.gather(3, columns[:, None, None, :].expand(b, c, h, w))  # (B, C, H, W)
 
 
+def hed_jitter(images: torch.Tensor, generator: torch.Generator, scale: float, shift: float) -> torch.Tensor:
+    """Tellez et al.'s HED colour augmentation on a batch: a random change of each stain's amount, per image.
+
+    Pixels go to haematoxylin, eosin and DAB concentrations by colour deconvolution (``models/stain.py``'s matrices,
+    optical density ``-log10((255 x + 1) / 256)``), each concentration ``c`` becomes ``a * c + b`` with ``a``
+    uniform in ``1 +- scale`` and ``b`` uniform in ``+-shift`` (per image and stain), and the result goes back to
+    RGB, clipped to [0, 1]: ``models.stain_normalise.hed_jitter`` on float batches (Tellez's ``sigma`` is ``scale``,
+    his ``bias`` is ``shift``). HED-light is ``scale = shift = 0.05``, HED-strong 0.2 (:data:`STAIN_SCALES`).
+
+    Args:
+        images: RGB ``(B, 3, H, W)`` in [0, 1].
+        generator: the source of all randomness (factors, then offsets).
+
+    Returns:
+        ``(B, 3, H, W)``, same dtype and device.
+    """
+    from models.stain import HED_FROM_RGB, RGB_FROM_HED
+
+    if images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(f"images must be RGB (B, 3, H, W), got shape {tuple(images.shape)}")
+    b = images.shape[0]
+    draw = dict(generator=generator, device=generator.device)
+    factor = (1 + scale * (2 * torch.rand(b, 3, **draw) - 1)).to(images)  # (B, 3) per stain
+    offset = (shift * (2 * torch.rand(b, 3, **draw) - 1)).to(images)
+    to_hed = torch.as_tensor(HED_FROM_RGB, dtype=images.dtype, device=images.device)
+    to_rgb = torch.as_tensor(RGB_FROM_HED, dtype=images.dtype, device=images.device)
+    density = -torch.log10((255 * images.movedim(1, -1) + 1) / 256)  # (B, H, W, 3)
+    hed = density @ to_hed * factor[:, None, None] + offset[:, None, None]
+    return ((256 * 10 ** -(hed @ to_rgb) - 1) / 255).clamp(0, 1).movedim(-1, 1)  # (B, 3, H, W)
+
+
+def group_element(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Each image under a random element of p4m: mirrored with probability 1/2, then turned by a uniform number of
+    quarter turns (draws: all mirrors, then all turns). ``(B, C, H, H)`` in, the same out."""
+    b = images.shape[0]
+    mirror = (torch.rand(b, generator=generator, device=generator.device) < 0.5).tolist()
+    turns = torch.randint(0, 4, (b,), generator=generator, device=generator.device).tolist()
+    moved = [torch.rot90(torch.flip(x, (-1,)) if m else x, k, (-2, -1))
+             for x, m, k in zip(images, mirror, turns, strict=True)]
+    return torch.stack(moved)
+
+
 def group_and_stain(images: torch.Tensor, generator: torch.Generator, scale: float = 0.1,
                     shift: float = 0.03) -> torch.Tensor:
-    """The H&E augmentation: a random element of p4m and a random change of each stain's amount, per image.
+    """The H&E augmentation: a random change of each stain's amount (:func:`hed_jitter`), then a random element of
+    p4m (:func:`group_element`), per image.
 
-    Stain jitter after Tellez et al. (2018): pixels go to haematoxylin, eosin and DAB concentrations by colour
-    deconvolution (``models/stain.py``'s matrices, optical density ``-log10((255 x + 1) / 256)``), each concentration
-    ``c`` becomes ``a * c + b`` with ``a`` uniform in ``1 +- scale`` and ``b`` uniform in ``+-shift`` (per image
-    and stain), and the result goes back to RGB, clipped to [0, 1]. Then the image is mirrored with probability
-    1/2 and turned by a uniform number of quarter turns (the free augmentation of the planar baseline; a p4m
-    network's output does not change).
+    The stain jitter is Tellez et al.'s (2018, 2019) with ``scale`` and ``shift``; the p4m element is the free
+    augmentation of the planar baseline (a p4m network's output does not change).
 
     Args:
         images: RGB ``(B, 3, H, W)`` in [0, 1], H == W.
@@ -75,24 +125,9 @@ def group_and_stain(images: torch.Tensor, generator: torch.Generator, scale: flo
     Returns:
         ``(B, 3, H, W)``, same dtype and device.
     """
-    from models.stain import HED_FROM_RGB, RGB_FROM_HED
-
     if images.ndim != 4 or images.shape[1] != 3 or images.shape[2] != images.shape[3]:
         raise ValueError(f"images must be square RGB (B, 3, H, H), got shape {tuple(images.shape)}")
-    b = images.shape[0]
-    draw = dict(generator=generator, device=generator.device)
-    factor = (1 + scale * (2 * torch.rand(b, 3, **draw) - 1)).to(images)  # (B, 3) per stain
-    offset = (shift * (2 * torch.rand(b, 3, **draw) - 1)).to(images)
-    mirror = (torch.rand(b, **draw) < 0.5).tolist()
-    turns = torch.randint(0, 4, (b,), **draw).tolist()
-    to_hed = torch.as_tensor(HED_FROM_RGB, dtype=images.dtype, device=images.device)
-    to_rgb = torch.as_tensor(RGB_FROM_HED, dtype=images.dtype, device=images.device)
-    density = -torch.log10((255 * images.movedim(1, -1) + 1) / 256)  # (B, H, W, 3)
-    hed = density @ to_hed * factor[:, None, None] + offset[:, None, None]
-    rgb = ((256 * 10 ** -(hed @ to_rgb) - 1) / 255).clamp(0, 1).movedim(-1, 1)  # (B, 3, H, W)
-    moved = [torch.rot90(torch.flip(x, (-1,)) if m else x, k, (-2, -1))
-             for x, m, k in zip(rgb, mirror, turns, strict=True)]
-    return torch.stack(moved)
+    return group_element(hed_jitter(images, generator, scale, shift), generator)
 
 
 def jpeg_round_trip(pixels, **options):
