@@ -54,7 +54,9 @@ def test_a_slide_that_could_not_be_planned_has_its_sentence_and_no_numbers():
     assert list(row) == list(SUMMARY_COLUMNS)
     assert (row["slide"], row["status"], row["error"], row["code_sha256"]) == ("cut.svs", "error",
                                                                                "cut.svs is empty (0 bytes)", "c")
-    assert all(row[key] == "" for key in SUMMARY_COLUMNS if key not in ("slide", "status", "error", "code_sha256"))
+    assert row["stain"] == "none", "the normalisation asked for is named, the slide as scanned by default"
+    named = ("slide", "status", "error", "stain", "code_sha256")
+    assert all(row[key] == "" for key in SUMMARY_COLUMNS if key not in named)
 
 
 def test_the_code_hash_is_the_sha256sum_listing_of_the_numbers_code(tmp_path):

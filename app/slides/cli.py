@@ -3,12 +3,19 @@ any number of them as one cohort (:mod:`app.slides.cohort`).
 
 For each slide: ``DIR/<stem>.npz`` with the per-cell arrays of ``python -m app.region --npz`` (``probability``,
 ``probabilities``, ``evaluated``, ``tissue``, ``cell_top_left_px`` and ``cell_size_px`` in the slide's level-0
-pixels, ``microns_per_pixel``, ``model_microns_per_pixel``, ``method``, ``class_names``, ``checkpoint``), the
+pixels, ``microns_per_pixel``, ``model_microns_per_pixel``, ``method``, ``class_names``, ``checkpoint``, and
+``stain``, the normalisation), the
 tumour heatmap over the slide's thumbnail as ``DIR/<stem>.png``, and the tumour regions at 0.5 as
 ``DIR/<stem>.geojson`` that QuPath imports (each 4-connected region of cells one annotation classified "Tumor",
 one valid polygon with its holes in level-0 pixels, :mod:`app.slides.regions`; its mean tumour probability, its
 cells and its area in µm² as measurements). For the cohort, ``DIR/summary.csv``: a row per slide
-(:data:`app.slides.cohort.SUMMARY_COLUMNS`), its numbers or its error.
+(:data:`app.slides.cohort.SUMMARY_COLUMNS`), its numbers or its error, and the stain normalisation it ran with.
+
+``--stain macenko`` or ``--stain reinhard`` normalises each slide's pixels to the model's reference stain (PCam's,
+from its card) before the model sees them, with the slide's own estimate as source (:mod:`app.slides.stain`); its
+chunks go to a store of their own, never mixed with an analysis of the pixels as scanned (``--stain none``, the
+default). A slide with too little tissue to estimate its stain is recorded with its sentence, as other slides that
+cannot be used are.
 Finished chunks are kept in ``DIR/.chunks/`` as they finish: the same command again resumes.
 
 One progress bar over the cohort on stderr (cells, slides, chunks, time left), and Dask's dashboard address where
@@ -50,6 +57,7 @@ from .provenance import code_sha256
 from .reader import SlideError
 from .regions import tumour_regions
 from .run import SCHEDULER_ENV, SlidePlan, assemble, close_client, local_client, plan_slide
+from .stain import METHODS
 
 __all__ = ["main", "DEFAULT_CHECKPOINT"]
 
@@ -70,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=1, help="local cluster: worker processes (default 1)")
     parser.add_argument("--threads", type=int, default=2, help="local cluster: threads per worker (default 2)")
     parser.add_argument("--chunk", type=int, default=None, help="cells per chunk side (default 16)")
+    parser.add_argument("--stain", choices=METHODS, default="none",
+                        help="normalise each slide's stain to the model's reference (PCam's) before the model sees "
+                             "it, from the slide's own estimate: macenko (stain vectors), reinhard (colour means and "
+                             "spreads), or none, the pixels as scanned (default)")
     return parser
 
 
@@ -104,7 +116,8 @@ def write_outputs(plan: SlidePlan, arrays: dict, out: Path) -> dict:
                         evaluated=evaluated, tissue=arrays["tissue"], cell_top_left_px=corners,
                         cell_size_px=np.array(size), microns_per_pixel=plan.scale.microns_per_pixel,
                         model_microns_per_pixel=plan.grid.model_microns_per_pixel, method="crops",
-                        class_names=np.array(plan.card.get("class_names") or []), checkpoint=str(plan.checkpoint))
+                        class_names=np.array(plan.card.get("class_names") or []), checkpoint=str(plan.checkpoint),
+                        stain=plan.stain_method)
     heatmap_png(plan, probability, evaluated).save(out / f"{stem}.png")
     regions = tumour_regions(probability, evaluated, corners, size, plan.scale.microns_per_pixel)
     (out / f"{stem}.geojson").write_text(json.dumps(regions) + "\n")
@@ -139,15 +152,16 @@ def main(argv: list[str] | None = None) -> int:
                 arrays = assemble(run.plan, run.results)
                 summary = write_outputs(run.plan, arrays, args.out)
                 end_bar()
+                stained = "" if args.stain == "none" else f", stain normalised to PCam's by {args.stain}"
                 print(f"{run.slide.name}: {summary['cells']} cells evaluated, {summary['tumour']} at tumour "
-                      f"p >= 0.5 in {summary['regions']} regions, {run.plan.scale.sentence}; {run.computed} of "
-                      f"{len(run.plan.chunks)} chunks computed, {run.seconds:.1f} s", flush=True)
+                      f"p >= 0.5 in {summary['regions']} regions, {run.plan.scale.sentence}{stained}; "
+                      f"{run.computed} of {len(run.plan.chunks)} chunks computed, {run.seconds:.1f} s", flush=True)
             else:
                 failed += 1
                 end_bar()
                 print(f"error: {run.error}", file=sys.stderr)
             weights = str(run.plan.card.get("weights_sha256") or "") if run.plan else ""
-            rows[run.slide] = summary_row(run, arrays, weights, code)
+            rows[run.slide] = summary_row(run, arrays, weights, code, args.stain)
             write_summary(args.out / "summary.csv", [rows[r.slide] for r in runs if r.slide in rows])
 
         def connect():
@@ -164,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             bar = True
 
         def planner(path: Path) -> SlidePlan:
-            return plan_slide(path, args.checkpoint, args.out / ".chunks", args.mpp, args.chunk)
+            return plan_slide(path, args.checkpoint, args.out / ".chunks", args.mpp, args.chunk, stain=args.stain)
 
         counts = run_cohort(runs, connect, planner, address=args.scheduler, progress=progress, finished=finished)
         end_bar()

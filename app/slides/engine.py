@@ -14,12 +14,17 @@ depend on how the slide was cut, and equal region mode's on the same pixels. Cel
 evaluated (:func:`app.cells.evaluation.cell_tissue`, the same share); the network runs over the rest through
 :func:`app.cells.evaluation.evaluate_cells`, one place for regions and slides. The attention kept per chunk is each
 evaluated cell's own centre (pooled, :data:`ATTENTION_POOL`), which no other chunk's contexts change.
+
+A chunk of a stain-normalised run (``stain``, :class:`app.slides.stain.SlideStain`) has its level-0 pixels
+normalised before they are resampled, with the slide's estimate as source: each pixel's colour alone, so a chunk's
+pixels are those of the normalised slide, however it is cut.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +41,9 @@ from ..cells.evaluation import (
 )
 from .reader import Slide
 from .resample import input_span, model_side, resample_block
+
+if TYPE_CHECKING:  # the engine only calls its ``apply``
+    from .stain import SlideStain
 
 __all__ = ["SlideGrid", "ChunkResult", "CHUNK_CELLS", "ATTENTION_POOL", "slide_grid", "read_chunk", "read_block",
            "cell_context", "evaluate_chunk", "class_count"]
@@ -152,36 +160,41 @@ def slide_grid(slide: Slide, microns_per_pixel: float, card: dict, model_microns
     return SlideGrid((height, width), model_size, cells, chunk, float(microns_per_pixel), model_microns_per_pixel)
 
 
-def read_chunk(slide: Slide, grid: SlideGrid, ci: int, cj: int) -> np.ndarray:
+def read_chunk(slide: Slide, grid: SlideGrid, ci: int, cj: int, stain: SlideStain | None = None) -> np.ndarray:
     """``(3, H, W)`` float32 in [0, 1]: chunk (ci, cj)'s contexts at the model's scale, from level 0."""
-    return read_block(slide, grid, grid.context_block(ci, cj))
+    return read_block(slide, grid, grid.context_block(ci, cj), stain)
 
 
-def cell_context(slide: Slide, grid: SlideGrid, i: int, j: int) -> np.ndarray:
-    """``(3, 96, 96)`` float32: cell (i, j) in its context at the model's scale, as the engine judged it."""
+def cell_context(slide: Slide, grid: SlideGrid, i: int, j: int, stain: SlideStain | None = None) -> np.ndarray:
+    """``(3, 96, 96)`` float32: cell (i, j) in its context at the model's scale, as the engine judged it (with
+    ``stain``, normalised as the engine's run normalised it)."""
     top, left = grid.cells.context_origin(i, j)
-    return read_block(slide, grid, (top, top + grid.cells.context, left, left + grid.cells.context))
+    return read_block(slide, grid, (top, top + grid.cells.context, left, left + grid.cells.context), stain)
 
 
-def read_block(slide: Slide, grid: SlideGrid, block: tuple[int, int, int, int]) -> np.ndarray:
+def read_block(slide: Slide, grid: SlideGrid, block: tuple[int, int, int, int],
+               stain: SlideStain | None = None) -> np.ndarray:
     """``(3, H, W)`` float32 in [0, 1]: rows ``top..bottom-1`` and columns ``left..right-1`` of the slide at the
-    model's scale (``block``), from level 0."""
+    model's scale (``block``), from level 0, its pixels normalised by ``stain`` first where given."""
     top, bottom, left, right = block
     (rows, cols), (model_rows, model_cols) = grid.size, grid.model_size
     r0, r1 = input_span(rows, model_rows, top, bottom)
     c0, c1 = input_span(cols, model_cols, left, right)
     pixels = slide.read_region(c0, r0, 0, c1 - c0, r1 - r0)  # (H, W, 3) uint8
+    if stain is not None:
+        pixels = stain.apply(pixels)
     image = np.ascontiguousarray(pixels.transpose(2, 0, 1), dtype=np.float32) / 255.0
     return resample_block(image, (r0, c0), grid.size, grid.model_size, (top, bottom, left, right))
 
 
 def evaluate_chunk(model: Network, card: dict, slide: Slide, grid: SlideGrid, ci: int, cj: int, *,
-                   batch: int = 16, method: str | None = None) -> ChunkResult:
+                   batch: int = 16, method: str | None = None, stain: SlideStain | None = None) -> ChunkResult:
     """Chunk (ci, cj) of ``slide``'s cells through ``model`` (eval mode), by ``method``: by default the fastest that
     is the model's own function (:func:`app.cells.evaluation.default_method`): each cell in its own context
     (``"crops"``) for a model with attention; for one without, the shared trunk over the chunk (``"tiles"``, the
-    same function up to round-off and about 5 times less work, as region mode measured)."""
-    image = read_chunk(slide, grid, ci, cj)
+    same function up to round-off and about 5 times less work, as region mode measured); with ``stain``, on the
+    slide's pixels normalised (:func:`read_block`)."""
+    image = read_chunk(slide, grid, ci, cj, stain)
     i0, i1, j0, j1 = grid.cell_block(ci, cj)
     cell, context = grid.cells.cell, grid.cells.context
     local = RegionGrid(i1 - i0, j1 - j0, 0, 0, cell, context)

@@ -11,6 +11,10 @@ submitted, and only those the store does not hold already (:mod:`app.slides.stor
 A run may be of the slide moved by an element of p4m (``element``, 1..7: quarter turns and mirrors,
 :mod:`app.slides.moved`), analysed as a slide of its own in its own store, to prove that its heatmap is the
 original's moved (:mod:`app.slides.proof`); element 0, the slide as scanned, is every run's default.
+
+A run may be of the slide's pixels stain-normalised (``stain``: ``"macenko"`` or ``"reinhard"``,
+:mod:`app.slides.stain`), from the slide's own estimate to the reference stain of the model's card, in a store of its
+own (:func:`app.slides.store.store_key` names the normalisation); ``"none"``, the pixels as scanned, is the default.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from .engine import ATTENTION_POOL, ChunkResult, SlideGrid, class_count, evaluat
 from .moved import moved_slide
 from .reader import SlideError, open_slide
 from .scale import Scale, slide_scale
+from .stain import STAIN_SIDE, SlideStain, check_method, stain_of
 from .store import ChunkStore, file_sha256, store_key
 from .tissue import tissue_mask
 from .workers import prepare_device, worker_device
@@ -43,15 +48,16 @@ __all__ = ["SlidePlan", "plan_slide", "start_slide", "chunk_key", "submit_chunk"
 
 SCHEDULER_ENV = "AAGC_DASK_SCHEDULER"
 # The tissue mask's thumbnail: 16 um/px for a 1.6 cm slide, an 8-cell chunk still 15 pixels or more across; the
-# mask of the CMU slide in 0.4 s (2,048 pixels: 1.6 s).
-THUMBNAIL_SIDE = 1024
+# mask of the CMU slide in 0.4 s (2,048 pixels: 1.6 s). The slide's stain is estimated from the same thumbnail
+# (app.slides.stain), which a plan hands it rather than read it twice.
+THUMBNAIL_SIDE = STAIN_SIDE  # 1024
 
 
 @dataclass(frozen=True)
 class SlidePlan:
     """What a slide's run needs: where it is, its scale and grid, its tissue, the chunks to evaluate; ``element``
     the element of p4m the slide is moved by (0: as scanned), which the grid, thumbnail, tissue and chunks are
-    of."""
+    of; ``stain`` how its pixels are normalised before the model sees them (None: as scanned)."""
 
     slide: Path
     checkpoint: Path
@@ -63,12 +69,19 @@ class SlidePlan:
     chunks: tuple[tuple[int, int], ...]  # those with tissue, the least tissue first
     store: ChunkStore
     element: int = 0
+    stain: SlideStain | None = None
+
+    @property
+    def stain_method(self) -> str:
+        """The normalisation's name (:data:`app.slides.stain.METHODS`): ``"none"`` for the pixels as scanned."""
+        return self.stain.method if self.stain is not None else "none"
 
 
 def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: float | None = None,
-               chunk: int | None = None, element: int = 0) -> SlidePlan:
+               chunk: int | None = None, element: int = 0, stain: str = "none") -> SlidePlan:
     """Open ``slide_path``, moved by ``element`` (:func:`app.slides.moved.moved_slide`), find its scale, grid and
-    tissue, and the chunks with tissue.
+    tissue, and the chunks with tissue; with ``stain`` other than ``"none"``, the slide's stain estimate
+    (:func:`app.slides.stain.slide_stain`, of the slide as scanned: a moved slide's pixels are normalised alike).
 
     The tissue of a moved slide is the original's mask moved: the mask's smoothing squares of an even side are
     half a pixel off centre, so a mask computed on the moved thumbnail can differ from the moved mask at its
@@ -77,7 +90,9 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
 
     Raises:
         SlideError: the slide cannot be read, has no scale (give ``user_mpp``), or has no tissue.
+        StainError: an unknown ``stain``, or too little tissue to estimate the slide's stain.
     """
+    check_method(stain)
     model, card = load_checkpoint(checkpoint)
     del model  # the workers load their own; the card names the weights and the grid's context
     with open_slide(slide_path) as original:
@@ -92,6 +107,7 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
                           **({"chunk": chunk} if chunk else {}))
         thumbnail = original.thumbnail(THUMBNAIL_SIDE)
         identity = slide_identity(original, slide_path)
+    normalised = stain_of(stain, slide_path, card, thumbnail)  # the slide as scanned: its thumbnail, not moved
     thumbnail_mpp = scale.microns_per_pixel * original.dimensions[0] / thumbnail.shape[1]
     tissue, _ = tissue_mask(thumbnail, thumbnail_mpp)
     if element:  # the original's thumbnail and mask moved (the moved slide's thumbnail is exactly that one)
@@ -104,9 +120,9 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
     if not chunks:
         raise SlideError(f"{Path(slide_path).name}: no tissue found (its tissue mask is empty): nothing to analyse")
     weights = str(card.get("weights_sha256") or file_sha256(checkpoint))  # the tensors, whatever the metadata
-    store = ChunkStore(store_root, store_key(identity, weights, grid, element=element))
+    store = ChunkStore(store_root, store_key(identity, weights, grid, element=element, stain=normalised))
     return SlidePlan(Path(slide_path), Path(checkpoint), scale, card, grid, thumbnail, tissue, chunks, store,
-                     element)
+                     element, normalised)
 
 
 def slide_identity(slide, path: Path) -> str:
@@ -140,20 +156,23 @@ def _worker_model(checkpoint: str, mtime_ns: int):
 
 
 def chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
-               cj: int, element: int = 0) -> ChunkResult:
+               cj: int, element: int = 0, stain: dict | None = None) -> ChunkResult:
     """One chunk, on a worker: the slide opened (moved by ``element``), the model from the worker's cache, the
-    grid made again (it is a function of the slide, the scale and the card)."""
+    grid made again (it is a function of the slide, the scale and the card); ``stain`` the plan's normalisation
+    (:meth:`app.slides.stain.SlideStain.to_dict`: the slide's estimate sent, not made again on each worker)."""
     model, card = _worker_model(checkpoint, os.stat(checkpoint).st_mtime_ns)
+    normalised = SlideStain.from_dict(stain) if stain else None
     with moved_slide(open_slide(slide_path), element) as slide:
         grid = slide_grid(slide, microns_per_pixel, card, model_microns_per_pixel(card), chunk=chunk)
-        return evaluate_chunk(model, card, slide, grid, ci, cj)
+        return evaluate_chunk(model, card, slide, grid, ci, cj, stain=normalised)
 
 
 def timed_chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
-                     cj: int, element: int = 0) -> tuple[ChunkResult, float]:
+                     cj: int, element: int = 0, stain: dict | None = None) -> tuple[ChunkResult, float]:
     """:func:`chunk_task` and the worker's seconds on it: what every run submits (:func:`submit_chunk`)."""
     start = time.perf_counter()
-    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element)
+    normalised = {"stain": stain} if stain else {}  # as submit_chunk: only where there is a normalisation
+    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element, **normalised)
     return result, time.perf_counter() - start
 
 
@@ -167,8 +186,10 @@ def chunk_key(plan: SlidePlan, ci: int, cj: int) -> str:
 def submit_chunk(client, plan: SlidePlan, ci: int, cj: int):
     """Chunk (ci, cj) of ``plan`` as one task on ``client`` (:func:`chunk_key`), its future giving ``(ChunkResult,
     worker seconds)``."""
+    # The normalisation as a keyword, and only where there is one: a task of the pixels as scanned is as before.
+    stain = {"stain": plan.stain.to_dict()} if plan.stain is not None else {}
     return client.submit(timed_chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
-                         plan.grid.chunk, ci, cj, plan.element, key=chunk_key(plan, ci, cj))
+                         plan.grid.chunk, ci, cj, plan.element, key=chunk_key(plan, ci, cj), **stain)
 
 
 def start_slide(plan: SlidePlan, client, failed: Callable[[BaseException], None] | None = None) -> list:

@@ -26,8 +26,8 @@ from .reader import open_slide
 from .scale import slide_scale
 from .tissue import tissue_mask
 
-__all__ = ["slide_stain", "card_reference", "SlideStain", "stain_of", "check_method", "STAIN_SIDE", "METHODS",
-           "StainError"]
+__all__ = ["slide_stain", "known_slide_stain", "card_reference", "SlideStain", "stain_of", "check_method", "STAIN_SIDE",
+           "METHODS", "StainError", "StainEstimate", "pcam_reference"]
 
 STAIN_SIDE = 1024  # the thumbnail's longer side: 1 MP at most, the size of the plan's tissue mask (app.slides.run)
 MIN_TISSUE_PIXELS = 1024  # of the thumbnail: about 0.26 mm^2 at 16 um/px, a small biopsy's tissue
@@ -52,10 +52,12 @@ def card_reference(card: dict) -> StainEstimate:
     return StainEstimate.from_dict(found) if found else pcam_reference()
 
 
-def slide_stain(path_or_reader) -> StainEstimate:
+def slide_stain(path_or_reader, thumbnail: np.ndarray | None = None) -> StainEstimate:
     """The slide's Macenko estimate from its tissue (:func:`models.stain_normalise.estimate_stain` over the tissue
     mask's pixels of its :data:`STAIN_SIDE` thumbnail), kept per file: by path, size and modification time for a
     path; by OpenSlide's quickhash and dimensions for an open slide (uncached for an image, which has none).
+    ``thumbnail``: the slide's ``thumbnail(STAIN_SIDE)`` where the caller has read it already (a plan has: reading it
+    is most of the cost, 3 s of the CMU slide's 4.7 s on this loaded 2-core AMD EPYC), used if not kept yet.
 
     The tissue mask is sized by the slide's own recorded scale (a scale the user gives does not change it), so that
     the page, the tile routes and the engine's workers, which know only the file, find the same estimate.
@@ -66,22 +68,38 @@ def slide_stain(path_or_reader) -> StainEstimate:
     """
     if isinstance(path_or_reader, (str, Path)):
         path = Path(path_or_reader)
-        stat = path.stat()
-        key = ("file", str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        key = _file_key(path)
 
         def estimate() -> StainEstimate:
             with open_slide(path) as slide:
-                return _estimate(slide)
+                return _estimate(slide, thumbnail)
     else:
         slide = path_or_reader
         quick = slide.properties.get("openslide.quickhash-1")
         if not quick:
-            return _estimate(slide)
+            return _estimate(slide, thumbnail)
         key = ("quickhash", quick, tuple(slide.dimensions))
 
         def estimate() -> StainEstimate:
-            return _estimate(slide)
+            return _estimate(slide, thumbnail)
     return _kept_or(key, estimate)
+
+
+def known_slide_stain(path: str | Path) -> StainEstimate | str | None:
+    """What :func:`slide_stain` has found for the file at ``path`` so far, without estimating: its estimate, the
+    sentence it failed with, or None (not estimated yet). What a page that must not wait for it asks."""
+    path = Path(path)
+    try:
+        key = _file_key(path)
+    except OSError:
+        return None
+    with _guard:
+        return _kept.get(key)
+
+
+def _file_key(path: Path) -> tuple:
+    stat = path.stat()
+    return ("file", str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 def _kept_or(key: tuple, estimate) -> StainEstimate:
@@ -108,8 +126,8 @@ def _kept_or(key: tuple, estimate) -> StainEstimate:
     return found
 
 
-def _estimate(slide) -> StainEstimate:
-    thumbnail = slide.thumbnail(STAIN_SIDE)
+def _estimate(slide, thumbnail: np.ndarray | None = None) -> StainEstimate:
+    thumbnail = slide.thumbnail(STAIN_SIDE) if thumbnail is None else thumbnail
     mpp = slide_scale(slide.properties).microns_per_pixel
     thumbnail_mpp = mpp * slide.dimensions[0] / thumbnail.shape[1] if mpp else None
     tissue, _ = tissue_mask(thumbnail, thumbnail_mpp)
@@ -149,13 +167,14 @@ class SlideStain:
         return cls(check_method(d["method"]), source, target)
 
 
-def stain_of(method: str, slide_path: str | Path, target: StainEstimate) -> SlideStain | None:
-    """The normalisation ``method`` of the slide at ``slide_path`` to ``target`` (None for ``"none"``: the pixels as
-    scanned).
+def stain_of(method: str, slide_path: str | Path, card: dict, thumbnail: np.ndarray | None = None) -> SlideStain | None:
+    """The normalisation ``method`` of the slide at ``slide_path`` to the reference stain of the model of ``card``
+    (:func:`card_reference`); None for ``"none"``, the pixels as scanned, which needs neither. ``thumbnail`` as
+    :func:`slide_stain`'s.
 
     Raises:
-        StainError: an unknown method, or a slide without enough tissue to estimate its stain.
+        StainError: an unknown method, a slide without enough tissue to estimate its stain, or no reference stain.
     """
     if check_method(method) == "none":
         return None
-    return SlideStain(method, slide_stain(slide_path), target)
+    return SlideStain(method, slide_stain(slide_path, thumbnail), card_reference(card))

@@ -17,6 +17,12 @@ the listing.
 
 The slide moved by an element g of p4m (1..7, :mod:`app.slides.moved`) is named ``{id}-g{g}`` (:func:`moved_id`):
 its tiles are the moved slide's, read through the moved view; any other suffix names no listed slide (404).
+
+The slide's pixels stain-normalised to PCam's (:mod:`app.slides.stain`) are named ``{id}~{method}`` (after any
+``-g{g}``; :func:`route_id`), method ``macenko`` or ``reinhard``: each tile is the slide's tile as scanned, normalised
+with the slide's own estimate as source (made once per file, :func:`app.slides.stain.slide_stain`) and PCam's
+reference as target, a tile's pixels at a time (bounded work). An unknown method, or a slide with too little tissue
+to estimate its stain, answers 404 with a sentence.
 """
 
 from __future__ import annotations
@@ -40,9 +46,10 @@ from .library import REPO, find_slide
 from .moved import ELEMENTS, moved_slide
 from .overlay_routes import overlay_routes
 from .reader import SlideError, open_slide
+from .stain import METHODS, SlideStain, StainError, pcam_reference, slide_stain
 
-__all__ = ["slide_routes", "deep_zoom", "inline_descriptor", "tile_bytes", "wait_for_tiles", "moved_id",
-           "parse_slide_id", "VENDOR", "TILE_SIZE", "OVERLAP", "JPEG_QUALITY"]
+__all__ = ["slide_routes", "deep_zoom", "inline_descriptor", "tile_bytes", "tile_rgb", "wait_for_tiles", "moved_id",
+           "route_id", "parse_slide_id", "parse_route", "VENDOR", "TILE_SIZE", "OVERLAP", "JPEG_QUALITY"]
 
 VENDOR = REPO / "app" / "ui" / "vendor"  # `make vendor` unpacks openseadragon here (git ignores it)
 TILE_SIZE, OVERLAP, JPEG_QUALITY = 254, 1, 85
@@ -62,6 +69,38 @@ def parse_slide_id(slide_id: str) -> tuple[str, int]:
     itself, element 0, and names a listed slide only if it is one."""
     match = MOVED.fullmatch(slide_id)
     return (match["slide_id"], int(match["element"])) if match else (slide_id, 0)
+
+
+def route_id(slide_id: str, element: int = 0, stain: str = "none") -> str:
+    """The id under which the tile routes serve slide ``slide_id`` moved by ``element`` with its pixels normalised by
+    ``stain`` (one of :data:`app.slides.stain.METHODS`; ``"none"``: as scanned, the id :func:`moved_id` gives)."""
+    if stain not in METHODS:
+        raise ValueError(f"{stain!r} is no stain normalisation: one of {', '.join(METHODS)}")
+    moved = moved_id(slide_id, element)
+    return moved if stain == "none" else f"{moved}~{stain}"
+
+
+def parse_route(route: str) -> tuple[str, str]:
+    """``(the moved slide's id, stain)`` of a route's id (:func:`route_id`'s inverse, but for the move: see
+    :func:`parse_slide_id`).
+
+    Raises:
+        StainError: a ``~`` suffix that names no normalisation (``~none`` included: as scanned has no suffix).
+    """
+    moved, tilde, stain = route.rpartition("~")
+    if not tilde:
+        return route, "none"
+    if stain not in METHODS or stain == "none":
+        raise StainError(f"{stain[:40]!r} names no stain normalisation of the tiles: ~macenko or ~reinhard, or no "
+                         "suffix for the slide as scanned")
+    return moved, stain
+
+
+@functools.lru_cache(maxsize=64)
+def _tile_stain(path: str, mtime_ns: int, method: str) -> SlideStain:
+    """The normalisation of the slide at ``path``'s tiles: from its own estimate to PCam's reference, made once."""
+    del mtime_ns  # part of the key only (slide_stain keeps its estimate by the file's identity too)
+    return SlideStain(method, slide_stain(path), pcam_reference())
 
 
 class _OpenSlideView:
@@ -116,11 +155,30 @@ def deep_zoom(path: str, mtime_ns: int, element: int = 0):
 
 
 def _generator(slide_id: str):
-    listed, element = parse_slide_id(slide_id)
+    """The deep-zoom generator of a route's id (its stain suffix, if any, left aside), or None for no listed slide.
+
+    Raises:
+        StainError: a stain suffix that names no normalisation.
+    """
+    moved, _ = parse_route(slide_id)
+    listed, element = parse_slide_id(moved)
     entry = find_slide(listed)
     if entry is None:
         return None
     return deep_zoom(str(entry.path), entry.path.stat().st_mtime_ns, element)
+
+
+def _stain_of(slide_id: str) -> SlideStain | None:
+    """The normalisation a route's id names for its tiles (None: as scanned).
+
+    Raises:
+        StainError: an unknown method, or a slide with too little tissue to estimate its stain.
+    """
+    moved, stain = parse_route(slide_id)
+    if stain == "none":
+        return None
+    entry = find_slide(parse_slide_id(moved)[0])
+    return None if entry is None else _tile_stain(str(entry.path), entry.path.stat().st_mtime_ns, stain)
 
 
 def inline_descriptor(slide_id: str) -> dict | None:
@@ -160,7 +218,7 @@ async def descriptor(request: Request) -> Response:
     slide_id = request.path_params["slide_id"]
     try:
         generator = await run_in_threadpool(_generator, slide_id)
-    except SlideError as err:  # a slide refused (too large, levels too far apart): the reader's sentence
+    except (SlideError, StainError) as err:  # a slide refused (too large, levels too far apart), a stain unknown
         return sentence(str(err))
     except Exception:  # OpenSlide's errors for a file it cannot read: a sentence, not a traceback
         return sentence("this slide cannot be read")
@@ -170,9 +228,13 @@ async def descriptor(request: Request) -> Response:
                             headers={"Cache-Control": CACHE}))
 
 
-def tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
-    """Tile (col, row) of deep-zoom level ``level`` of the listed slide ``slide_id`` as JPEG bytes, or the sentence
-    saying why there is none."""
+def tile_rgb(slide_id: str, level: int, col: int, row: int) -> np.ndarray | str:
+    """Tile (col, row) of deep-zoom level ``level`` of the route's slide ``slide_id`` as RGB uint8 ``(h, w, 3)``,
+    normalised where the id names a stain (:func:`route_id`), or the sentence saying why there is none.
+
+    Raises:
+        StainError: an unknown stain, or a slide with too little tissue to estimate its stain.
+    """
     generator = _generator(slide_id)
     if generator is None:
         return "no slide is listed under this id"
@@ -181,8 +243,19 @@ def tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
     cols, rows = generator.level_tiles[level]
     if not (0 <= col < cols and 0 <= row < rows):
         return f"level {level} of this slide has {cols} x {rows} tiles, not ({col}, {row})"
+    stain = _stain_of(slide_id)  # before the tile is read: a slide without enough tissue reads nothing
+    rgb = np.asarray(generator.get_tile(level, (col, row)).convert("RGB"))
+    return rgb if stain is None else stain.apply(rgb)  # a tile's pixels, 254 + 2 a side at most
+
+
+def tile_bytes(slide_id: str, level: int, col: int, row: int) -> bytes | str:
+    """Tile (col, row) of deep-zoom level ``level`` of the route's slide ``slide_id`` as JPEG bytes
+    (:func:`tile_rgb`), or the sentence saying why there is none."""
+    rgb = tile_rgb(slide_id, level, col, row)
+    if isinstance(rgb, str):
+        return rgb
     buffer = io.BytesIO()
-    generator.get_tile(level, (col, row)).convert("RGB").save(buffer, format="JPEG", quality=JPEG_QUALITY)
+    Image.fromarray(rgb).save(buffer, format="JPEG", quality=JPEG_QUALITY)
     return buffer.getvalue()
 
 
@@ -193,7 +266,7 @@ async def tile(request: Request) -> Response:
         return sentence("no such tile: a level, column and row are numbers of at most 9 digits")
     try:
         found = await run_in_threadpool(tile_bytes, params["slide_id"], level, col, row)
-    except SlideError as err:  # a slide refused (too large, levels too far apart): the reader's sentence
+    except (SlideError, StainError) as err:  # a slide refused, a stain unknown or not estimable: their sentences
         return sentence(str(err))
     except Exception:  # a tile the file cannot decode: a damaged slide
         return sentence("a tile of this slide cannot be read: the file may be damaged")

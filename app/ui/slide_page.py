@@ -12,6 +12,11 @@ per server process, or ``$AAGC_DASK_SCHEDULER``'s), fed by the server's one chun
 cluster shared fairly between the slides being analysed. Each finished chunk goes into the slide's chunk store,
 which every session shares: a slide analysed once shows its heatmap to everyone, and an analysis cut short (the page
 left, the server stopped) resumes from its finished chunks.
+
+The sidebar's Stain control shows the slide as scanned or normalised to PCam's stain (Macenko, from the slide's own
+estimate, :mod:`app.slides.stain`), beside swatches of the slide's estimated haematoxylin and eosin and PCam's: the
+viewer's tiles are normalised by the tile routes as they are asked for, and Analyse runs on the normalised pixels, in
+a store of its own.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, plan_slide
 from ..slides.scale import slide_scale
 from ..slides.schedule import ChunkScheduler, Progress, current_scheduler, scheduler_for
-from ..slides.tiles import VENDOR, inline_descriptor, moved_id, wait_for_tiles
+from ..slides.stain import StainError, StainEstimate, known_slide_stain, pcam_reference, slide_stain
+from ..slides.tiles import VENDOR, inline_descriptor, route_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
 
@@ -73,7 +79,8 @@ SCORED_CELLS = 20_000
 CHANGED_CHUNKS = 64
 PLANS_PER_SLIDE = 6  # a session's plans of one slide kept (scales typed, moves), the latest
 SLIDES_PLANNED = 3  # the slides a session keeps plans of, the latest
-PLANS = "slide-plans"  # this session's plans: slide id -> OrderedDict (path, checkpoint, mpp, element) -> Future
+PLANS = "slide-plans"  # this session's plans: slide id -> OrderedDict (path, checkpoint, mpp, element, stain) -> Future
+NORMALISED = "macenko"  # the Stain control's "normalised to PCam": Macenko's stain vectors, from the slide's estimate
 REPORTED = "slide-reported"  # this session's viewer: store key -> (version, the chunks finished it was told of)
 VIEW = "slide-view"  # the level-0 rectangle the viewer shows, clamped: (store key, x, y, width, height)
 VIEWER_ID = "slide-viewer-id"  # this session's name for the chunk scheduler (its views, its sign of life)
@@ -95,7 +102,8 @@ _VIEWER = st.components.v2.component(
 _PLANNER = ThreadPoolExecutor(2, thread_name_prefix="slide-plan")
 
 
-def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0) -> Future:
+def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0,
+              stain: str = "none") -> Future:
     """This session's plan of the slide moved by ``element`` (:func:`_make_plan`), kept per slide: the latest
     :data:`PLANS_PER_SLIDE` of each of the session's latest :data:`SLIDES_PLANNED` slides, so that one user's tries of
     scales never push out another's plans (a cache shared by all sessions did, issue 66)."""
@@ -104,23 +112,32 @@ def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None, elem
     plans.move_to_end(slide_id)
     while len(plans) > SLIDES_PLANNED:
         plans.popitem(last=False)
-    key = (path, checkpoint, mpp, element)
+    key = (path, checkpoint, mpp, element, stain)
     if key not in of_slide:
-        of_slide[key] = _make_plan(slide_id, path, checkpoint, mpp, element)
+        of_slide[key] = _make_plan(slide_id, path, checkpoint, mpp, element, stain)
     of_slide.move_to_end(key)
     while len(of_slide) > PLANS_PER_SLIDE:
         of_slide.popitem(last=False)
     return of_slide[key]
 
 
-def _make_plan(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0) -> Future:
+def _make_plan(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0,
+               stain: str = "none") -> Future:
     """The plan of the slide moved by ``element`` (its scale, grid, thumbnail and tissue: 0.5 s of CPU on the CMU
-    slide), made in the background once the viewer has its first tiles, which need no plan: on two cores the plan
-    made beside them delayed the first tiles of the page's first visit by seconds."""
+    slide), its pixels normalised by ``stain``, made in the background once the viewer has its first tiles, which
+    need no plan: on two cores the plan made beside them delayed the first tiles of the page's first visit by
+    seconds. The slide's stain estimate is made there too (kept per file), for the sidebar's swatches."""
 
     def plan() -> SlidePlan:
-        wait_for_tiles(moved_id(slide_id, element), PLAN_WAIT_S)
-        return plan_slide(Path(path), Path(checkpoint), STORE, mpp, element=element)
+        wait_for_tiles(route_id(slide_id, element, stain), PLAN_WAIT_S)
+        made = plan_slide(Path(path), Path(checkpoint), STORE, mpp, element=element, stain=stain)
+        try:
+            # Kept: the sidebar shows it from the page's next run on, without waiting for it (from the plan's own
+            # thumbnail where it is the slide's as scanned: reading it is most of the estimate's cost).
+            slide_stain(path, made.thumbnail if element == 0 else None)
+        except (StainError, SlideError):
+            pass  # its sentence is kept too, and said in the sidebar
+        return made
 
     return _PLANNER.submit(plan)
 
@@ -146,6 +163,41 @@ def _transform_ui(group: Group) -> int:
                                     "is too, the page compares their heatmaps cell by cell.")
     mirror = group.order == 8 and st.sidebar.toggle("Mirror (flip the rows after rotating)", key="slide_mirror")
     return quarter // 90 + 4 * mirror
+
+
+def _swatch(rgb) -> str:
+    r, g, b = (int(v) for v in rgb)
+    return (f'<span title="rgb({r}, {g}, {b})" style="display:inline-block;width:1.1em;height:1.1em;'
+            f'vertical-align:-0.2em;border-radius:2px;border:1px solid rgba(0,0,0,.25);background:rgb({r},{g},{b})">'
+            '</span>')
+
+
+def _stain_ui(entry: SlideEntry) -> str:
+    """Sidebar: the slide's estimated haematoxylin and eosin beside PCam's, as swatches, and the Stain control: the
+    slide as scanned (``"none"``) or normalised to PCam's stain (:data:`NORMALISED`). The estimate is the one the
+    plan made (:func:`app.slides.stain.known_slide_stain`): this run never waits for it."""
+    st.sidebar.header("Stain")
+    found = known_slide_stain(entry.path)
+    try:
+        reference = pcam_reference()
+    except StainError as err:  # a card without its reference stain: python -m tools.pcam_stain writes it
+        found = str(err).rstrip(".")
+    if isinstance(found, StainEstimate):
+        (slide_h, slide_e), (pcam_h, pcam_e) = found.swatches(), reference.swatches()
+        st.sidebar.markdown(f"<small>H and E: this slide {_swatch(slide_h)} {_swatch(slide_e)} &nbsp; "
+                            f"PCam {_swatch(pcam_h)} {_swatch(pcam_e)}</small>", unsafe_allow_html=True)
+    elif isinstance(found, str):
+        st.sidebar.caption(f"{found.rstrip('.')}; shown and analysed as scanned only.")
+    else:
+        st.sidebar.caption("This slide's stain is estimated from its tissue once its tissue is found.")
+    chosen = st.sidebar.radio("Stain", ["none", NORMALISED], horizontal=True, key="slide_stain",
+                              format_func=lambda s: "as scanned" if s == "none" else "normalised to PCam",
+                              disabled=isinstance(found, str), label_visibility="collapsed",
+                              help="Normalised: each pixel's colour mapped from this slide's estimated stain "
+                                   "(Macenko's H and E vectors, from its tissue) to PCam's, the stain the model was "
+                                   "trained on; the tiles are normalised as they are shown, and Analyse runs on those "
+                                   "pixels (its own analysis, never mixed with the one as scanned).")
+    return "none" if isinstance(found, str) else chosen
 
 
 def _truth(entry: SlideEntry, element: int) -> np.ndarray | None:
@@ -343,11 +395,12 @@ def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
     if isinstance(found, str) or found["state"] != "evaluated":
         return
     with moved_slide(open_slide(entry.path), plan.element) as slide:
-        pixels = cell_context(slide, plan.grid, i, j)
+        pixels = cell_context(slide, plan.grid, i, j, plan.stain)  # as the engine judged it: normalised, if it was
     truth, labels = None, _truth(entry, plan.element)
     if labels is not None and labels[i, j] >= 0:
         truth = list(plan.card.get("class_names") or ["no_tumor", "tumor"])[int(labels[i, j])]
     moved = f" ({element_name(plan.element)})" if plan.element else ""
+    moved += ", stain normalised to PCam" if plan.stain is not None else ""
     st.session_state[REGION_CELL_KEY] = RegionCell(pixels, f"{entry.name}{moved}, cell ({i}, {j})",
                                                    plan.grid.model_microns_per_pixel, truth)
     st.session_state["view"] = "Patch"
@@ -373,6 +426,7 @@ def slide_page(loaded: LoadedModel) -> None:
     entry = _slide_ui(entries)
     mpp = _info_ui(entry)
     element = _transform_ui(display_group(loaded.model))
+    stain = _stain_ui(entry)
     checkpoint = str(loaded.path)
     if entry.note:
         (st.warning if entry.truth is None else st.caption)(entry.note)
@@ -381,9 +435,9 @@ def slide_page(loaded: LoadedModel) -> None:
         st.info(f"{entry.name} " + ("is an image, which records no scale" if image else
                                     "records neither its scale nor its objective power")
                 + ": it is not analysed until its scale (µm per pixel) is given in the sidebar.")
-    route = moved_id(entry.slide_id, element)  # what the tile routes call the slide moved by ``element``
+    route = route_id(entry.slide_id, element, stain)  # what the tile routes call the slide moved, normalised
     def planned(g: int) -> Future:
-        return _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0, g)
+        return _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0, g, stain)
 
     planning = planned(element)
     # A moved slide's page needs the slide as scanned too (its maps are compared with it, and analysed with it).
@@ -395,7 +449,7 @@ def slide_page(loaded: LoadedModel) -> None:
     try:
         plan = planning.result()
         original = scanned.result() if scanned else None  # the slide as scanned, for the proof
-    except SlideError as err:
+    except (SlideError, StainError) as err:
         slides_left()  # a slide that cannot be planned still leaves the one shown before
         st.error(str(err))
         return

@@ -23,7 +23,25 @@ let loading = null;
 const kept = new Map(); // dzi -> viewer entry, between a rerun's cleanup and the next call
 const mounted = new Map(); // dzi -> viewer entry on the page
 // Where each slide was being looked at: a slide opened again opens where it was left, not on the whole slide.
+// Its views as scanned and stain-normalised (a tile route's "~method" suffix) share one place.
 const places = new Map();
+
+function placeKey(dzi) {
+  return dzi.replace(/~[a-z]+(?=\.dzi$)/, "");
+}
+
+// Where the slide is looked at now: in another of its views still open (the Stain control switched), else where it
+// was left.
+function placeOf(entry) {
+  const key = placeKey(entry.data.dzi);
+  for (const other of [...mounted.values(), ...kept.values()]) {
+    if (other === entry || !other.viewer || placeKey(other.data.dzi) !== key) continue;
+    if (!other.viewer.world.getItemCount()) continue;
+    const centre = other.viewer.viewport.getCenter(true);
+    return { x: centre.x, y: centre.y, zoom: other.viewer.viewport.getZoom(true) };
+  }
+  return places.get(key);
+}
 
 function loadOpenSeadragon(base) {
   if (window.OpenSeadragon) return Promise.resolve(window.OpenSeadragon);
@@ -332,7 +350,7 @@ function open(entry, OpenSeadragon) {
   entry.viewer = viewer;
   root.viewer = viewer; // for the browser test and the benchmarks
   viewer.addHandler("open", () => {
-    const place = places.get(entry.data.dzi);
+    const place = placeOf(entry);
     if (place) {
       viewer.viewport.zoomTo(place.zoom, null, true);
       viewer.viewport.panTo(new OpenSeadragon.Point(place.x, place.y), true);
@@ -389,7 +407,7 @@ function destroy(entry) {
   if (!entry.viewer) return;
   if (entry.viewer.world.getItemCount()) {
     const centre = entry.viewer.viewport.getCenter(true);
-    places.set(entry.data.dzi, { x: centre.x, y: centre.y, zoom: entry.viewer.viewport.getZoom(true) });
+    places.set(placeKey(entry.data.dzi), { x: centre.x, y: centre.y, zoom: entry.viewer.viewport.getZoom(true) });
   }
   entry.viewer.destroy();
   entry.viewer = null;
