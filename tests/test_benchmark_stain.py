@@ -84,6 +84,9 @@ def test_scanned_without_normalisation_is_the_evaluators_probabilities(patches, 
     tumour, maps = bench.evaluate(model, card, same, bench.first_spatial_layer(model))
     assert np.array_equal(tumour, tumour_probability(model, card, ArraySplit(images, labels)))
     assert maps.shape == (2, 33, 33) and 0 < maps.min() and maps.max() < 1  # alpha_s, a sigmoid
+    with torch.inference_mode():
+        _, trace = model.trace(torch.rand(1, 3, 33, 33), record=("c1",))
+    assert set(trace.attention) == {"c1"} and set(trace.features) == {"c1"}  # the other layers' outputs not held
 
 
 def test_restain_and_jitter_change_the_patches_and_repeat(patches):
