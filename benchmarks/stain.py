@@ -174,17 +174,17 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
     raw: dict[str, dict[str, dict]] = {stem: {} for stem in loaded}
     maps: dict[str, np.ndarray | None] = {}  # each model's alpha_s as scanned: what every change is against
     made: dict[str, dict] = {}  # condition -> its pixels' sha256, done, colour seconds (and the patches once made)
-    code = {"stain_code": [sha256_file(Path(module.__file__)) for module in (stain_normalise, stain_maths)]}
     for stem, perturbation, method in order:
         model, card = loaded[stem]
         key = condition_key(perturbation, method)
-        definition = {"condition": key, "perturbation": perturbation.describe(), "method": method, **code,
-                      "reference": None if method == "none" else reference.to_dict()}
+        definition = colour_definition(perturbation, method, reference)
         if key not in made:
             # The patches' digest, kept by what defines them, so that a run finds a model's cached outputs without
             # making the patches again.
             made[key] = (cache.load("colours", definition) if cache else None) or {}
         if "pixels" not in made[key]:
+            if not measure:
+                continue  # never made, so never measured
             made[key] = _make(images, indices, perturbation, method, reference)
             if cache:
                 cache.save("colours", definition, **{k: v for k, v in made[key].items() if k != "patches"})
@@ -215,6 +215,13 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
     missing = {stem: [condition_key(p, m) for p, m in wanted if condition_key(p, m) not in raw[stem]] for stem in stems}
     return {stem: {**_model_summary(loaded[stem][0], raw[stem], labels, plan, methods), "missing": missing[stem]}
             for stem in stems}
+
+
+def colour_definition(perturbation: Perturbation, method: str, reference: StainEstimate) -> dict:
+    """What defines a condition's patches: the perturbation, the method, the reference and the stain code."""
+    return {"condition": condition_key(perturbation, method), "perturbation": perturbation.describe(),
+            "method": method, "reference": None if method == "none" else reference.to_dict(),
+            "stain_code": [sha256_file(Path(module.__file__)) for module in (stain_normalise, stain_maths)]}
 
 
 def _make(images, indices, perturbation: Perturbation, method: str, reference: StainEstimate) -> dict:
