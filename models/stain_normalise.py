@@ -112,9 +112,12 @@ class StainError(ValueError):
 
 
 def _vector(values, shape: tuple[int, ...], name: str) -> np.ndarray:
-    array = np.array(values, dtype=np.float64)
-    if array.shape != shape or not np.isfinite(array).all():
-        raise StainError(f"A stain estimate's {name} must be {shape} finite numbers, got {array.tolist()!r}.")
+    try:
+        array = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):  # ragged lists, strings
+        array = None
+    if array is None or array.shape != shape or not np.isfinite(array).all():
+        raise StainError(f"A stain estimate's {name} must be {shape} finite numbers, got {values!r:.80}.")
     array.setflags(write=False)
     return array
 

@@ -199,6 +199,10 @@ def test_wrong_input_is_a_sentence():
         StainEstimate([[1, 0, 0]], [1, 1], [0, 0, 0], [1, 1, 1])
     with pytest.raises(StainError, match=r"vectors must be \(2, 3\) finite numbers"):
         StainEstimate([[np.nan, 0, 0], [0, 1, 0]], [1, 1], [0, 0, 0], [1, 1, 1])
+    with pytest.raises(StainError, match=r"lab_std must be \(3,\) finite numbers, got \[1, 'x'\]"):
+        StainEstimate([[1, 0, 0], [0, 1, 0]], [1, 1], [0, 0, 0], [1, "x"])
+    with pytest.raises(StainError, match=r"vectors must be \(2, 3\) finite numbers, got \[\[1, 0, 0\], \[0, 1\]\]"):
+        StainEstimate([[1, 0, 0], [0, 1]], [1, 1], [0, 0, 0], [1, 1, 1])
     with pytest.raises(StainError, match=r"lacks lab_mean, lab_std"):
         StainEstimate.from_dict({"vectors": [[1, 0, 0], [0, 1, 0]], "max_concentrations": [1, 1]})
 
