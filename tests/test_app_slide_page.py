@@ -48,6 +48,13 @@ def test_the_demo_slides_are_listed_with_their_levels_scale_and_label(on_the_sli
     info = " ".join(c.value for c in at.sidebar.caption)
     assert "aperio, 1 level(s): 2,220 x 2,967 px. Scale: 0.499 um/px, recorded in the slide." in info
     assert [button.label for button in at.button] == ["Analyse the slide"]
+    # The Stain section: the slide's H and E beside PCam's (estimated with the plan), and the control, as scanned first.
+    assert any("H and E: this slide" in m.value and m.value.count("background:rgb(") == 4 for m in at.sidebar.markdown)
+    stain = at.sidebar.radio(key="slide_stain")
+    assert stain.options == ["as scanned", "normalised to PCam: Macenko", "normalised to PCam: Reinhard"]
+    assert stain.value == "none"
+    at = analysable(stain.set_value("macenko").run())
+    assert not at.exception and [button.label for button in at.button] == ["Analyse the slide"], "planned, normalised"
 
 
 def test_a_slide_without_a_scale_waits_for_one(on_the_slide_page):

@@ -13,6 +13,7 @@ The maths is :mod:`models.stain_normalise`'s; this module only says which pixels
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.card import stain_reference
 from models.stain_normalise import METHODS, StainError, StainEstimate, estimate_stain, normalise, pcam_reference
 
 from .reader import open_slide
@@ -27,7 +29,7 @@ from .scale import slide_scale
 from .tissue import tissue_mask
 
 __all__ = ["slide_stain", "known_slide_stain", "card_reference", "SlideStain", "stain_of", "check_method", "STAIN_SIDE",
-           "METHODS", "StainError", "StainEstimate", "pcam_reference"]
+           "METHODS", "StainError", "StainEstimate", "pcam_target"]
 
 STAIN_SIDE = 1024  # the thumbnail's longer side: 1 MP at most, the size of the plan's tissue mask (app.slides.run)
 MIN_TISSUE_PIXELS = 1024  # of the thumbnail: about 0.26 mm^2 at 16 um/px, a small biopsy's tissue
@@ -45,11 +47,17 @@ def check_method(method: str) -> str:
     return method
 
 
+@functools.lru_cache(maxsize=1)
+def pcam_target() -> StainEstimate:
+    """PCam's reference stain (:func:`models.stain_normalise.pcam_reference`), read from its card once per process:
+    the tiles and every run of the Slide page ask for it (5 ms a read of the card, here)."""
+    return pcam_reference()
+
+
 def card_reference(card: dict) -> StainEstimate:
-    """The reference stain the model of ``card`` was trained on (its card's ``stain_reference``), else PCam's
-    (:func:`models.stain_normalise.pcam_reference`)."""
-    found = card.get("stain_reference")
-    return StainEstimate.from_dict(found) if found else pcam_reference()
+    """The reference stain the model of ``card`` was trained on (its card's ``stain_reference``,
+    :func:`models.card.stain_reference`), else PCam's (:func:`models.stain_normalise.pcam_reference`)."""
+    return stain_reference(card) or pcam_reference()
 
 
 def slide_stain(path_or_reader, thumbnail: np.ndarray | None = None) -> StainEstimate:

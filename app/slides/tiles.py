@@ -46,7 +46,7 @@ from .library import REPO, find_slide
 from .moved import ELEMENTS, moved_slide
 from .overlay_routes import overlay_routes
 from .reader import SlideError, open_slide
-from .stain import METHODS, SlideStain, StainError, pcam_reference, slide_stain
+from .stain import METHODS, SlideStain, StainError, pcam_target, slide_stain
 
 __all__ = ["slide_routes", "deep_zoom", "inline_descriptor", "tile_bytes", "tile_rgb", "wait_for_tiles", "moved_id",
            "route_id", "parse_slide_id", "parse_route", "VENDOR", "TILE_SIZE", "OVERLAP", "JPEG_QUALITY"]
@@ -100,7 +100,7 @@ def parse_route(route: str) -> tuple[str, str]:
 def _tile_stain(path: str, mtime_ns: int, method: str) -> SlideStain:
     """The normalisation of the slide at ``path``'s tiles: from its own estimate to PCam's reference, made once."""
     del mtime_ns  # part of the key only (slide_stain keeps its estimate by the file's identity too)
-    return SlideStain(method, slide_stain(path), pcam_reference())
+    return SlideStain(method, slide_stain(path), pcam_target())
 
 
 class _OpenSlideView:

@@ -13,10 +13,10 @@ cluster shared fairly between the slides being analysed. Each finished chunk goe
 which every session shares: a slide analysed once shows its heatmap to everyone, and an analysis cut short (the page
 left, the server stopped) resumes from its finished chunks.
 
-The sidebar's Stain control shows the slide as scanned or normalised to PCam's stain (Macenko, from the slide's own
-estimate, :mod:`app.slides.stain`), beside swatches of the slide's estimated haematoxylin and eosin and PCam's: the
-viewer's tiles are normalised by the tile routes as they are asked for, and Analyse runs on the normalised pixels, in
-a store of its own.
+The sidebar's Stain control shows the slide as scanned or normalised to PCam's stain (Macenko's or Reinhard's, from
+the slide's own estimate, :mod:`app.slides.stain`), beside swatches of the slide's estimated haematoxylin and eosin
+and PCam's: the viewer's tiles are normalised by the tile routes as they are asked for, and Analyse runs on the
+normalised pixels, in a store of its own.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, plan_slide
 from ..slides.scale import slide_scale
 from ..slides.schedule import ChunkScheduler, Progress, current_scheduler, scheduler_for
-from ..slides.stain import StainError, StainEstimate, known_slide_stain, pcam_reference, slide_stain
+from ..slides.stain import StainError, StainEstimate, known_slide_stain, pcam_target, slide_stain
 from ..slides.tiles import VENDOR, inline_descriptor, route_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
@@ -80,7 +80,11 @@ CHANGED_CHUNKS = 64
 PLANS_PER_SLIDE = 6  # a session's plans of one slide kept (scales typed, moves), the latest
 SLIDES_PLANNED = 3  # the slides a session keeps plans of, the latest
 PLANS = "slide-plans"  # this session's plans: slide id -> OrderedDict (path, checkpoint, mpp, element, stain) -> Future
-NORMALISED = "macenko"  # the Stain control's "normalised to PCam": Macenko's stain vectors, from the slide's estimate
+# The Stain control's choices (app.slides.stain.METHODS): both normalisations are offered, as the command line's
+# --stain: looked at on the two real slides, Macenko's (PCam's eosin at PCam's concentration range) made the CMU slide
+# far more purple than Reinhard's (PCam's colour means and spreads), and Reinhard's made the TCGA frozen section paler.
+STAIN_CHOICES = {"none": "as scanned", "macenko": "normalised to PCam: Macenko",
+                 "reinhard": "normalised to PCam: Reinhard"}
 REPORTED = "slide-reported"  # this session's viewer: store key -> (version, the chunks finished it was told of)
 VIEW = "slide-view"  # the level-0 rectangle the viewer shows, clamped: (store key, x, y, width, height)
 VIEWER_ID = "slide-viewer-id"  # this session's name for the chunk scheduler (its views, its sign of life)
@@ -174,12 +178,12 @@ def _swatch(rgb) -> str:
 
 def _stain_ui(entry: SlideEntry) -> str:
     """Sidebar: the slide's estimated haematoxylin and eosin beside PCam's, as swatches, and the Stain control: the
-    slide as scanned (``"none"``) or normalised to PCam's stain (:data:`NORMALISED`). The estimate is the one the
+    slide as scanned (``"none"``) or normalised to PCam's stain (:data:`STAIN_CHOICES`). The estimate is the one the
     plan made (:func:`app.slides.stain.known_slide_stain`): this run never waits for it."""
     st.sidebar.header("Stain")
     found = known_slide_stain(entry.path)
     try:
-        reference = pcam_reference()
+        reference = pcam_target()
     except StainError as err:  # a card without its reference stain: python -m tools.pcam_stain writes it
         found = str(err).rstrip(".")
     if isinstance(found, StainEstimate):
@@ -190,13 +194,13 @@ def _stain_ui(entry: SlideEntry) -> str:
         st.sidebar.caption(f"{found.rstrip('.')}; shown and analysed as scanned only.")
     else:
         st.sidebar.caption("This slide's stain is estimated from its tissue once its tissue is found.")
-    chosen = st.sidebar.radio("Stain", ["none", NORMALISED], horizontal=True, key="slide_stain",
-                              format_func=lambda s: "as scanned" if s == "none" else "normalised to PCam",
+    chosen = st.sidebar.radio("Stain", list(STAIN_CHOICES), key="slide_stain", format_func=STAIN_CHOICES.get,
                               disabled=isinstance(found, str), label_visibility="collapsed",
-                              help="Normalised: each pixel's colour mapped from this slide's estimated stain "
-                                   "(Macenko's H and E vectors, from its tissue) to PCam's, the stain the model was "
-                                   "trained on; the tiles are normalised as they are shown, and Analyse runs on those "
-                                   "pixels (its own analysis, never mixed with the one as scanned).")
+                              help="Normalised: each pixel's colour mapped from this slide's stain, estimated from "
+                                   "its tissue, to PCam's, the stain the model was trained on: Macenko maps the H and "
+                                   "E vectors and their concentration ranges, Reinhard the colour means and spreads. "
+                                   "The tiles are normalised as they are shown, and Analyse runs on those pixels (an "
+                                   "analysis of its own, never mixed with the one as scanned).")
     return "none" if isinstance(found, str) else chosen
 
 
@@ -400,7 +404,7 @@ def _open_cell(plan: SlidePlan, entry: SlideEntry, state_key: str) -> None:
     if labels is not None and labels[i, j] >= 0:
         truth = list(plan.card.get("class_names") or ["no_tumor", "tumor"])[int(labels[i, j])]
     moved = f" ({element_name(plan.element)})" if plan.element else ""
-    moved += ", stain normalised to PCam" if plan.stain is not None else ""
+    moved += f", stain normalised to PCam ({plan.stain.method})" if plan.stain is not None else ""
     st.session_state[REGION_CELL_KEY] = RegionCell(pixels, f"{entry.name}{moved}, cell ({i}, {j})",
                                                    plan.grid.model_microns_per_pixel, truth)
     st.session_state["view"] = "Patch"
