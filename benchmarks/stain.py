@@ -57,6 +57,8 @@ REPO = Path(__file__).resolve().parents[1]
 STEMS = ("fa_p4m_densenet_pcam", "p4m_densenet_pcam")
 SLIDES = {"CMU-1": "CMU-1-Small-Region.svs", "TCGA frozen": "tcga-cr-7395-01a-01-ts1.svs"}
 COMMAND = "python -m benchmarks.stain"
+# The stain code that runs (read once, as it is imported: the files may change under a long run).
+STAIN_CODE = [sha256_file(Path(module.__file__)) for module in (stain_normalise, stain_maths)]
 
 
 def cpu_line() -> str:
@@ -221,7 +223,7 @@ def colour_definition(perturbation: Perturbation, method: str, reference: StainE
     """What defines a condition's patches: the perturbation, the method, the reference and the stain code."""
     return {"condition": condition_key(perturbation, method), "perturbation": perturbation.describe(),
             "method": method, "reference": None if method == "none" else reference.to_dict(),
-            "stain_code": [sha256_file(Path(module.__file__)) for module in (stain_normalise, stain_maths)]}
+            "stain_code": STAIN_CODE}
 
 
 def _make(images, indices, perturbation: Perturbation, method: str, reference: StainEstimate) -> dict:
@@ -358,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
                      else pcam_reference())
     except (OSError, ValueError) as error:  # StainError is a ValueError: its sentence is the message
         parser.error(f"no reference stain to normalise to: {error}")
-    stain_code = sha256_file(Path(stain_normalise.__file__))
+    stain_code = STAIN_CODE[0]
     cache = Cache(args.cache, cache_identity(test, count))
     print(cpu_line(), flush=True)
     print(f"torch {torch.__version__}, {args.threads} thread(s); {count:,} test patches; models/stain_normalise.py "
