@@ -82,9 +82,15 @@ class Network(nn.Module):
         logits, trace = self.trace(x)
         return logits, {name: parts.effective() for name, parts in trace.attention.items()}
 
-    def trace(self, x: torch.Tensor) -> tuple[torch.Tensor, Trace]:
-        """Logits and a :class:`Trace` of every convolution's output and attention parts."""
-        trace = Trace({module: name for name, module in self.named_modules()})
+    def trace(self, x: torch.Tensor, record: Iterable[str] | None = None) -> tuple[torch.Tensor, Trace]:
+        """Logits and a :class:`Trace` of every convolution's output and attention parts.
+
+        Args:
+            record: names of the only layers to keep (None: every layer), so that a batch run for one layer's
+                attention does not hold every layer's output.
+        """
+        trace = Trace({module: name for name, module in self.named_modules()},
+                      only=None if record is None else frozenset(record))
         return self._forward(x, trace), trace
 
     def position_logits(self, x: torch.Tensor, record: Iterable[str] = ()) -> tuple[torch.Tensor, Trace]:
