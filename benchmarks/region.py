@@ -62,7 +62,7 @@ from app.analysis.frames import InputFrame  # noqa: E402
 from app.analysis.images import read_image  # noqa: E402
 from app.analysis.transforms import apply_element  # noqa: E402
 from app.cells.evaluation import RegionError, evaluate_region  # noqa: E402
-from app.cells.mosaic import pcam_test_mosaic, score_cells  # noqa: E402
+from app.cells.mosaic import MOSAIC_PATCHES, pcam_test_mosaic, score_cells  # noqa: E402
 from app.gallery import list_gallery  # noqa: E402
 from benchmarks.train_step import describe_failure, max_rss_mib  # noqa: E402
 
@@ -294,15 +294,16 @@ def print_tables(runs: dict[tuple[str, str], dict], comparisons: list[dict]) -> 
               f"| {a['cells']}{'' if a['same_cells'] else ' (evaluated cells differ)'} |")
 
 
-def mosaic_scores(checkpoint: str | Path, threads: int, tile_cells: int) -> dict:
-    """The attentive model on the PCam test mosaic (:mod:`app.cells.mosaic`), both methods, scored against the truth.
+def mosaic_scores(checkpoint: str | Path, threads: int, tile_cells: int, patches: int = MOSAIC_PATCHES) -> dict:
+    """The attentive model on the PCam test mosaic of ``patches`` patches (:mod:`app.cells.mosaic`), both methods,
+    scored against the truth.
 
     Crops evaluate each patch's centre cell in exactly that patch, so their AUC is the card's test AUC; tiles show
     what the shared trunk's different function does to the score.
     """
     torch.set_num_threads(threads)
     model, card = models.load_checkpoint(checkpoint)
-    mosaic = pcam_test_mosaic(card)
+    mosaic = pcam_test_mosaic(card, count=patches)
     scores = {}
     for method in METHODS:
         result = evaluate_region(model.eval(), card, mosaic.image, mosaic.microns_per_pixel, method=method,
@@ -322,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tile-cells", type=int, default=15, help="longest tile side in cells (method tiles)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed to each worker")
+    parser.add_argument("--mosaic-patches", type=int, default=MOSAIC_PATCHES,
+                        help=f"patches of the scored PCam test mosaic (default {MOSAIC_PATCHES})")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--worker", nargs=2, metavar=("WHICH", "METHOD"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
@@ -351,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(runs, comparisons)
     print("dp: tumour probability, tiles minus crops, over the cells both evaluated. An untrained network (where "
           "named so) has random weights, BatchNorm statistics from the region; it is there for speed and agreement.")
-    mosaic = mosaic_scores(args.checkpoint, args.threads, args.tile_cells)
+    mosaic = mosaic_scores(args.checkpoint, args.threads, args.tile_cells, args.mosaic_patches)
     if args.json:
         out = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
                "cpus": os.cpu_count(), "threads": args.threads, "side": args.side, "mpp": args.mpp,

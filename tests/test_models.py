@@ -1,5 +1,8 @@
 """Every registered architecture: size, shapes, gradients, exact equivariance of logits, features and attention."""
 
+import copy
+import functools
+
 import pytest
 import torch
 from equivariance_helpers import assert_trace_equivariant
@@ -34,13 +37,20 @@ def example(name, batch=2, dtype=torch.float32, seed=0):
 
 
 def trained_looking(name, dtype):
-    """A model whose BatchNorm statistics come from data and whose affine parameters are random.
+    """A model whose BatchNorm statistics come from data and whose affine parameters are random, in ``dtype``.
 
     Default statistics (mean 0, variance 1) on a deep untrained network let
     activations grow layer after layer, so that round-off, not equivariance,
     would set the errors; calibrated statistics keep them at unit scale as in
-    a trained network.
+    a trained network. Calibrated once per architecture in float32 (a float64 pass of the large networks takes
+    minutes on two cores) and copied: the float64 test's model is the float32 one's, in float64.
     """
+    return copy.deepcopy(_calibrated(name)).to(dtype).eval()
+
+
+@functools.cache
+def _calibrated(name):
+    dtype = torch.float32
     torch.manual_seed(0)
     model = models.build_model(name).to(dtype)
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]

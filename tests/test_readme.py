@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 from tests.conftest import REPO
 
@@ -31,10 +31,15 @@ def _named_commands() -> set[tuple[str, ...]]:
     return commands
 
 
-def _help(argv: tuple[str, ...]) -> tuple[tuple[str, ...], int, str]:
-    done = subprocess.run([sys.executable, "-m", *argv, "--help"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
-    return argv, done.returncode, done.stderr[-300:]
+def _help(commands: list[tuple[str, ...]]) -> list[tuple[tuple[str, ...], int, str]]:
+    """``python -m COMMAND --help`` of each command: its argv, exit status and the end of its stderr. Each runs in a
+    process of its own, forked from one that imported torch once (tests/forked_help.py)."""
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "forked_help.py"), json.dumps(commands)], cwd=REPO,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, f"tests/forked_help.py failed:\n{done.stderr[-2000:]}"
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [tuple(row["argv"]) for row in rows] == commands, "a command's result is missing"
+    return [(tuple(row["argv"]), row["code"], row["stderr"]) for row in rows]
 
 
 def test_the_readme_fits_on_a_few_screens():
@@ -49,7 +54,6 @@ def test_every_link_of_the_readme_names_a_file_that_exists_and_every_named_comma
     assert not missing, f"README.md links to missing files: {missing}"
     commands = sorted(_named_commands())
     assert ("experiments", "table3") in commands and ("training", "train") in commands
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        failed = [f"python -m {' '.join(argv)} --help: exit {code}\n{err}"
-                  for argv, code, err in pool.map(_help, commands) if code != 0]
+    failed = [f"python -m {' '.join(argv)} --help: exit {code}\n{err}"
+              for argv, code, err in _help(commands) if code != 0]
     assert not failed, "commands the docs or the committed cards name do not run:\n" + "\n".join(failed)

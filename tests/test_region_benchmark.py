@@ -89,7 +89,8 @@ def test_command_line_runs_every_worker_and_writes_json(tmp_path, capsys):
     if not bench.DEFAULT_CHECKPOINT.is_file():
         pytest.skip(f"{bench.DEFAULT_CHECKPOINT} not found")
     out = tmp_path / "region.json"
-    assert bench.main(["--side", "160", "--threads", "1", "--json", str(out)]) == 0
+    # A mosaic of 9 patches, not the command's 400: what this test asserts of it is that it is scored and written.
+    assert bench.main(["--side", "160", "--threads", "1", "--mosaic-patches", "9", "--json", str(out)]) == 0
     written = json.loads(out.read_text())
     assert [(r["which"], r["method"]) for r in written["runs"]] == [
         (which, method) for which in bench.WHICH for method in bench.METHODS]
@@ -97,6 +98,7 @@ def test_command_line_runs_every_worker_and_writes_json(tmp_path, capsys):
     plain = next(c for c in written["comparisons"] if c["which"] == "plain")
     assert plain["agreement"]["max_abs_dp"] < 1e-5
     assert "| p4m_densenet_pcam (no attention) | tiles (15 cells) |" in capsys.readouterr().out
+    assert {method: written["mosaic"][method]["cells"] for method in bench.METHODS} == dict.fromkeys(bench.METHODS, 9)
 
 
 def test_without_the_plain_checkpoint_an_untrained_network_stands_in():
