@@ -33,7 +33,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import psutil
 
 from benchmarks.browser_latency import MARK_SCRIPT, OVERLAY_DRAWN
 from benchmarks.concurrent_sessions import CHROMIUM_ARGS, environment, free_port, streamlit_server
+from benchmarks.slides_gigapixel import ServerMemory
 
 __all__ = ["gigapixel_actions", "whole_slide", "CpuTrees"]
 
@@ -174,38 +174,16 @@ def _seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-class TreeMemory:
-    """The server's RSS and its children's, summed, sampled every :data:`SAMPLE_S` seconds in a thread; :meth:`peak`
-    gives the largest since the last call (MiB)."""
+class TreeMemory(ServerMemory):
+    """The server's RSS and its children's, summed (:class:`benchmarks.slides_gigapixel.ServerMemory`), sampled every
+    :data:`SAMPLE_S` seconds; :meth:`peak` gives the largest since the last call (MiB)."""
 
     def __init__(self, server_pid: int):
-        self.server = psutil.Process(server_pid)
-        self._peak = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def now_mib(self) -> float:
-        total = 0
-        for process in [self.server, *CpuTrees._children(self.server)]:
-            with contextlib.suppress(psutil.Error):
-                total += process.memory_info().rss
-        return total / 2**20
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            self._peak = max(self._peak, self.now_mib())
+        super().__init__(server_pid, SAMPLE_S)
 
     def peak(self) -> float:
-        peak, self._peak = max(self._peak, self.now_mib()), 0.0
+        peak, self.peak_mib = max(self.peak_mib, self.now_mib()), 0.0
         return peak
-
-    def __enter__(self) -> TreeMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _load() -> str:

@@ -162,17 +162,21 @@ class ServerMemory(MemorySampler):
     """A thread summing the resident memory of a process and its children every :data:`SAMPLE_EVERY_S`;
     ``peak_mib`` is the largest sum seen."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, every: float = SAMPLE_EVERY_S):
         import psutil  # installed with dask's distributed, which the slides need
 
-        super().__init__(pid, SAMPLE_EVERY_S)
+        super().__init__(pid, every)
         self.process = psutil.Process(pid)
 
     def now_mib(self) -> float:
         import psutil
 
+        try:
+            children = self.process.children(recursive=True)
+        except psutil.Error:  # the server itself has ended
+            children = []
         total = 0
-        for process in [self.process, *self.process.children(recursive=True)]:
+        for process in [self.process, *children]:
             with contextlib.suppress(psutil.Error):  # a child may end between the listing and the reading
                 total += process.memory_info().rss
         return total / 2**20
