@@ -56,8 +56,8 @@ def pcam_target() -> StainEstimate:
 
 def card_reference(card: dict) -> StainEstimate:
     """The reference stain the model of ``card`` was trained on (its card's ``stain_reference``,
-    :func:`models.card.stain_reference`), else PCam's (:func:`models.stain_normalise.pcam_reference`)."""
-    return stain_reference(card) or pcam_reference()
+    :func:`models.card.stain_reference`), else PCam's (:func:`pcam_target`, read once)."""
+    return stain_reference(card) or pcam_target()
 
 
 def slide_stain(path_or_reader, thumbnail: np.ndarray | None = None) -> StainEstimate:
