@@ -176,14 +176,36 @@ def _seconds(process: psutil.Process) -> float:
 
 class TreeMemory(ServerMemory):
     """The server's RSS and its children's, summed (:class:`benchmarks.slides_gigapixel.ServerMemory`), sampled every
-    :data:`SAMPLE_S` seconds; :meth:`peak` gives the largest since the last call (MiB)."""
+    :data:`SAMPLE_S` seconds; :meth:`peak` gives the largest since the last call (MiB), and :attr:`split` that
+    sample's parts: the server's own RSS and its children's (the Dask worker's) summed."""
 
     def __init__(self, server_pid: int):
         super().__init__(server_pid, SAMPLE_S)
+        self.split = (0.0, 0.0)
+        self._split_peak = (0.0, 0.0)
+
+    def now_mib(self) -> float:
+        try:
+            children = self.process.children(recursive=True)
+        except psutil.Error:  # the server itself has ended
+            children = []
+        own = _rss(self.process)
+        theirs = sum(_rss(p) for p in children)
+        if own + theirs > sum(self._split_peak):
+            self._split_peak = (own / 2**20, theirs / 2**20)
+        return (own + theirs) / 2**20
 
     def peak(self) -> float:
         peak, self.peak_mib = max(self.peak_mib, self.now_mib()), 0.0
+        self.split, self._split_peak = tuple(round(v, 1) for v in self._split_peak), (0.0, 0.0)
         return peak
+
+
+def _rss(process: psutil.Process) -> int:
+    try:
+        return process.memory_info().rss
+    except psutil.Error:  # a child may end between the listing and the reading
+        return 0
 
 
 def _load() -> str:
@@ -233,7 +255,12 @@ def gigapixel_actions(slide: Path, timeout_s: float, chromium: Path) -> dict:
             report.update(_open_slide_page(session), load_opened=_load())
             fit(session, rect(first))
             session._settle(first_panel=False)  # the view told to the page, its tiles drawn
-            report["memory_outline_mib"] = memory.peak()
+            report.update(memory_outline_mib=memory.peak(), memory_outline_split_mib=memory.split)
+            # The most tiled images the viewer held at once (the slide, the outline, the overlay and any layer still
+            # loading over it), looked at every 0.1 s from here on.
+            session.page.evaluate(f"() => {{ window.__mostItems = 0; setInterval(() => {{ const v = {VIEWER}; "
+                                  "if (v) window.__mostItems = Math.max(window.__mostItems, "
+                                  "v.viewer.world.getItemCount()); }, 100); }")
             cpu = CpuTrees(server.pid)
             cpu.start()
             received0, sent0 = session.websocket.received, session.websocket.sent
@@ -243,18 +270,26 @@ def gigapixel_actions(slide: Path, timeout_s: float, chromium: Path) -> dict:
             report.update(analyse_first_cells_s=(wait_js(session, OVERLAY_DRAWN, timeout_s, POLL_MS) - clicked) / 1000,
                           load_first_cells=_load())
             view_drawn = wait_js(session, VIEW_DRAWN, timeout_s, POLL_MS)
+            before = session.page.evaluate(f"() => {VIEWER}.dataset.view")
             report.update(analyse_view_cells_s=(view_drawn - clicked) / 1000,
                           load_analyse=_load(), view_chunks=session.page.evaluate(
                               f"() => /In view: [\\d,]+ of ([\\d,]+)/.exec({VIEWER}.querySelector('.status')"
                               ".textContent)[1]"))
             panned = fit(session, rect(second))
-            report.update(pan_view_cells_s=(wait_js(session, VIEW_DRAWN, timeout_s, POLL_MS) - panned) / 1000,
+            # The status line counts the new view once the page has had it: the viewer reports it (its data-view),
+            # and a refresh after that one (one may have been on its way with the old view) draws the page's answer.
+            said = wait_js(session, f"(() => {{ const v = {VIEWER}; return v.dataset.view !== {json.dumps(before)} "
+                           "&& (window.__renders = Number(v.dataset.renders)); })()", timeout_s, POLL_MS)
+            report.update(pan_view_cells_s=(wait_js(session, f"(() => Number({VIEWER}.dataset.renders) >= "
+                                                    f"window.__renders + 2 && {VIEW_DRAWN})()", timeout_s, POLL_MS)
+                                            - panned) / 1000, pan_view_reported_s=(said - panned) / 1000,
                           load_pan=_load())
             left = ANALYSIS_S - (time.monotonic() - started)
             if left > 0:
                 session.page.wait_for_timeout(left * 1000)
             minutes = (time.monotonic() - started) / 60
             report.update(window_s=minutes * 60, cpu=cpu.read(), load_window=_load(), memory_analysis_mib=memory.peak(),
+                          memory_analysis_split_mib=memory.split,
                           websocket_kb_per_min=(session.websocket.received - received0
                                                 + session.websocket.sent - sent0) / 1024 / minutes,
                           status=session.page.evaluate(f"() => {VIEWER}.querySelector('.status').textContent"))
@@ -264,6 +299,7 @@ def gigapixel_actions(slide: Path, timeout_s: float, chromium: Path) -> dict:
                 report["overlays"] = _each_overlay(session, memory, timeout_s)
             except Exception as err:  # noqa: BLE001  (the figures so far are kept, the failure said)
                 report["overlays_error"] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+            report["most_tiled_images"] = session.page.evaluate("() => window.__mostItems")
             report["memory_peak_mib"] = max([report["memory_outline_mib"], report["memory_analysis_mib"]]
                                             + [o["memory_peak_mib"] for o in report.get("overlays", [])])
             report["server_log_warnings"] = [line for line in (Path(tmp) / "streamlit.log").read_text().splitlines()
@@ -291,7 +327,7 @@ def _each_overlay(session, memory: TreeMemory, timeout_s: float) -> list[dict]:
             loaded = f"not within {SWITCH_TIMEOUT_S:.0f} s ({type(err).__name__})"
         session.page.wait_for_timeout(HOLD_S * 1000)
         found.append(dict(overlay=label, kind=kind, shown_s=(shown - clicked) / 1000, loaded_s=loaded,
-                          memory_peak_mib=memory.peak(), load=_load()))
+                          memory_peak_mib=memory.peak(), memory_split_mib=memory.split, load=_load()))
     return found
 
 

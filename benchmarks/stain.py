@@ -35,9 +35,12 @@ import models.stain as stain_maths
 import models.stain_normalise as stain_normalise
 from benchmarks.stain_conditions import (
     GOAL,
+    NORMALISATIONS,
+    POOLED,
     Perturbation,
     condition_images,
     condition_key,
+    normalisation_label,
     perturbations,
     recovery,
     resampled_recovery,
@@ -47,7 +50,7 @@ from benchmarks.train_step import instruction_sets
 from experiments.patch_records import BATCH_SIZE, listing_sha256, tumour_intervals
 from models import load_checkpoint
 from models.attention.parts import AttentiveLayer
-from models.stain_normalise import METHODS, StainEstimate, pcam_reference
+from models.stain_normalise import StainEstimate, pcam_reference
 from training.atomic import write_atomic
 from training.data import ArraySplit, load_dataset
 from training.evaluation import Normaliser
@@ -148,7 +151,7 @@ def summarise(result: dict, scanned: np.ndarray, labels: np.ndarray) -> dict:
 
 
 def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, StainEstimate],
-        reference: StainEstimate, cache: Cache | None = None, methods=METHODS, only: set[str] | None = None,
+        reference: StainEstimate, cache: Cache | None = None, methods=NORMALISATIONS, only: set[str] | None = None,
         measure: bool = True, log=None) -> dict:
     """Every condition on every model: ``{stem: {"layer", "conditions": {key: summary}, "recovery": {...}}}``.
 
@@ -235,10 +238,10 @@ def _make(images, indices, perturbation: Perturbation, method: str, reference: S
 
 
 def _priority(perturbation: Perturbation, method: str) -> int:
-    """Which conditions a run measures first: as scanned; the goal's re-stained sets, plain and with Macenko; with
-    Reinhard; as scanned and normalised; the jitter."""
+    """Which conditions a run measures first: as scanned; the goal's re-stained sets, plain and with Macenko (each
+    patch's estimate and the set's); with Reinhard; as scanned and normalised; the jitter."""
     if perturbation.target is not None:
-        return 1 if method in ("none", "macenko") else 2
+        return 1 if method.removesuffix(POOLED) in ("none", "macenko") else 2
     if perturbation.jitter:
         return 4
     return 0 if method == "none" else 3
@@ -249,7 +252,7 @@ def _model_summary(model, raw: dict, labels, plan, methods) -> dict:
         return {"layer": first_spatial_layer(model), "conditions": {}, "recovery": {}}
     scanned = raw[condition_key(plan[0], "none")]["tumour"].astype(np.float64)
     conditions = {key: {"label": next(p.label for p in plan if key.startswith(p.key + "+")),
-                        "method": key.split("+")[1], **summarise(result, scanned, labels)}
+                        "method": normalisation_label(key.split("+")[1]), **summarise(result, scanned, labels)}
                   for key, result in raw.items()}
     goal = {}
     auc = {key: c["auc"]["value"] for key, c in conditions.items()}
@@ -264,8 +267,8 @@ def _model_summary(model, raw: dict, labels, plan, methods) -> dict:
             share = recovery(auc["scanned+none"], auc[restained], auc[normalised])
             interval = resampled_recovery(labels, scanned, raw[restained]["tumour"].astype(np.float64),
                                           raw[normalised]["tumour"].astype(np.float64))
-            goal[normalised] = {"slide": p.label, "method": method, "share": share, "interval": interval,
-                                "verdict": verdict(share)}
+            goal[normalised] = {"slide": p.label, "method": normalisation_label(method), "share": share,
+                                "interval": interval, "verdict": verdict(share)}
     return {"layer": first_spatial_layer(model), "conditions": conditions, "recovery": goal}
 
 
@@ -368,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, estimate in {"PCam reference": reference, **slides}.items():
         print(f"{name}: H {np.round(estimate.vectors[0], 3).tolist()}, E {np.round(estimate.vectors[1], 3).tolist()}, "
               f"99th-percentile concentrations {np.round(estimate.max_concentrations, 3).tolist()}", flush=True)
-    known = [condition_key(p, m) for p in perturbations(slides) for m in METHODS]
+    known = [condition_key(p, m) for p in perturbations(slides) for m in NORMALISATIONS]
     if set(args.only or ()) - set(known):
         parser.error(f"no condition {', '.join(sorted(set(args.only) - set(known)))}; the conditions are "
                      f"{', '.join(known)}")

@@ -124,3 +124,31 @@ def test_plans_are_kept_per_session_and_slide(monkeypatch):
     for slide in ("C", "D"):
         slide_page._planning(slide, f"{slide}.svs", "model", 0.5)
     assert list(kept) == ["B", "C", "D"], f"the latest {slide_page.SLIDES_PLANNED} slides used"
+
+
+def test_the_refresh_follows_the_rate_chunks_finish_at():
+    from app.ui.refresh import LONGEST_S, SHORTEST_S, keeps_interval, refresh_interval
+
+    # Not yet measured (or nonsense): the shortest, so that the first cells come within it.
+    for rate in (None, 0.0, -1.0, float("nan"), float("inf")):
+        assert refresh_interval(rate) == SHORTEST_S
+    # About one chunk's time, as a power of two of the shortest, within [shortest, longest].
+    assert refresh_interval(10.0) == SHORTEST_S  # a chunk every 0.1 s
+    assert refresh_interval(1 / 0.9) == SHORTEST_S
+    assert refresh_interval(1 / 1.0) == 1.0
+    assert refresh_interval(1 / 1.9) == 1.0  # the gigapixel slide's chunk every 1.9 s: 4 refreshes in 4 s -> 2
+    assert refresh_interval(1 / 2.0) == 2.0
+    assert refresh_interval(1 / 60.0) == LONGEST_S
+    for rate in (5.0, 1.3, 1 / 1.5, 0.4, 0.1, 0.01):
+        interval = refresh_interval(rate)
+        assert keeps_interval(interval, rate), (rate, interval)  # the interval it chose suits it
+        assert interval <= max(SHORTEST_S, 1 / rate), "never longer than a chunk's time, but at the shortest"
+    # A rate that wobbles about a boundary keeps its interval: a new one costs a run of the whole page.
+    assert keeps_interval(1.0, 1 / 1.9) and keeps_interval(1.0, 1 / 2.1) and keeps_interval(2.0, 1 / 1.9)
+    # Chunks four times slower than the interval (three refreshes in four find nothing), or faster than it by more
+    # than the slack (each waits to be drawn): a new interval.
+    assert not keeps_interval(0.5, 1 / 4.0) and refresh_interval(1 / 4.0) == 4.0
+    assert not keeps_interval(2.0, 1 / 1.2) and refresh_interval(1 / 1.2) == 1.0
+    # The ends are open: the shortest suits any faster rate, the longest any slower one; unmeasured, the shortest.
+    assert keeps_interval(SHORTEST_S, 100.0) and keeps_interval(LONGEST_S, 1e-4)
+    assert keeps_interval(SHORTEST_S, None) and not keeps_interval(2.0, None)

@@ -13,7 +13,7 @@ from benchmarks import stain as bench
 from benchmarks.stain_conditions import GOAL, Perturbation, condition_images, recovery, resampled_recovery, verdict
 from experiments.patch_records import tumour_probability
 from models import build_model, load_checkpoint
-from models.stain_normalise import estimate_stain
+from models.stain_normalise import estimate_stain, normalise
 from training.data import ArraySplit
 from training.data.pcam_public import decode_all, read_labels
 
@@ -102,6 +102,26 @@ def test_restain_and_jitter_change_the_patches_and_repeat(patches):
     assert np.array_equal(first, again) and not np.array_equal(first, other)  # seeded by the patch's index
     with pytest.raises(ValueError, match="unknown normalisation 'vahadane'"):
         condition_images(images, np.arange(2), jitter, "vahadane", None)
+
+
+def test_a_pooled_normalisation_maps_every_patch_from_one_estimate_of_them_all(patches):
+    """``macenko_set`` and ``reinhard_set``: the Slide page's way (every tile from the slide's estimate), on the
+    condition's patches pooled; each patch's own estimate otherwise."""
+    from benchmarks.stain_conditions import NORMALISATIONS, normalisation_label
+
+    images = patches[0][:6]
+    reference = estimate_stain(patches[0][7].transpose(1, 2, 0))
+    scanned = Perturbation("scanned", "as scanned")
+    pooled = estimate_stain(images.transpose(0, 2, 3, 1))
+    for method in ("macenko", "reinhard"):
+        assert f"{method}_set" in NORMALISATIONS
+        one, done = condition_images(images, np.arange(6), scanned, f"{method}_set", reference)
+        each, _ = condition_images(images, np.arange(6), scanned, method, reference)
+        expected = np.stack([normalise(image.transpose(1, 2, 0), method, reference, pooled) for image in images])
+        assert done.all() and np.array_equal(one, expected.transpose(0, 3, 1, 2))
+        assert not np.array_equal(one, each)
+        assert normalisation_label(f"{method}_set") == f"{method}, one estimate of the set"
+        assert normalisation_label(method) == f"{method}, each patch's own estimate"
 
 
 def test_run_on_eight_patches_gives_each_condition_and_the_goal(patches, tiny_model, tmp_path: Path):

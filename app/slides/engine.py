@@ -31,6 +31,7 @@ import numpy as np
 from models import Network
 
 from ..cells.evaluation import (
+    BATCH,
     TISSUE_SHARE,
     RegionGrid,
     cell_tissue,
@@ -188,7 +189,7 @@ def read_block(slide: Slide, grid: SlideGrid, block: tuple[int, int, int, int],
 
 
 def evaluate_chunk(model: Network, card: dict, slide: Slide, grid: SlideGrid, ci: int, cj: int, *,
-                   batch: int = 16, method: str | None = None, stain: SlideStain | None = None) -> ChunkResult:
+                   batch: int = BATCH, method: str | None = None, stain: SlideStain | None = None) -> ChunkResult:
     """Chunk (ci, cj) of ``slide``'s cells through ``model`` (eval mode), by ``method``: by default the fastest that
     is the model's own function (:func:`app.cells.evaluation.default_method`): each cell in its own context
     (``"crops"``) for a model with attention; for one without, the shared trunk over the chunk (``"tiles"``, the

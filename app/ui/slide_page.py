@@ -58,6 +58,7 @@ from ..slides.stain import StainError, StainEstimate, known_slide_stain, pcam_ta
 from ..slides.tiles import VENDOR, inline_descriptor, route_id, wait_for_tiles
 from ..slides.workers import cluster_devices, describe_cluster
 from .inputs import REGION_CELL_KEY, REGION_CELL_SOURCE, LoadedModel, RegionCell
+from .refresh import keeps_interval, refresh_interval
 
 # slides_left: the app leaves the Slide page; start_dask_client, close_dask_client: the server makes its Dask client
 # as it starts (app/server.py says why there) and closes it at shutdown
@@ -67,7 +68,6 @@ start_dask_client = _connecting
 _HERE = Path(__file__).resolve().parent
 VIEWER_HEIGHT_PX = 620
 TUMOUR = "tumour"
-REFRESH_S = 0.5  # how often a running analysis's finished chunks are looked for
 PLANNING_LOOK_S = 0.2  # how often the page looks whether a slide's plan is made
 PLAN_WAIT_S = 2.0  # the longest a slide's plan waits for the viewer's first tiles (none come without a browser)
 OPENED = "slide-cell-opened"
@@ -494,7 +494,7 @@ def slide_page(loaded: LoadedModel) -> None:
             st.error(each.sentence())
         elif each.errors:
             st.error(f"{len(each.errors)} chunk(s) failed: {each.errors[0]}")
-    _live_view(plan, entry, mpp, caption, active, route, original)
+    _live_view(plan, entry, mpp, caption, refresh_interval(_rate(progress)) if active else None, route, original)
 
 
 def _where() -> str:
@@ -547,16 +547,24 @@ def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: list[Fu
     view()
 
 
-def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: str, active: bool, route: str,
-               original: SlidePlan | None) -> None:
-    """The viewer with what is analysed so far; while an analysis runs, refreshed every :data:`REFRESH_S` seconds
-    with the chunks finished since (a few hundred bytes: the viewer fetches the overlay's tiles over them again, and
-    keeps its place and zoom), until the last is in. For a moved slide, the proof against the slide as scanned
-    (``original``) over the cells both have."""
-    state_key = f"slide-viewer-{route}"
+def _rate(progress: list[Progress]) -> float | None:
+    """Chunks a second of the page's running analyses together (None before any is measured)."""
+    rates = [p.rate for p in progress if p.state in ("running", "background") and p.rate]
+    return sum(rates) if rates else None
 
-    @st.fragment(run_every=REFRESH_S if active else None)
+
+def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: str, interval: float | None,
+               route: str, original: SlidePlan | None) -> None:
+    """The viewer with what is analysed so far; while an analysis runs (``interval`` not None), refreshed every
+    ``interval`` seconds (:mod:`app.ui.refresh`: about a chunk's time) with the chunks finished since (a few hundred
+    bytes: the viewer fetches the overlay's tiles over them again, and keeps its place and zoom), until the last is
+    in. For a moved slide, the proof against the slide as scanned (``original``) over the cells both have."""
+    state_key = f"slide-viewer-{route}"
+    active = interval is not None
+
+    @st.fragment(run_every=interval)
     def view() -> None:
+        _seen(plan, state_key)  # first: the status line below counts the view the viewer shows now
         done = plan.store.finished() & set(plan.chunks)
         analysed = bool(done) and mpp is not None
         text = caption
@@ -570,7 +578,6 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
             so_far = "" if active else f"; {len(done):,} of {len(plan.chunks):,} chunks analysed"
             text += (f"{so_far} (grey stripes: not yet). Hover a cell for its P(tumour), click it to open it in the "
                      "patch page.")
-        _seen(plan, state_key)
         _viewer(route, mpp, text, _layers(plan, shown, _changes(plan, done) if analysed else None),
                 _grid(plan) if analysed else None,
                 opened=lambda: _open_cell(plan, entry, state_key), seen=lambda: _seen(plan, state_key))
@@ -594,6 +601,8 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
                 _show_proof(original, arrays, plan.element)
         if active and not _running(progress):
             st.rerun()  # the whole page, once: the analysis is in (or stopped), the refreshing stops
+        if active and not keeps_interval(interval, _rate(progress)):
+            st.rerun()  # the whole page, which sets the fragment's interval anew: chunks come faster or slower now
 
     view()
 

@@ -39,13 +39,64 @@ function keepPlace(entry) {
   places.set(placeKey(entry.data.dzi), { x: centre.x, y: centre.y, zoom: entry.viewer.viewport.getZoom(true) });
 }
 
+// OpenSeadragon asks for every animation frame while a viewer is open (and its navigator for every one again),
+// whether or not anything moves: in headless Chromium on two cores an idle slide cost a third of a core, 60 frame
+// lifecycles a second. While nothing moves (no viewer animating, no input within BUSY_MS), its
+// frames come every IDLE_FRAME_MS instead: a tile that arrives meanwhile is drawn within that, and an input (pointer,
+// wheel, key) brings the display's rate back at once, the frames already waiting included.
+const IDLE_FRAME_MS = 100;
+const BUSY_MS = 1000;
+let busyUntil = 0;
+// The frames asked for while idle, our id (negative: never a browser's) -> callback: all of them, the viewer's and
+// its navigator's, run in one browser frame every IDLE_FRAME_MS (two loops apart would make two frames).
+const waiting = new Map();
+let nextWaiting = 0;
+let tick = null; // the timer that runs them
+let frame = null; // the browser's requestAnimationFrame, as OpenSeadragon found it
+
+function busy() {
+  return performance.now() < busyUntil
+    || [...mounted.values()].some((entry) => entry.viewer && entry.viewer.isAnimating());
+}
+
+function runWaiting() {
+  clearTimeout(tick);
+  tick = null;
+  const callbacks = [...waiting.values()];
+  waiting.clear();
+  if (callbacks.length) frame((time) => callbacks.forEach((callback) => callback(time)));
+}
+
+function keepBusy() {
+  busyUntil = performance.now() + BUSY_MS;
+  if (frame) runWaiting();
+}
+
+function throttleFrames(OpenSeadragon) {
+  if (OpenSeadragon.framesThrottled) return;
+  OpenSeadragon.framesThrottled = true;
+  frame = OpenSeadragon.requestAnimationFrame;
+  const cancel = OpenSeadragon.cancelAnimationFrame;
+  OpenSeadragon.requestAnimationFrame = (callback) => {
+    if (busy()) return frame(callback);
+    const id = --nextWaiting;
+    waiting.set(id, callback);
+    tick ??= setTimeout(runWaiting, IDLE_FRAME_MS);
+    return id;
+  };
+  OpenSeadragon.cancelAnimationFrame = (id) => (id >= 0 ? cancel(id) : waiting.delete(id));
+}
+
 function loadOpenSeadragon(base) {
   if (window.OpenSeadragon) return Promise.resolve(window.OpenSeadragon);
   if (!loading) {
     loading = new Promise((resolve, reject) => {
       const script = document.createElement("script");
       script.src = new URL("vendor/openseadragon/openseadragon.min.js", base).href;
-      script.onload = () => resolve(window.OpenSeadragon);
+      script.onload = () => {
+        throttleFrames(window.OpenSeadragon);
+        resolve(window.OpenSeadragon);
+      };
       script.onerror = () => reject(new Error("OpenSeadragon could not be loaded (run make vendor)"));
       document.head.append(script);
     });
@@ -61,10 +112,19 @@ function element(tag, className) {
 
 // The bar above the view, of a fixed height (nothing in it, nor hovering, moves the view): the opacity slider and
 // the colour bar (with its units and range: viridis from low, dark blue, to high, yellow) where there is an overlay,
-// and the status line.
+// and the status line. Built again only when the overlay's legend changes: a refresh of a running analysis changes
+// the status line's text alone, and the slider under the user's mouse stays the one being dragged.
 function drawBar(entry) {
   const { data } = entry;
   const overlay = data.layers?.overlay;
+  const legend = overlay ? `${overlay.units}|${overlay.low}|${overlay.high}` : "";
+  if (entry.status && entry.legend === legend) {
+    if (entry.status.textContent !== data.caption) {
+      entry.status.textContent = data.caption;
+      entry.status.title = data.caption;
+    }
+    return;
+  }
   const status = element("span", "status");
   status.textContent = data.caption;
   status.title = data.caption;
@@ -82,12 +142,13 @@ function drawBar(entry) {
       if (record?.item) record.item.setOpacity(entry.opacity); // the layer's tiles as they are: nothing fetched
     });
     label.append(opacity);
-    const legend = element("span", "legend");
-    legend.append(`${overlay.units}: ${overlay.low.toFixed(1)} `, element("span", "ramp"), ` ${overlay.high.toFixed(1)}`);
-    parts.push(label, legend);
+    const ramp = element("span", "legend");
+    ramp.append(`${overlay.units}: ${overlay.low.toFixed(1)} `, element("span", "ramp"), ` ${overlay.high.toFixed(1)}`);
+    parts.push(label, ramp);
   }
   entry.bar.replaceChildren(...parts, status);
   entry.status = status;
+  entry.legend = legend;
 }
 
 // The version of a layer's tile (level, x, y): the layer's base (a full reload's) and the last version at which a
@@ -117,6 +178,9 @@ function layerSource(layer, record) {
 
 // The layers over the slide (outline, overlay): a new one added over the old, which is removed once the new one's
 // tiles in view are in, so that switching never shows the slide bare; an overlay brought up to date in place.
+// At most one layer of a kind loads at a time: chunks that finish while one loads are held (their rectangles
+// gathered) and brought in by one layer once it is in. A layer added per refresh never finished loading on the
+// gigapixel slide's whole view, where each coarse tile covers many chunks, and each one kept the canvas redrawing.
 function drawLayers(entry) {
   const { viewer, data, root } = entry;
   if (!viewer || !viewer.world.getItemCount()) return;
@@ -124,19 +188,33 @@ function drawLayers(entry) {
   for (const kind of ["overlay", "outline"]) {
     const layer = layers[kind];
     const record = entry.layers[kind];
+    const held = entry.held[kind];
     if (!layer) {
       if (record) for (const item of [record.item, ...record.replaces]) if (item) viewer.world.removeItem(item);
       delete entry.layers[kind];
+      delete entry.held[kind];
       delete root.dataset[kind];
       continue;
     }
     const key = `${layer.base}|${layer.kind}`;
     const version = layer.version ?? 0;
-    if (record && record.key === key && version === record.version) continue;
-    // Chunks finished since the layer shown: a new layer over it whose tiles under them have new URLs and whose
-    // others are the shown layer's (from the tile cache); the shown layer is removed once the new one is drawn.
-    const since = record && record.key === key && layer.rects && layer.since === record.version;
-    addLayer(entry, kind, layer, key, version, record, since ? layer.rects : null);
+    delete entry.held[kind];
+    if (record && record.key === key) {
+      const at = held ? held.version : record.version; // the version the viewer holds, or will once it is in
+      if (version === at) {
+        if (held) entry.held[kind] = held;
+        continue;
+      }
+      // Chunks finished since: a new layer over the shown one whose tiles under them have new URLs and whose others
+      // are the shown layer's (from the tile cache); the shown layer is removed once the new one is drawn.
+      if (layer.rects && layer.since === at) {
+        const rects = [...(held ? held.rects : []), ...layer.rects];
+        if (record.loading) entry.held[kind] = { version, rects };
+        else addLayer(entry, kind, layer, key, version, record, rects);
+        continue;
+      }
+    }
+    addLayer(entry, kind, layer, key, version, record, null);
   }
 }
 
@@ -145,7 +223,7 @@ function addLayer(entry, kind, layer, key, version, previous, rects) {
   const record = rects
     ? { key, version, base: previous.base, changes: [...previous.changes, ...rects.map((r) => [...r, version])] }
     : { key, version, base: version, changes: [] };
-  Object.assign(record, { item: null, replaces: [] });
+  Object.assign(record, { item: null, replaces: [], loading: true });
   if (kind === "overlay") entry.values.clear();
   if (rects) {
     entry.root.dataset.overlayVersion = String(version);
@@ -155,6 +233,20 @@ function addLayer(entry, kind, layer, key, version, previous, rects) {
   entry.layers[kind] = record;
   root.dataset[kind] = "loading"; // until the new layer is in: a benchmark or test waits for "drawn" after it
   const width = viewer.world.getItemAt(0).getContentSize().x;
+  // The layer is in (its tiles in view loaded, or SWAP_MS gone by): the one it replaces goes, and what was held
+  // for it comes in.
+  const loaded = () => {
+    if (!record.loading || entry.layers[kind] !== record) return;
+    record.loading = false;
+    for (const item of record.replaces) viewer.world.removeItem(item);
+    record.replaces = [];
+    const held = entry.held[kind];
+    const current = entry.data.layers?.[kind];
+    if (held && current && `${current.base}|${current.kind}` === key) {
+      delete entry.held[kind];
+      addLayer(entry, kind, current, key, held.version, record, held.rects);
+    }
+  };
   viewer.addTiledImage({
     tileSource: layerSource(layer, record),
     x: 0, y: 0, width: (layer.width * layer.scale) / width,
@@ -170,22 +262,20 @@ function addLayer(entry, kind, layer, key, version, previous, rects) {
       root.dataset[kind] = "added"; // data-outline, data-overlay: "drawn" once a frame shows it
       root.dataset[`${kind}Kind`] = layer.kind;
       root.dataset[`${kind}Version`] = String(record.version);
-      const swap = () => {
-        for (const item of record.replaces) viewer.world.removeItem(item);
-        record.replaces = [];
-      };
-      if (!record.replaces.length) return;
       if (event.item.getFullyLoaded()) {
-        swap();
+        loaded();
         return;
       }
-      const loaded = (change) => {
-        if (!change.fullyLoaded) return;
-        event.item.removeHandler("fully-loaded-change", loaded);
-        swap();
+      const change = (state) => {
+        if (!state.fullyLoaded) return;
+        event.item.removeHandler("fully-loaded-change", change);
+        loaded();
       };
-      event.item.addHandler("fully-loaded-change", loaded);
-      setTimeout(swap, SWAP_MS);
+      event.item.addHandler("fully-loaded-change", change);
+      setTimeout(loaded, SWAP_MS);
+    },
+    error: () => {
+      record.loading = false; // a layer that cannot open holds nothing back
     },
   });
 }
@@ -346,6 +436,17 @@ function open(entry, OpenSeadragon) {
   });
   entry.viewer = viewer;
   root.viewer = viewer; // for the browser test and the benchmarks
+  keepBusy(); // its first tiles drawn as they come
+  // The navigator shows where the view is on the slide alone. OpenSeadragon mirrors every layer added to the viewer in
+  // it, where it would fetch the overlay's coarsest tiles (the whole slide's, made again and drawn again as each chunk
+  // finishes) for a thumbnail of 200 pixels.
+  const { navigator } = viewer;
+  navigator?.world.addHandler("add-item", (event) => setTimeout(() => {
+    if (event.item._originalForNavigator !== viewer.world.getItemAt(0)) navigator.world.removeItem(event.item);
+  }, 0));
+  for (const input of ["pointerdown", "pointermove", "wheel", "keydown", "touchstart"]) {
+    root.addEventListener(input, keepBusy, { capture: true, passive: true });
+  }
   viewer.addHandler("open", () => {
     const place = places.get(placeKey(entry.data.dzi));
     if (place) {
@@ -419,7 +520,7 @@ function create(data) {
   const readout = element("div", "readout");
   readout.hidden = true;
   root.append(bar, view);
-  const entry = { root, bar, view, scaleBar, readout, data, viewer: null, layers: {}, opacity: null,
+  const entry = { root, bar, view, scaleBar, readout, data, viewer: null, layers: {}, held: {}, opacity: null,
     values: new Map(), hovered: null, asking: null };
   view.append(scaleBar, readout, drawControls(entry));
   loadOpenSeadragon(document.baseURI).then((OpenSeadragon) => {
@@ -444,13 +545,17 @@ export default function ({ data, parentElement, setTriggerValue, setStateValue }
   entry.owner = owner;
   mounted.set(data.dzi, entry);
   entry.data = data;
+  entry.root.dataset.renders = String(Number(entry.root.dataset.renders || 0) + 1); // the page's data, counted
   entry.setTriggerValue = setTriggerValue;
   entry.setStateValue = setStateValue;
   entry.view.style.height = `${data.height}px`;
   drawBar(entry);
   drawLayers(entry);
   drawScaleBar(entry);
-  parentElement.querySelector(".slide-viewer-host").replaceChildren(entry.root);
+  // A refresh mounts the same viewer again: moved in the page only when it is not there already (taking the view
+  // out of the page and putting it back made Chromium lay out and repaint it whole, twice a second).
+  const host = parentElement.querySelector(".slide-viewer-host");
+  if (host.firstChild !== entry.root || host.childNodes.length !== 1) host.replaceChildren(entry.root);
   return () => {
     if (entry.owner !== owner) return; // a newer call has it
     if (entry.viewer) keepPlace(entry);
