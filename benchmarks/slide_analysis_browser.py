@@ -189,11 +189,10 @@ class TreeMemory(ServerMemory):
             children = self.process.children(recursive=True)
         except psutil.Error:  # the server itself has ended
             children = []
-        own = _rss(self.process)
-        theirs = sum(_rss(p) for p in children)
+        own, theirs = _rss(self.process) / 2**20, sum(_rss(p) for p in children) / 2**20
         if own + theirs > sum(self._split_peak):
-            self._split_peak = (own / 2**20, theirs / 2**20)
-        return (own + theirs) / 2**20
+            self._split_peak = (own, theirs)
+        return own + theirs
 
     def peak(self) -> float:
         peak, self.peak_mib = max(self.peak_mib, self.now_mib()), 0.0
