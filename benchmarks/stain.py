@@ -7,7 +7,8 @@ On the 1,944 test patches of ``../shared/data/pcam_public`` (the cards' data_dir
 ``fa_p4m_densenet_pcam`` and ``p4m_densenet_pcam``, under every condition of :mod:`benchmarks.stain_conditions`:
 as scanned, re-stained to each real slide's estimated stain (``app.slides.stain.slide_stain`` of
 ``../shared/data/slides``), HED jitter at Tellez's light and strong sizes; each of them as it is and normalised back
-to PCam's reference (``pcam_reference()``) with Macenko and with Reinhard. Prints accuracy and AUC with the
+to PCam's reference (``pcam_reference()``) with Macenko and with Reinhard, from each patch's own estimate and from one
+estimate of the condition's patches pooled (as the Slide page normalises a slide). Prints accuracy and AUC with the
 project's 95 % intervals (:func:`training.metrics.confidence_intervals`), the mean absolute change of P(tumour) and
 of the first attentive layer's alpha_s against the patch as scanned, the share of predictions that flip, and the
 goal: the share of the AUC lost to re-staining that normalisation recovers (at least 80 %), PASS or NOT MET.
