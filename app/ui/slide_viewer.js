@@ -62,9 +62,14 @@ function busy() {
 function runWaiting() {
   clearTimeout(tick);
   tick = null;
-  const callbacks = [...waiting.values()];
-  waiting.clear();
-  if (callbacks.length) frame((time) => callbacks.forEach((callback) => callback(time)));
+  if (!waiting.size) return;
+  const ids = [...waiting.keys()];
+  // Run in the browser's next frame; one cancelled before then (a viewer destroyed) stays out.
+  frame((time) => ids.forEach((id) => {
+    const callback = waiting.get(id);
+    waiting.delete(id);
+    if (callback) callback(time);
+  }));
 }
 
 function keepBusy() {
