@@ -185,26 +185,15 @@ class TreeMemory(ServerMemory):
         self._split_peak = (0.0, 0.0)
 
     def now_mib(self) -> float:
-        try:
-            children = self.process.children(recursive=True)
-        except psutil.Error:  # the server itself has ended
-            children = []
-        own, theirs = _rss(self.process) / 2**20, sum(_rss(p) for p in children) / 2**20
-        if own + theirs > sum(self._split_peak):
-            self._split_peak = (own, theirs)
-        return own + theirs
+        parts = self.parts_mib()
+        if sum(parts) > sum(self._split_peak):
+            self._split_peak = parts
+        return sum(parts)
 
     def peak(self) -> float:
         peak, self.peak_mib = max(self.peak_mib, self.now_mib()), 0.0
         self.split, self._split_peak = tuple(round(v, 1) for v in self._split_peak), (0.0, 0.0)
         return peak
-
-
-def _rss(process: psutil.Process) -> int:
-    try:
-        return process.memory_info().rss
-    except psutil.Error:  # a child may end between the listing and the reading
-        return 0
 
 
 def _load() -> str:

@@ -169,17 +169,28 @@ class ServerMemory(MemorySampler):
         self.process = psutil.Process(pid)
 
     def now_mib(self) -> float:
+        return sum(self.parts_mib())
+
+    def parts_mib(self) -> tuple[float, float]:
+        """``(the process's own RSS, its children's summed)`` now, MiB."""
         import psutil
 
         try:
             children = self.process.children(recursive=True)
         except psutil.Error:  # the server itself has ended
             children = []
-        total = 0
-        for process in [self.process, *children]:
-            with contextlib.suppress(psutil.Error):  # a child may end between the listing and the reading
-                total += process.memory_info().rss
-        return total / 2**20
+        return _rss_mib(self.process), sum((_rss_mib(child) for child in children), 0.0)
+
+
+def _rss_mib(process) -> float:
+    """``process``'s resident memory, MiB; 0 for one that has ended (a child may end between the listing and the
+    reading)."""
+    import psutil
+
+    try:
+        return process.memory_info().rss / 2**20
+    except psutil.Error:
+        return 0.0
 
 
 def server_while_viewed(slide: Path, count: int) -> dict:

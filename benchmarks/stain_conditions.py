@@ -80,14 +80,12 @@ def perturb(rgb: np.ndarray, index: int, perturbation: Perturbation) -> tuple[np
     return rgb, True
 
 
-def normalise_back(rgb: np.ndarray, method: str, reference: StainEstimate,
-                   source: StainEstimate | None = None) -> tuple[np.ndarray, bool]:
-    """Patches normalised to ``reference`` from ``source`` (None: their own estimate); False where that failed (kept
-    as they are)."""
+def normalise_back(rgb: np.ndarray, method: str, reference: StainEstimate) -> tuple[np.ndarray, bool]:
+    """One patch normalised to ``reference`` from its own estimate; False where that failed (kept as it is)."""
     if method == "none":
         return rgb, True
     try:
-        return normalise(rgb, method, reference, source), True
+        return normalise(rgb, method, reference), True
     except StainError:
         return rgb, False
 

@@ -19,11 +19,15 @@ LONGEST_S = 4.0  # at most: the status line's counts and time left stay current 
 SLACK = math.sqrt(2)
 
 
+def _measured(rate: float | None) -> bool:
+    return bool(rate) and rate > 0 and math.isfinite(rate)
+
+
 def refresh_interval(rate: float | None) -> float:
     """Seconds between refreshes for chunks finishing at ``rate`` a second (None or 0: not yet measured): the
     longest power-of-two multiple of :data:`SHORTEST_S` that is at most one chunk's time, within
     [:data:`SHORTEST_S`, :data:`LONGEST_S`]."""
-    if not rate or rate <= 0 or not math.isfinite(rate):
+    if not _measured(rate):
         return SHORTEST_S
     steps = math.floor(math.log2(1.0 / (rate * SHORTEST_S)))
     return min(LONGEST_S, SHORTEST_S * 2.0 ** max(0, steps))
@@ -33,7 +37,7 @@ def keeps_interval(interval: float, rate: float | None) -> bool:
     """Whether refreshing every ``interval`` seconds still suits chunks at ``rate`` a second: one chunk's time is
     within :data:`SLACK` of [interval, 2 * interval] (open-ended at :data:`SHORTEST_S` and :data:`LONGEST_S`).
     A rate not measured keeps the shortest interval only."""
-    if not rate or rate <= 0 or not math.isfinite(rate):
+    if not _measured(rate):
         return interval == SHORTEST_S
     chunk_s = 1.0 / rate
     too_slow = interval > SHORTEST_S and chunk_s < interval / SLACK  # chunks wait too long to be drawn

@@ -367,8 +367,11 @@ def _progress(scheduler: ChunkScheduler | None, plans: list[SlidePlan]) -> list[
     return [progress for progress in found if progress is not None]
 
 
+RUNNING = ("running", "background")  # the states of an analysis still at work (Progress.state)
+
+
 def _running(progress: list[Progress]) -> bool:
-    return any(p.state in ("running", "background") for p in progress)
+    return any(p.state in RUNNING for p in progress)
 
 
 def _left_behind(scheduler: ChunkScheduler | None, plans: list[SlidePlan]) -> None:
@@ -549,7 +552,7 @@ def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: list[Fu
 
 def _rate(progress: list[Progress]) -> float | None:
     """Chunks a second of the page's running analyses together (None before any is measured)."""
-    rates = [p.rate for p in progress if p.state in ("running", "background") and p.rate]
+    rates = [p.rate for p in progress if p.state in RUNNING and p.rate]
     return sum(rates) if rates else None
 
 

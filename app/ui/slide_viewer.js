@@ -203,22 +203,23 @@ function drawLayers(entry) {
     }
     const key = `${layer.base}|${layer.kind}`;
     const version = layer.version ?? 0;
-    delete entry.held[kind];
     if (record && record.key === key) {
       const at = held ? held.version : record.version; // the version the viewer holds, or will once it is in
-      if (version === at) {
-        if (held) entry.held[kind] = held;
-        continue;
-      }
+      if (version === at) continue;
       // Chunks finished since: a new layer over the shown one whose tiles under them have new URLs and whose others
       // are the shown layer's (from the tile cache); the shown layer is removed once the new one is drawn.
       if (layer.rects && layer.since === at) {
         const rects = [...(held ? held.rects : []), ...layer.rects];
-        if (record.loading) entry.held[kind] = { version, rects };
-        else addLayer(entry, kind, layer, key, version, record, rects);
+        if (record.loading) {
+          entry.held[kind] = { version, rects };
+        } else {
+          delete entry.held[kind];
+          addLayer(entry, kind, layer, key, version, record, rects);
+        }
         continue;
       }
     }
+    delete entry.held[kind];
     addLayer(entry, kind, layer, key, version, record, null);
   }
 }
