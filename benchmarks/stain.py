@@ -34,6 +34,7 @@ import torch
 
 import models.stain as stain_maths
 import models.stain_normalise as stain_normalise
+from app.analysis.stain_stability import first_spatial_layer  # the patch page's Stain tab's layer
 from benchmarks.stain_conditions import (
     GOAL,
     NORMALISATIONS,
@@ -50,7 +51,6 @@ from benchmarks.stain_conditions import (
 from benchmarks.train_step import instruction_sets
 from experiments.patch_records import BATCH_SIZE, listing_sha256, tumour_intervals
 from models import load_checkpoint
-from models.attention.parts import AttentiveLayer
 from models.stain_normalise import StainEstimate, pcam_reference
 from training.atomic import write_atomic
 from training.data import ArraySplit, load_dataset
@@ -73,12 +73,6 @@ def cpu_line() -> str:
         flags = ""
     avx512 = "avx512f present" if " avx512f" in flags else "no avx512f"
     return f"CPU: {_cpu_name()}, {os.cpu_count()} cores, {avx512} | {instruction_sets()}"
-
-
-def first_spatial_layer(model) -> str | None:
-    """Name of the first attentive layer with spatial attention (alpha_s); None for a model without."""
-    return next((name for name, module in model.named_modules()
-                 if isinstance(module, AttentiveLayer) and module.spatial_attention is not None), None)
 
 
 def evaluate(model, card: dict, images: np.ndarray, layer: str | None) -> tuple[np.ndarray, np.ndarray | None]:
