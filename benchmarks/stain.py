@@ -39,7 +39,9 @@ from benchmarks.stain_conditions import (
     GOAL,
     NORMALISATIONS,
     POOLED,
+    TRUE,
     Perturbation,
+    applies,
     condition_images,
     condition_key,
     normalisation_label,
@@ -163,9 +165,9 @@ def run(loaded: dict, images: np.ndarray, labels: np.ndarray, slides: dict[str, 
     so that an interrupted run has the goal.
     """
     indices = np.arange(len(images))
-    plan = perturbations(slides)
-    wanted = [(p, m) for p in plan for m in methods
-              if only is None or condition_key(p, m) in only or (p is plan[0] and m == "none")]
+    plan = perturbations(slides, pcam_reference())  # the patches' own set: PCam
+    wanted = [(p, m) for p in plan for m in methods if applies(p, m)
+              and (only is None or condition_key(p, m) in only or (p is plan[0] and m == "none"))]
     # The goal's conditions of each model in turn (the default first), then the jitter, so that an interrupted run
     # has the default model's goal first. Each condition's patches are made once and kept for the next model.
     stems = list(loaded)
@@ -263,7 +265,7 @@ def _model_summary(model, raw: dict, labels, plan, methods) -> dict:
             interval = resampled_recovery(labels, scanned, raw[restained]["tumour"].astype(np.float64),
                                           raw[normalised]["tumour"].astype(np.float64))
             goal[normalised] = {"slide": p.label, "method": normalisation_label(method), "share": share,
-                                "interval": interval, "verdict": verdict(share)}
+                                "interval": interval, "verdict": "ceiling" if method == TRUE else verdict(share)}
     return {"layer": first_spatial_layer(model), "conditions": conditions, "recovery": goal}
 
 
@@ -294,8 +296,13 @@ def table(stem: str, summary: dict, count: int) -> list[str]:
         share = "—" if g["share"] is None else f"{100 * g['share']:.0f} %"
         interval = ("" if g["interval"] is None
                     else f" (95 % bootstrap [{100 * g['interval'][0]:.0f} %, {100 * g['interval'][1]:.0f} %])")
-        lines.append(f"- goal, {g['slide']}, {g['method']}: recovers {share}{interval} of the AUC lost "
-                     f"(goal >= {100 * GOAL:.0f} %): **{g['verdict']}**")
+        if g["verdict"] == "ceiling":
+            lines.append(f"- ceiling, {g['slide']}: normalising back from the slide's true stain recovers "
+                         f"{share}{interval} of the AUC lost; the rest went with the re-staining (the density off "
+                         "the two stains' plane), which no normalisation brings back")
+        else:
+            lines.append(f"- goal, {g['slide']}, {g['method']}: recovers {share}{interval} of the AUC lost "
+                         f"(goal >= {100 * GOAL:.0f} %): **{g['verdict']}**")
     return lines
 
 
@@ -366,7 +373,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, estimate in {"PCam reference": reference, **slides}.items():
         print(f"{name}: H {np.round(estimate.vectors[0], 3).tolist()}, E {np.round(estimate.vectors[1], 3).tolist()}, "
               f"99th-percentile concentrations {np.round(estimate.max_concentrations, 3).tolist()}", flush=True)
-    known = [condition_key(p, m) for p in perturbations(slides) for m in NORMALISATIONS]
+    known = [condition_key(p, m) for p in perturbations(slides, pcam_reference()) for m in NORMALISATIONS
+             if applies(p, m)]
     if set(args.only or ()) - set(known):
         parser.error(f"no condition {', '.join(sorted(set(args.only) - set(known)))}; the conditions are "
                      f"{', '.join(known)}")

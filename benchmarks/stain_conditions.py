@@ -5,7 +5,9 @@ HED space at one of Tellez's sizes) followed by a normalisation back to PCam's r
 Reinhard, from each patch's own estimate (what the patch page does with the one patch it has), or from one estimate
 of all the condition's patches pooled (``macenko_set``, ``reinhard_set``: what the Slide page and the CLI do, every
 tile of a slide normalised from the slide's estimate; a re-stained set is the patches of one other lab's slide).
-Labels are kept: a re-stained tumour patch is still tumour.
+A re-stained set is also normalised back from the slide's true stain (``macenko_true``): no estimate, only what the
+re-staining left, so it is the most any normalisation could give back. Labels are kept: a re-stained tumour patch is
+still tumour.
 
 A patch whose stain cannot be estimated (glass, fat, blur: :class:`models.stain_normalise.StainError`) is kept as
 it is at that step, as a pipeline that normalises what it can would keep it, and the benchmark counts them.
@@ -20,7 +22,8 @@ import numpy as np
 from models.stain_normalise import METHODS, StainError, StainEstimate, estimate_stain, hed_jitter, normalise, restain
 from training.bootstrap import percentile_interval, resampled_aucs, stratified_draws
 
-__all__ = ["GOAL", "JITTER_SEED", "NORMALISATIONS", "POOLED", "Perturbation", "perturbations", "condition_key",
+__all__ = ["GOAL", "JITTER_SEED", "NORMALISATIONS", "POOLED", "TRUE", "Perturbation", "perturbations", "applies",
+           "condition_key",
            "perturb", "normalise_back", "condition_images", "normalisation_label", "recovery", "resampled_recovery",
            "verdict"]
 
@@ -28,7 +31,8 @@ GOAL = 0.8  # the issue's: normalisation recovers at least 80 % of the AUC lost 
 JITTER_SEED = 67  # HED jitter of patch i draws from default_rng((JITTER_SEED, i)): a run repeats exactly
 HED_LIGHT, HED_STRONG = 0.05, 0.2  # Tellez et al. 2019's HED-light and HED-strong (sigma = bias)
 POOLED = "_set"  # a normalisation's suffix: its source is one estimate of the condition's patches pooled
-NORMALISATIONS = (*METHODS, *(f"{m}{POOLED}" for m in METHODS if m != "none"))
+TRUE = "macenko_true"  # Macenko from the re-staining's own target: the ceiling of what normalisation gives back
+NORMALISATIONS = (*METHODS, *(f"{m}{POOLED}" for m in METHODS if m != "none"), TRUE)
 BATCH = 256  # patches normalised at once from a pooled estimate (the float planes of 1,944 would take ~1 GB)
 
 
@@ -40,27 +44,37 @@ class Perturbation:
         key: short name used in cache files and the table (``scanned``, ``restain_cmu``, ``hed_0.05``...).
         label: what the table prints.
         target: the slide's stain a re-staining recomposes with (None: no re-staining).
+        origin: the stain of the set the patches come from (PCam's reference): a re-staining scales amounts by the
+            target's ranges over its ranges, alike for every patch (``models.stain_normalise.restain``).
         jitter: HED jitter's sigma and bias (0: none).
     """
 
     key: str
     label: str
     target: StainEstimate | None = None
+    origin: StainEstimate | None = None
     jitter: float = 0.0
 
     def describe(self) -> dict:
         """What defines it, for the cache key: a changed target or size is another condition."""
         return {"key": self.key, "target": None if self.target is None else self.target.to_dict(),
+                "origin": None if self.origin is None else self.origin.to_dict(),
                 "jitter": self.jitter, "seed": JITTER_SEED if self.jitter else None}
 
 
-def perturbations(slides: dict[str, StainEstimate]) -> tuple[Perturbation, ...]:
-    """As scanned, re-stained to each slide (``{short name: its estimate}``), HED-light and HED-strong."""
-    restained = tuple(Perturbation(f"restain_{name}", f"re-stained to {name}", target=estimate)
+def perturbations(slides: dict[str, StainEstimate], origin: StainEstimate) -> tuple[Perturbation, ...]:
+    """As scanned, re-stained to each slide (``{short name: its estimate}``) from ``origin``, the patches' set's
+    stain, HED-light and HED-strong."""
+    restained = tuple(Perturbation(f"restain_{name}", f"re-stained to {name}", target=estimate, origin=origin)
                       for name, estimate in slides.items())
     return (Perturbation("scanned", "as scanned"), *restained,
             Perturbation(f"hed_{HED_LIGHT}", f"HED jitter {HED_LIGHT} (light)", jitter=HED_LIGHT),
             Perturbation(f"hed_{HED_STRONG}", f"HED jitter {HED_STRONG} (strong)", jitter=HED_STRONG))
+
+
+def applies(perturbation: Perturbation, method: str) -> bool:
+    """Whether a normalisation is a condition of a perturbation: the true stain is known only where one was put."""
+    return method != TRUE or perturbation.target is not None
 
 
 def condition_key(perturbation: Perturbation, method: str) -> str:
@@ -71,7 +85,7 @@ def perturb(rgb: np.ndarray, index: int, perturbation: Perturbation) -> tuple[np
     """One patch ``(H, W, 3)`` uint8 perturbed; False where its stain could not be estimated (kept as scanned)."""
     if perturbation.target is not None:
         try:
-            return restain(rgb, perturbation.target), True
+            return restain(rgb, perturbation.target, perturbation.origin), True
         except StainError:
             return rgb, False
     if perturbation.jitter:
@@ -92,6 +106,8 @@ def normalise_back(rgb: np.ndarray, method: str, reference: StainEstimate) -> tu
 
 def normalisation_label(normalisation: str) -> str:
     """What the table calls one of :data:`NORMALISATIONS`."""
+    if normalisation == TRUE:
+        return "macenko, the slide's true stain"
     if normalisation.endswith(POOLED):
         return f"{normalisation.removesuffix(POOLED)}, one estimate of the set"
     return normalisation if normalisation == "none" else f"{normalisation}, each patch's own estimate"
@@ -110,18 +126,20 @@ def condition_images(images: np.ndarray, indices: np.ndarray, perturbation: Pert
         uint8 ``(N, 3, H, W)`` and bool ``(N,)``: False where a stain estimate failed and the patch was kept.
 
     Raises:
-        ValueError: an unknown method; :class:`StainError` where the pooled patches' stain cannot be estimated.
+        ValueError: an unknown method, or :data:`TRUE` on a perturbation with no target; :class:`StainError` where
+            the pooled patches' stain cannot be estimated.
     """
-    if method not in NORMALISATIONS:
-        raise ValueError(f"unknown normalisation {method!r}; expected one of {', '.join(NORMALISATIONS)}")
-    stain_method = method.removesuffix(POOLED)
+    if method not in NORMALISATIONS or not applies(perturbation, method):
+        raise ValueError(f"unknown normalisation {method!r} of {perturbation.key!r}; expected one of "
+                         f"{', '.join(m for m in NORMALISATIONS if applies(perturbation, m))}")
+    stain_method = "macenko" if method == TRUE else method.removesuffix(POOLED)
     out = np.empty((len(images), *images.shape[2:], images.shape[1]), dtype=images.dtype)  # (N, H, W, 3)
     done = np.ones(len(images), dtype=bool)
     for i, (image, index) in enumerate(zip(images, indices, strict=True)):
         rgb = np.ascontiguousarray(image.transpose(1, 2, 0))  # (3, H, W) -> (H, W, 3), the stain code's layout
         out[i], done[i] = perturb(rgb, int(index), perturbation)
-    if method.endswith(POOLED):
-        source = estimate_stain(out)  # the tissue of every patch, as one slide's
+    if method.endswith(POOLED) or method == TRUE:
+        source = estimate_stain(out) if method != TRUE else perturbation.target  # the pooled tissue, as one slide's
         for start in range(0, len(out), BATCH):
             out[start:start + BATCH] = normalise(out[start:start + BATCH], stain_method, reference, source)
     else:

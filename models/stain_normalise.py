@@ -38,8 +38,10 @@ Methods (``METHODS``):
   two directions are the stains, haematoxylin the one with the larger red OD. Concentrations by least squares;
   the 99th percentile of each over tissue is the stain's range. Normalising scales each concentration by the
   target's range over the source's and recomposes with the target's vectors. The part of each pixel's OD that
-  the two stains do not explain (the least-squares residual: JPEG noise, a third absorber) is kept as it is, so
-  that re-staining an image to its own estimate is the identity to round-off; Macenko's paper drops it.
+  the two stains do not explain (the least-squares residual: JPEG noise, a third absorber) is kept, carried from
+  the normal of the source's stain plane to the target's, so that normalising an image to its own estimate is the
+  identity to round-off and normalising back (source and target swapped) undoes a normalisation; Macenko's paper
+  drops it.
 * ``"reinhard"``: E. Reinhard, M. Ashikhmin, B. Gooch, P. Shirley, "Color transfer between images", IEEE CG&A
   2001: Ruderman's l-alpha-beta space (D. L. Ruderman, T. W. Cronin, C.-C. Chiao, JOSA A 1998) through the
   published RGB-to-LMS matrix (its exact inverse here, not the paper's four-digit one, so the round trip is exact),
@@ -295,6 +297,12 @@ def _macenko_vectors(od: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return ends if ends[0, 0] >= ends[1, 0] else ends[::-1].copy()  # haematoxylin: the larger red OD
 
 
+def _normal(vectors: np.ndarray) -> np.ndarray:
+    """``(3,)``: the unit normal of the two stains' plane, H x E (one orientation for every estimate)."""
+    normal = np.cross(*np.asarray(vectors, dtype=np.float64))
+    return normal / np.linalg.norm(normal)
+
+
 def _unmixing(vectors: np.ndarray) -> np.ndarray:
     """``(3, 2)``: the least-squares map of OD rows to the two stains' concentrations (the pseudo-inverse)."""
     vectors = np.asarray(vectors, dtype=np.float64)
@@ -382,13 +390,16 @@ def compose(conc, vectors) -> np.ndarray:
 
 def _macenko(pixels: np.ndarray, target: StainEstimate, source: StainEstimate) -> np.ndarray:
     """Macenko's normalisation as one linear map of optical density, ``OD' = OD @ M``, with
-    ``M = U diag(s) V_t + (I - U V_s)``: unmix with the source's vectors (``U``), scale by the ranges' ratio ``s``,
-    compose with the target's vectors, and keep the residual. Then ``I' = 256 * 10^-OD' - 1`` factors over the
+    ``M = U diag(s) V_t + n_s n_t^T``: unmix with the source's vectors (``U``), scale by the ranges' ratio ``s``,
+    compose with the target's vectors, and carry the residual (the OD along the normal ``n_s`` of the source's
+    stain plane, which the unmixing ignores) to the target's normal ``n_t``: kept in place it would lie partly in the
+    target's plane and read as stain there. ``M`` is then invertible, its inverse the map with source and target
+    swapped. Then ``I' = 256 * 10^-OD' - 1`` factors over the
     channels, ``10^-OD'_k = prod_j 10^(-OD_j M_jk)``, so each output channel is a product of three 256-entry
     tables looked up at the pixel's R, G and B: no logarithm or power per pixel."""
     unmix = _unmixing(source.vectors)
     ratio = target.max_concentrations / source.max_concentrations
-    mapping = (unmix * ratio) @ target.vectors + (np.eye(3) - unmix @ source.vectors)  # (3, 3)
+    mapping = (unmix * ratio) @ target.vectors + np.outer(_normal(source.vectors), _normal(target.vectors))
     tables = 10.0 ** -(_OD_TABLE[:, None, None] * mapping)  # (256, 3 in, 3 out)
     columns = [[np.ascontiguousarray(tables[:, j, k]) for k in range(3)] for j in range(3)]
     r, g, b = _planes(pixels)
@@ -422,9 +433,24 @@ def normalise(rgb, method: str, target: StainEstimate, source: StainEstimate | N
     return _reinhard(pixels, target, source)
 
 
-def restain(rgb, target: StainEstimate, source: StainEstimate | None = None) -> np.ndarray:
-    """``normalise(rgb, "macenko", target, source)``: a patch in another slide's stain, its layout kept."""
-    return normalise(rgb, "macenko", target, source)
+def restain(rgb, target: StainEstimate, origin: StainEstimate) -> np.ndarray:
+    """The image as another lab's slide would show it: its concentrations in ``origin``'s vectors, scaled by
+    ``target``'s ranges over ``origin``'s and recomposed with ``target``'s vectors (what is not the two stains, the
+    OD off their plane, is left out: the other lab's slide holds only its two stains).
+
+    ``origin`` is the stain of the set the image comes from (PCam's reference for a PCam patch). Its ranges, not the
+    image's own, are the scale: a batch of stain makes every patch of a slide darker or paler alike, so a patch with
+    more haematoxylin than another keeps more. Scaling each image's own 99th percentile to the target's would
+    equalise them, a per-image normalisation in itself, and take away what no normalisation could give back.
+
+    Args:
+        rgb: uint8 ``(..., H, W, 3)``.
+
+    Returns:
+        uint8, the shape of ``rgb`` (rounded, clipped).
+    """
+    ratio = target.max_concentrations / origin.max_concentrations
+    return compose(concentrations(rgb, origin.vectors) * ratio, target.vectors)
 
 
 def hed_jitter(rgb, sigma: float, bias: float, rng: np.random.Generator) -> np.ndarray:

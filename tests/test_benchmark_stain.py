@@ -92,7 +92,7 @@ def test_scanned_without_normalisation_is_the_evaluators_probabilities(patches, 
 def test_restain_and_jitter_change_the_patches_and_repeat(patches):
     images = patches[0][:2]
     target = estimate_stain(patches[0][7].transpose(1, 2, 0))
-    restained, done = condition_images(images, np.arange(2), Perturbation("restain_x", "x", target=target),
+    restained, done = condition_images(images, np.arange(2), Perturbation("restain_x", "x", target, target),
                                        "none", None)
     assert done.all() and not np.array_equal(restained, images)
     jitter = Perturbation("hed_0.2", "strong", jitter=0.2)
@@ -159,3 +159,21 @@ def test_run_on_eight_patches_gives_each_condition_and_the_goal(patches, tiny_mo
     empty = bench.run({DEFAULT: tiny_model}, images, labels, {"x": target}, reference,
                       bench.Cache(tmp_path / "empty", {"test": 1}), only=only, measure=False)
     assert empty[DEFAULT]["conditions"] == {} and set(empty[DEFAULT]["missing"]) == only
+
+
+def test_the_true_stain_normalises_a_restained_set_back_from_the_stain_put_on_it(patches):
+    """``macenko_true``, the ceiling of the goal: no estimate, the re-staining's own target as the source; only a
+    re-stained set has one."""
+    from benchmarks.stain_conditions import TRUE, normalisation_label
+
+    images = patches[0][:3]
+    reference = estimate_stain(patches[0][7].transpose(1, 2, 0))
+    target = estimate_stain(patches[0][6].transpose(1, 2, 0))
+    restained = Perturbation("restain_x", "x", target, reference)
+    back, done = condition_images(images, np.arange(3), restained, TRUE, reference)
+    plain, _ = condition_images(images, np.arange(3), restained, "none", reference)
+    expected = normalise(plain.transpose(0, 2, 3, 1), "macenko", reference, target).transpose(0, 3, 1, 2)
+    assert done.all() and np.array_equal(back, expected)
+    assert normalisation_label(TRUE) == "macenko, the slide's true stain"
+    with pytest.raises(ValueError, match="unknown normalisation 'macenko_true' of 'scanned'"):
+        condition_images(images, np.arange(3), Perturbation("scanned", "as scanned"), TRUE, reference)
