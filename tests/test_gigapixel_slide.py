@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.slides.reader import Slide, open_slide
-from app.slides.run import THUMBNAIL_SIDE, plan_slide
+from app.slides.run import THUMBNAIL_SIDE, plan_slide, tissue_share, tissue_shares
 from app.slides.scale import slide_scale
 from benchmarks.gigapixel_slide import SOURCE, GigapixelSpec, build_slide, draw_levels, gigapixel_slide, island_mask
 from tests.conftest import REPO, require_shared
@@ -92,6 +92,10 @@ def test_the_tissue_mask_finds_the_islands_and_not_the_glass(small_slide, monkey
     assert plan.tissue.shape == islands.shape
     assert plan.tissue[inside].mean() > 0.95, "the islands are tissue"
     assert plan.tissue[outside].mean() < 0.001, "the glass is not"
+    # the plan's shares, from one summed-area table, are each chunk's block mean to the last bit
+    shares = tissue_shares(plan.grid, plan.tissue)
+    assert shares == {index: tissue_share(plan.grid, plan.tissue, *index) for index in np.ndindex(*plan.grid.chunks)}
+    assert set(plan.chunks) == {index for index, share in shares.items() if share > 0}
 
 
 def _dilated(mask: np.ndarray, by: int) -> np.ndarray:

@@ -174,6 +174,29 @@ def test_the_cmu_tissue_leaves_out_glass_and_pen():
     assert not inked_mask[202:208, 120:280].any()
 
 
+def test_pen_ink_is_the_hue_and_saturation_rule_exactly_ties_included():
+    """The integer rule against hue and saturation in floats, on every third 8-bit level (636,056 colours): the
+    same except at exact ties, which the rule decides as written (hue >= 70, hue < 250, saturation > 0.2)."""
+    levels = np.append(np.arange(0, 256, 3), 255)
+    rgb = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), axis=-1).reshape(-1, 1, 3)
+    r, g, b = (rgb[..., k].astype(np.float64) for k in range(3))
+    high, low = np.maximum(np.maximum(r, g), b), np.minimum(np.minimum(r, g), b)
+    spread = high - low
+    safe = np.where(spread > 0, spread, 1.0)
+    hue = 60.0 * np.where(high == r, ((g - b) / safe) % 6,
+                          np.where(high == g, (b - r) / safe + 2, (r - g) / safe + 4))
+    saturation = np.divide(spread, high, out=np.zeros_like(high), where=high > 0)
+    floats = ((hue >= 70) & (hue < 250) & (saturation > 0.2)) | (high < 40)
+    ints = rgb.astype(np.int64)
+    tie = ((6 * (ints[..., 2] - ints[..., 0]) == -5 * spread) | (6 * (ints[..., 0] - ints[..., 1]) == spread)
+           | (5 * spread == high))
+    integer = pen_mask(rgb.astype(np.uint8))
+    assert np.array_equal(integer[~tie], floats[~tie])
+    # ties as written: hue exactly 70 is ink, exactly 250 is not, saturation exactly 0.2 is not
+    assert pen_mask(np.array([[[34, 40, 4], [36, 33, 51], [36, 36, 45]]], dtype=np.uint8)).tolist() == [
+        [True, False, False]]
+
+
 def test_a_slide_of_glass_has_no_tissue():
     glass = np.full((300, 300, 3), 242, dtype=np.uint8) + np.random.default_rng(1).integers(0, 6, (300, 300, 3),
                                                                                               dtype=np.uint8)
