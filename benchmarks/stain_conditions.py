@@ -47,6 +47,7 @@ class Perturbation:
         origin: the stain of the set the patches come from (PCam's reference): a re-staining scales amounts by the
             target's ranges over its ranges, alike for every patch (``models.stain_normalise.restain``).
         jitter: HED jitter's sigma and bias (0: none).
+        normalised: whether the normalisations are conditions of it too (False: only as it is).
     """
 
     key: str
@@ -54,6 +55,7 @@ class Perturbation:
     target: StainEstimate | None = None
     origin: StainEstimate | None = None
     jitter: float = 0.0
+    normalised: bool = True
 
     def describe(self) -> dict:
         """What defines it, for the cache key: a changed target or size is another condition."""
@@ -63,17 +65,22 @@ class Perturbation:
 
 
 def perturbations(slides: dict[str, StainEstimate], origin: StainEstimate) -> tuple[Perturbation, ...]:
-    """As scanned, re-stained to each slide (``{short name: its estimate}``) from ``origin``, the patches' set's
-    stain, HED-light and HED-strong."""
+    """As scanned, its two stains only (re-stained to ``origin``, the patches' set's own stain: what re-staining
+    keeps of a patch, measured without any other change), re-stained to each slide (``{short name: its
+    estimate}``) from ``origin``, HED-light and HED-strong."""
     restained = tuple(Perturbation(f"restain_{name}", f"re-stained to {name}", target=estimate, origin=origin)
                       for name, estimate in slides.items())
-    return (Perturbation("scanned", "as scanned"), *restained,
+    two_stains = Perturbation("two_stains", "its two stains only", target=origin, origin=origin, normalised=False)
+    return (Perturbation("scanned", "as scanned"), two_stains, *restained,
             Perturbation(f"hed_{HED_LIGHT}", f"HED jitter {HED_LIGHT} (light)", jitter=HED_LIGHT),
             Perturbation(f"hed_{HED_STRONG}", f"HED jitter {HED_STRONG} (strong)", jitter=HED_STRONG))
 
 
 def applies(perturbation: Perturbation, method: str) -> bool:
-    """Whether a normalisation is a condition of a perturbation: the true stain is known only where one was put."""
+    """Whether a normalisation is a condition of a perturbation: the true stain is known only where one was put, and
+    a perturbation that is a reference, not another lab's stain, is measured as it is only."""
+    if not perturbation.normalised:
+        return method == "none"
     return method != TRUE or perturbation.target is not None
 
 

@@ -13,7 +13,7 @@ from benchmarks import stain as bench
 from benchmarks.stain_conditions import GOAL, Perturbation, condition_images, recovery, resampled_recovery, verdict
 from experiments.patch_records import tumour_probability
 from models import build_model, load_checkpoint
-from models.stain_normalise import estimate_stain, normalise
+from models.stain_normalise import compose, concentrations, estimate_stain, normalise
 from training.data import ArraySplit
 from training.data.pcam_public import decode_all, read_labels
 
@@ -177,3 +177,17 @@ def test_the_true_stain_normalises_a_restained_set_back_from_the_stain_put_on_it
     assert normalisation_label(TRUE) == "macenko, the slide's true stain"
     with pytest.raises(ValueError, match="unknown normalisation 'macenko_true' of 'scanned'"):
         condition_images(images, np.arange(3), Perturbation("scanned", "as scanned"), TRUE, reference)
+
+
+def test_the_patches_two_stains_only_are_a_condition_as_they_are_and_never_normalised(patches):
+    """What re-staining keeps of a patch, without another lab's colours: re-stained to the set's own stain."""
+    from benchmarks.stain_conditions import NORMALISATIONS, applies, perturbations
+
+    origin = estimate_stain(patches[0][7].transpose(1, 2, 0))
+    plan = perturbations({"x": estimate_stain(patches[0][6].transpose(1, 2, 0))}, origin)
+    two = next(p for p in plan if p.key == "two_stains")
+    assert [m for m in NORMALISATIONS if applies(two, m)] == ["none"]
+    images = patches[0][:2]
+    kept, done = condition_images(images, np.arange(2), two, "none", origin)
+    expected = np.stack([compose(concentrations(i.transpose(1, 2, 0), origin.vectors), origin.vectors) for i in images])
+    assert done.all() and np.array_equal(kept, expected.transpose(0, 3, 1, 2))

@@ -44,9 +44,15 @@ function keepPlace(entry) {
 // lifecycles a second. While nothing moves (no viewer animating, no input within BUSY_MS), its
 // frames come every IDLE_FRAME_MS instead: a tile that arrives meanwhile is drawn within that, and an input (pointer,
 // wheel, key) brings the display's rate back at once, the frames already waiting included.
+// An idle tick with nothing to do (no viewer animating, every layer's tiles in and drawn) makes no frame at all: in
+// the gigapixel slide's analysis nine ticks in ten found nothing, and each empty frame still cost Chromium its main
+// frame and commit (5 ms). One frame every HEARTBEAT_MS still runs, for what OpenSeadragon notices only in a frame
+// (its container resized).
 const IDLE_FRAME_MS = 100;
+const HEARTBEAT_MS = 1000;
 const BUSY_MS = 1000;
 let busyUntil = 0;
+let lastFrame = 0;
 // The frames asked for while idle, our id (negative: never a browser's) -> callback: all of them, the viewer's and
 // its navigator's, run in one browser frame every IDLE_FRAME_MS (two loops apart would make two frames).
 const waiting = new Map();
@@ -59,10 +65,29 @@ function busy() {
     || [...mounted.values()].some((entry) => entry.viewer && entry.viewer.isAnimating());
 }
 
+function hasWork(viewer) {
+  if (!viewer) return false;
+  if (viewer.isAnimating() || viewer.world.needsDraw()) return true;
+  for (let i = 0; i < viewer.world.getItemCount(); i++) {
+    if (!viewer.world.getItemAt(i).getFullyLoaded()) return true;
+  }
+  return false;
+}
+
+function idleWork() {
+  return [...mounted.values()].some((entry) => hasWork(entry.viewer) || hasWork(entry.viewer?.navigator));
+}
+
 function runWaiting() {
   clearTimeout(tick);
   tick = null;
   if (!waiting.size) return;
+  const now = performance.now();
+  if (!busy() && !idleWork() && now - lastFrame < HEARTBEAT_MS) {
+    tick = setTimeout(runWaiting, IDLE_FRAME_MS); // nothing to draw: look again, no frame
+    return;
+  }
+  lastFrame = now;
   const ids = [...waiting.keys()];
   // Run in the browser's next frame; one cancelled before then (a viewer destroyed) stays out.
   frame((time) => ids.forEach((id) => {
@@ -212,6 +237,9 @@ function drawLayers(entry) {
         const rects = [...(held ? held.rects : []), ...layer.rects];
         if (record.loading) {
           entry.held[kind] = { version, rects };
+        } else if (!rects.some((rect) => inView(entry, rect))) {
+          delete entry.held[kind];
+          keepOutOfView(entry, kind, record, version, rects);
         } else {
           delete entry.held[kind];
           addLayer(entry, kind, layer, key, version, record, rects);
@@ -221,6 +249,37 @@ function drawLayers(entry) {
     }
     delete entry.held[kind];
     addLayer(entry, kind, layer, key, version, record, null);
+  }
+}
+
+// Whether a level-0 rectangle [x, y, width, height] meets the view.
+function inView(entry, [x, y, width, height]) {
+  const { viewer } = entry;
+  const view = viewer.world.getItemAt(0).viewportToImageRectangle(viewer.viewport.getBounds(true));
+  return x < view.x + view.width && x + width > view.x && y < view.y + view.height && y + height > view.y;
+}
+
+// Chunks finished out of view change nothing that is drawn: the shown layer takes them without a new one (once the
+// view was done, every refresh loaded and drew the view's tiles again for nothing). Tiles made from now on name the
+// new version; tiles the layer made before, over those chunks, are stale, so a view that comes to meet them brings
+// in a new layer (refreshOutside).
+function keepOutOfView(entry, kind, record, version, rects) {
+  record.changes.push(...rects.map((rect) => [...rect, version]));
+  record.version = version;
+  record.outside = [...(record.outside || []), ...rects];
+  if (kind === "overlay") {
+    entry.values.clear();
+    entry.root.dataset.overlayVersion = String(version);
+  }
+}
+
+function refreshOutside(entry) {
+  for (const kind of ["overlay", "outline"]) {
+    const record = entry.layers[kind];
+    const layer = entry.data.layers?.[kind];
+    if (!record || record.loading || !record.outside?.length || !layer) continue;
+    if (`${layer.base}|${layer.kind}` !== record.key || !record.outside.some((rect) => inView(entry, rect))) continue;
+    addLayer(entry, kind, layer, record.key, record.version, record, []);
   }
 }
 
@@ -481,6 +540,7 @@ function open(entry, OpenSeadragon) {
   viewer.addHandler("viewport-change", () => {
     keepPlace(entry);
     reportView(entry);
+    refreshOutside(entry);
   });
   // Hover shows the cell under the mouse over the view, not in the bar: the layout never changes under the mouse.
   new OpenSeadragon.MouseTracker({
