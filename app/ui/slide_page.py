@@ -33,6 +33,7 @@ import numpy as np
 import streamlit as st
 
 from models import Group
+from models.cpu.allocator import release_freed_memory
 from models.cpu.user_cache import cache_root
 
 from ..analysis.compute import display_group
@@ -135,6 +136,9 @@ def _make_plan(slide_id: str, path: str, checkpoint: str, mpp: float | None, ele
     seconds. The slide's stain estimate is made there too (kept per file), for the sidebar's swatches."""
 
     def plan() -> SlidePlan:
+        # The patch page's requests kept their memory (models.cpu.allocator): a slide's analysis needs none of it,
+        # and the server with its workers stays within its bound only without it.
+        release_freed_memory()
         wait_for_tiles(route_id(slide_id, element, stain), PLAN_WAIT_S)
         made = plan_slide(Path(path), Path(checkpoint), STORE, mpp, element=element, stain=stain)
         try:

@@ -32,7 +32,7 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["retain_freed_memory", "freed_memory_environ"]
+__all__ = ["retain_freed_memory", "freed_memory_environ", "release_freed_memory"]
 
 # mallopt parameters, from glibc's <malloc.h>.
 _M_TRIM_THRESHOLD = -1
@@ -52,6 +52,20 @@ def retain_freed_memory() -> bool:
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     return mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, _LARGEST_TRIM_THRESHOLD) == 1
+
+
+def release_freed_memory() -> bool:
+    """Give the memory freed and kept so far back to the system (glibc's ``malloc_trim(0)``: the heap's free top,
+    and the free pages inside it): for a process about to do other work than the requests whose memory it kept.
+    The next such request faults its pages in again. Returns False without glibc."""
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = (ctypes.c_size_t,)
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
 
 
 def freed_memory_environ() -> dict[str, str]:
