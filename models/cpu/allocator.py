@@ -45,12 +45,9 @@ def retain_freed_memory() -> bool:
     where ``AAGC_KEEP_FREED_MEMORY=0`` asks for glibc's default (less memory held, slower steps)."""
     if os.environ.get("AAGC_KEEP_FREED_MEMORY", "1") == "0":
         return False
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+    mallopt = _glibc("mallopt", (ctypes.c_int, ctypes.c_int))
+    if mallopt is None:
         return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
     return mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, _LARGEST_TRIM_THRESHOLD) == 1
 
 
@@ -58,14 +55,23 @@ def release_freed_memory() -> bool:
     """Give the memory freed and kept so far back to the system (glibc's ``malloc_trim(0)``: the heap's free top,
     and the free pages inside it): for a process about to do other work than the requests whose memory it kept.
     The next such request faults its pages in again. Returns False without glibc."""
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc("malloc_trim", (ctypes.c_size_t,))
+    if trim is None:
         return False
-    trim.argtypes = (ctypes.c_size_t,)
-    trim.restype = ctypes.c_int
     trim(0)
     return True
+
+
+def _glibc(name: str, argtypes: tuple):
+    """glibc's function ``name`` (returning an int), or None where the C library is not glibc (musl, macOS,
+    Windows)."""
+    try:
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
+    return function
 
 
 def freed_memory_environ() -> dict[str, str]:
