@@ -297,11 +297,9 @@ def table(stem: str, summary: dict, count: int) -> list[str]:
         interval = ("" if g["interval"] is None
                     else f" (95 % bootstrap [{100 * g['interval'][0]:.0f} %, {100 * g['interval'][1]:.0f} %])")
         if g["verdict"] == "ceiling":
-            two = summary["conditions"].get("two_stains+none")
-            kept = f" (the patches as scanned, their two stains only: AUC {two['auc']['value']:.4f})" if two else ""
-            lines.append(f"- ceiling, {g['slide']}: normalising back from the slide's true stain recovers "
-                         f"{share}{interval} of the AUC lost; the rest went with the re-staining, which keeps only "
-                         f"the patches' two stains{kept}: no normalisation brings it back")
+            lines.append(f"- ceiling, {g['slide']}: normalising back from the slide's true stain (the re-staining's "
+                         f"inverse) recovers {share}{interval} of the AUC lost; the rest went with the re-stained "
+                         f"pixels' 8-bit rounding and clipping")
         else:
             lines.append(f"- goal, {g['slide']}, {g['method']}: recovers {share}{interval} of the AUC lost "
                          f"(goal >= {100 * GOAL:.0f} %): **{g['verdict']}**")

@@ -5,8 +5,9 @@ HED space at one of Tellez's sizes) followed by a normalisation back to PCam's r
 Reinhard, from each patch's own estimate (what the patch page does with the one patch it has), or from one estimate
 of all the condition's patches pooled (``macenko_set``, ``reinhard_set``: what the Slide page and the CLI do, every
 tile of a slide normalised from the slide's estimate; a re-stained set is the patches of one other lab's slide).
-A re-stained set is also normalised back from the slide's true stain (``macenko_true``): no estimate, only what the
-re-staining left, so it is the most any normalisation could give back. Labels are kept: a re-stained tumour patch is
+A re-stained set is also normalised back from the slide's true stain (``macenko_true``): no estimate, the
+re-staining's own inverse, so it is the most any normalisation could give back (all it loses is the re-stained
+pixels' 8-bit rounding and what they clip). Labels are kept: a re-stained tumour patch is
 still tumour.
 
 A patch whose stain cannot be estimated (glass, fat, blur: :class:`models.stain_normalise.StainError`) is kept as
@@ -46,6 +47,8 @@ class Perturbation:
         target: the slide's stain a re-staining recomposes with (None: no re-staining).
         origin: the stain of the set the patches come from (PCam's reference): a re-staining scales amounts by the
             target's ranges over its ranges, alike for every patch (``models.stain_normalise.restain``).
+        residual: whether a re-staining carries the OD off the two stains' plane (False: the patch keeps its two
+            stains only).
         jitter: HED jitter's sigma and bias (0: none).
         normalised: whether the normalisations are conditions of it too (False: only as it is).
     """
@@ -54,23 +57,25 @@ class Perturbation:
     label: str
     target: StainEstimate | None = None
     origin: StainEstimate | None = None
+    residual: bool = True
     jitter: float = 0.0
     normalised: bool = True
 
     def describe(self) -> dict:
         """What defines it, for the cache key: a changed target or size is another condition."""
         return {"key": self.key, "target": None if self.target is None else self.target.to_dict(),
-                "origin": None if self.origin is None else self.origin.to_dict(),
+                "origin": None if self.origin is None else self.origin.to_dict(), "residual": self.residual,
                 "jitter": self.jitter, "seed": JITTER_SEED if self.jitter else None}
 
 
 def perturbations(slides: dict[str, StainEstimate], origin: StainEstimate) -> tuple[Perturbation, ...]:
-    """As scanned, its two stains only (re-stained to ``origin``, the patches' set's own stain: what re-staining
-    keeps of a patch, measured without any other change), re-stained to each slide (``{short name: its
-    estimate}``) from ``origin``, HED-light and HED-strong."""
+    """As scanned, its two stains only (re-stained to ``origin``, the patches' set's own stain, with the residual
+    dropped: what a two-stain model keeps of a patch, measured without any other change), re-stained to each slide
+    (``{short name: its estimate}``) from ``origin``, HED-light and HED-strong."""
     restained = tuple(Perturbation(f"restain_{name}", f"re-stained to {name}", target=estimate, origin=origin)
                       for name, estimate in slides.items())
-    two_stains = Perturbation("two_stains", "its two stains only", target=origin, origin=origin, normalised=False)
+    two_stains = Perturbation("two_stains", "its two stains only", target=origin, origin=origin, residual=False,
+                              normalised=False)
     return (Perturbation("scanned", "as scanned"), two_stains, *restained,
             Perturbation(f"hed_{HED_LIGHT}", f"HED jitter {HED_LIGHT} (light)", jitter=HED_LIGHT),
             Perturbation(f"hed_{HED_STRONG}", f"HED jitter {HED_STRONG} (strong)", jitter=HED_STRONG))
@@ -89,12 +94,10 @@ def condition_key(perturbation: Perturbation, method: str) -> str:
 
 
 def perturb(rgb: np.ndarray, index: int, perturbation: Perturbation) -> tuple[np.ndarray, bool]:
-    """One patch ``(H, W, 3)`` uint8 perturbed; False where its stain could not be estimated (kept as scanned)."""
+    """One patch ``(H, W, 3)`` uint8 perturbed, and True: a re-staining or a jitter estimates nothing, so it is done
+    on every patch (the flag is :func:`normalise_back`'s, which can fail)."""
     if perturbation.target is not None:
-        try:
-            return restain(rgb, perturbation.target, perturbation.origin), True
-        except StainError:
-            return rgb, False
+        return restain(rgb, perturbation.target, perturbation.origin, perturbation.residual), True
     if perturbation.jitter:
         rng = np.random.default_rng((JITTER_SEED, index))
         return hed_jitter(rgb, perturbation.jitter, perturbation.jitter, rng), True

@@ -433,10 +433,13 @@ def normalise(rgb, method: str, target: StainEstimate, source: StainEstimate | N
     return _reinhard(pixels, target, source)
 
 
-def restain(rgb, target: StainEstimate, origin: StainEstimate) -> np.ndarray:
+def restain(rgb, target: StainEstimate, origin: StainEstimate, residual: bool = True) -> np.ndarray:
     """The image as another lab's slide would show it: its concentrations in ``origin``'s vectors, scaled by
-    ``target``'s ranges over ``origin``'s and recomposed with ``target``'s vectors (what is not the two stains, the
-    OD off their plane, is left out: the other lab's slide holds only its two stains).
+    ``target``'s ranges over ``origin``'s and recomposed with ``target``'s vectors; what is not the two stains (the OD
+    off their plane: a third absorber, the tissue's own, JPEG noise) is carried from ``origin``'s stain plane to
+    ``target``'s, as another batch of stain leaves it. So re-staining to the image's own stain is the identity, and
+    a re-staining is undone by normalising back from the target (the same linear map of OD as Macenko's, with the
+    two stains given, not estimated).
 
     ``origin`` is the stain of the set the image comes from (PCam's reference for a PCam patch). Its ranges, not the
     image's own, are the scale: a batch of stain makes every patch of a slide darker or paler alike, so a patch with
@@ -445,10 +448,14 @@ def restain(rgb, target: StainEstimate, origin: StainEstimate) -> np.ndarray:
 
     Args:
         rgb: uint8 ``(..., H, W, 3)``.
+        residual: False: the OD off the stain plane is dropped, so the image holds its two stains only (what a
+            two-stain model keeps of it; no normalisation gives the rest back).
 
     Returns:
         uint8, the shape of ``rgb`` (rounded, clipped).
     """
+    if residual:
+        return _macenko(_pixels(rgb), target, origin)
     ratio = target.max_concentrations / origin.max_concentrations
     return compose(concentrations(rgb, origin.vectors) * ratio, target.vectors)
 

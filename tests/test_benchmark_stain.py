@@ -91,8 +91,8 @@ def test_scanned_without_normalisation_is_the_evaluators_probabilities(patches, 
 
 def test_restain_and_jitter_change_the_patches_and_repeat(patches):
     images = patches[0][:2]
-    target = estimate_stain(patches[0][7].transpose(1, 2, 0))
-    restained, done = condition_images(images, np.arange(2), Perturbation("restain_x", "x", target, target),
+    target, origin = (estimate_stain(patches[0][i].transpose(1, 2, 0)) for i in (7, 6))
+    restained, done = condition_images(images, np.arange(2), Perturbation("restain_x", "x", target, origin),
                                        "none", None)
     assert done.all() and not np.array_equal(restained, images)
     jitter = Perturbation("hed_0.2", "strong", jitter=0.2)
@@ -180,7 +180,8 @@ def test_the_true_stain_normalises_a_restained_set_back_from_the_stain_put_on_it
 
 
 def test_the_patches_two_stains_only_are_a_condition_as_they_are_and_never_normalised(patches):
-    """What re-staining keeps of a patch, without another lab's colours: re-stained to the set's own stain."""
+    """What a two-stain model keeps of a patch, without another lab's colours: re-stained to the set's own stain,
+    the residual dropped."""
     from benchmarks.stain_conditions import NORMALISATIONS, applies, perturbations
 
     origin = estimate_stain(patches[0][7].transpose(1, 2, 0))

@@ -97,19 +97,30 @@ def test_normalising_from_an_estimate_to_itself_leaves_every_colour_exactly(targ
     assert np.array_equal(normalise(colours, method, target, source=target), colours)
 
 
-def test_restaining_to_its_own_stain_keeps_its_two_stains_and_scales_every_patch_alike(patch, target):
+def test_restaining_to_its_own_stain_is_the_identity_and_normalising_back_undoes_it(patch, target):
     own = estimate_stain(patch)
-    # what the two stains make of the patch: re-staining to its own stain changes nothing else
-    two_stains = compose(concentrations(patch, own.vectors), own.vectors)
-    assert np.abs(restain(patch, own, own).astype(int) - two_stains).max() <= 1
-    # a target of twice the origin's ranges: twice the amounts, whatever the patch holds
-    darker = StainEstimate(target.vectors, 2 * own.max_concentrations, target.lab_mean, target.lab_std)
-    doubled = compose(2 * concentrations(patch, own.vectors), target.vectors)
-    assert np.array_equal(restain(patch, darker, own), doubled)
-    # and normalising back with the target's stain as the source gives the two stains again, to round-off (mean
-    # absolute change measured 0.40 of a grey level a channel)
+    assert np.array_equal(restain(patch, own, own), patch)
+    # normalising back from the stain put on is the re-staining's inverse, to round-off (mean absolute change
+    # measured 0.28 of a grey level a channel: the re-stained pixels' 8-bit rounding)
     back = normalise(restain(patch, target, own), "macenko", own, target)
-    assert np.abs(back.astype(int) - two_stains).mean() < 0.5
+    assert np.abs(back.astype(int) - patch).mean() < 0.5
+
+
+def test_restaining_recomposes_every_patchs_concentrations_scaled_alike_with_the_slides_vectors(patch, target):
+    """The issue's definition, read back: the re-stained patch's concentrations in the slide's vectors are the
+    patch's own in the origin's, times the slide's ranges over the origin's (twice here), whatever the patch holds;
+    stated tolerance a mean absolute error of 0.015 (measured 0.008, 99th percentile 0.08: the 8-bit rounding of the
+    re-stained pixels, which weighs most where they are dark), on the pixels none of whose channels clip (91 %)."""
+    own = estimate_stain(patch)
+    darker = StainEstimate(target.vectors, 2 * own.max_concentrations, target.lab_mean, target.lab_std)
+    restained = restain(patch, darker, own)
+    unclipped = (restained > 0).all(axis=-1) & (restained < 255).all(axis=-1)
+    assert unclipped.mean() > 0.9
+    read = concentrations(restained, target.vectors)[unclipped]
+    assert np.abs(read - 2 * concentrations(patch, own.vectors)[unclipped]).mean() < 0.015
+    # without the residual, the patch holds its two stains only: exactly their composition
+    assert np.array_equal(restain(patch, darker, own, residual=False),
+                          compose(2 * concentrations(patch, own.vectors), target.vectors))
 
 
 def test_normalising_back_with_source_and_target_swapped_undoes_a_normalisation(patch, target):
