@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import time
 
 import numpy as np
 import pytest
@@ -185,6 +187,30 @@ def test_a_stores_memory_is_bounded_and_its_chunks_stay_on_disk(tmp_path):
     assert set(versions) == set(plan.chunks)
     store.put(synthetic_chunk(plan, 0, 0))
     assert store.versions()[0, 0] != versions[0, 0], "a chunk written again has a new version"
+
+
+def test_a_stores_listing_is_kept_while_its_folder_is_unchanged_and_never_hides_a_chunk_written_since(tmp_path,
+                                                                                                 monkeypatch):
+    """The tiles of a view each ask for the versions under them: one listing serves them while nothing is written
+    (a listing within the clock's granularity of a change is not kept: it could miss a name renamed in the same
+    tick)."""
+    import app.slides.store as store_module
+
+    plan = synthetic_plan(tmp_path, 1000, 1300)
+    fill(plan)
+    store = ChunkStore(tmp_path, plan.store.folder.name)
+    listings = []
+    scandir = os.scandir
+    monkeypatch.setattr(store_module.os, "scandir", lambda path: listings.append(path) or scandir(path))
+    time.sleep(2 * store_module.SETTLED_NS / 1e9)
+    first = store.versions()
+    assert store.versions() == first and store.versions([(0, 0), (0, 1)]) == {k: first[k] for k in [(0, 0), (0, 1)]}
+    assert len(listings) == 1, "the folder listed once"
+    store.put(synthetic_chunk(plan, 0, 0))
+    again = store.versions()
+    assert again[0, 0] != first[0, 0] and len(listings) == 2, "listed again after a write, the new version seen"
+    store.put(synthetic_chunk(plan, 0, 1))
+    assert store.versions()[0, 1] != first[0, 1], "a write just after a listing is seen too"
 
 
 def serve(path: str):

@@ -217,13 +217,16 @@ _tiles_bytes = 0
 _tiles_lock = threading.Lock()
 
 
-def _cached(key: tuple, make) -> bytes:
-    global _tiles_bytes
+def _recall(key: tuple) -> bytes | None:
     with _tiles_lock:
-        if key in _tiles:
+        found = _tiles.get(key)
+        if found is not None:
             _tiles.move_to_end(key)
-            return _tiles[key]
-    made = make()
+        return found
+
+
+def _keep(key: tuple, made: bytes) -> bytes:
+    global _tiles_bytes
     with _tiles_lock:
         if key not in _tiles:
             _tiles[key] = made
@@ -231,6 +234,11 @@ def _cached(key: tuple, make) -> bytes:
         while _tiles_bytes > TILE_CACHE_BYTES and len(_tiles) > 1:
             _tiles_bytes -= len(_tiles.popitem(last=False)[1])
     return made
+
+
+def _cached(key: tuple, make) -> bytes:
+    found = _recall(key)
+    return found if found is not None else _keep(key, make())
 
 
 def _png(rgba: np.ndarray) -> bytes:
@@ -258,26 +266,39 @@ def overlay_tile(overlay: Overlay, kind: str, level: int, col: int, row: int) ->
         return _cached((overlay.key, kind, level, col, row), lambda: _png(_outline(overlay, y0, x0, px)))
     cell_i, cell_j = _axis(grid, 0, y0, grid.cells.cell), _axis(grid, 1, x0, grid.cells.cell)
     chunk_i, chunk_j = _chunk_of(overlay.starts[0][:-1], cell_i), _chunk_of(overlay.starts[1][:-1], cell_j)
-    covered = [(ci, cj) for ci in np.unique(chunk_i[chunk_i >= 0]) for cj in np.unique(chunk_j[chunk_j >= 0])
-               if overlay.tissue_chunks[ci, cj]]
+    # The chunks the tile's pixels fall in, and for each pixel row (column) its place among them (-1: outside).
+    (rows_in, at_i), (cols_in, at_j) = (_places(chunks) for chunks in (chunk_i, chunk_j))
+    tissue = overlay.tissue_chunks[np.ix_(rows_in, cols_in)]
+    covered = [(int(rows_in[a]), int(cols_in[b])) for a, b in zip(*np.nonzero(tissue), strict=True)]
     fine = kind != "tumour" and min(grid.cell_size_px()) >= FINE_CELL_PX * px
     with overlay.lock:
-        versions = overlay.bring_in([(int(ci), int(cj)) for ci, cj in covered])
+        versions = overlay.bring_in(covered)
         key = (overlay.key, kind, level, col, row, hash(tuple(sorted(versions.items()))))
+        found = _recall(key)
+        if found is not None:
+            return found
+        values = (_fine_values(overlay, kind, y0, x0, chunk_i, chunk_j, cell_i, cell_j) if fine else
+                  _cell_values(overlay, kind, cell_i, cell_j))
+        states = np.where(tissue, WAITING, GLASS).astype(np.uint8)
+        for a, b in zip(*np.nonzero(tissue), strict=True):
+            if versions.get((int(rows_in[a]), int(cols_in[b]))) is not None:
+                states[a, b] = DONE
+    # Coloured and encoded out of the lock: the other tiles of the view need it only for the cell maps.
+    waiting = (at_i[:, None] >= 0) & (at_j[None, :] >= 0)
+    waiting &= states[np.ix_(np.maximum(at_i, 0), np.maximum(at_j, 0))] == WAITING
+    rgba = coloured(values)
+    if waiting.any():
+        rgba[waiting] = waiting_pattern(ys, xs)[waiting]
+    return _keep(key, _png(rgba))
 
-        def make() -> bytes:
-            values = (_fine_values(overlay, kind, y0, x0, chunk_i, chunk_j, cell_i, cell_j) if fine else
-                      _cell_values(overlay, kind, cell_i, cell_j))
-            state = np.zeros((len(ys), len(xs)), dtype=np.uint8)
-            inside = (chunk_i[:, None] >= 0) & (chunk_j[None, :] >= 0)
-            for index in covered:
-                state[np.ix_(chunk_i == index[0], chunk_j == index[1])] = overlay.state(index)
-            rgba = coloured(values)
-            waiting = inside & (state == WAITING)
-            rgba[waiting] = waiting_pattern(ys, xs)[waiting]
-            return _png(rgba)
 
-        return _cached(key, make)
+def _places(chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct chunk indices of ``chunks`` (-1 left out), and each entry's place among them (-1 for -1)."""
+    inside = chunks >= 0
+    distinct, places = np.unique(chunks[inside], return_inverse=True)
+    at = np.full(len(chunks), -1, dtype=np.int64)
+    at[inside] = places
+    return distinct, at
 
 
 def _cell_values(overlay: Overlay, kind: str, cell_i: np.ndarray, cell_j: np.ndarray) -> np.ndarray:

@@ -22,6 +22,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -35,6 +36,7 @@ ARRAYS = ("tissue", "evaluated", "probabilities")
 # The chunks a store holds in memory, at most, in bytes of their arrays: 64 MiB is about 3,500 chunks of 8 x 8 cells
 # with two readings of attention (18 KB each), several screens of the finest overlay tiles.
 HELD_BYTES = 64 * 2**20
+SETTLED_NS = 50_000_000  # a folder unchanged this long before its listing: the listing is kept (ChunkStore._list)
 
 
 def file_sha256(path: Path, block: int = 1 << 20) -> str:
@@ -88,6 +90,10 @@ class ChunkStore:
         self._held_bytes, self.held_limit = 0, int(held_bytes)
         # The page's script, the Dask client's callbacks (put) and the overlay tiles' threads share one store.
         self._lock = threading.Lock()
+        # The last listing of the folder (versions), under the folder's modification time: the tiles of one view
+        # come in a burst, each asking for the versions of the chunks under it (a listing of ~4,000 names on the
+        # gigapixel slide is 5-15 ms; a stat is microseconds).
+        self._listing: tuple[int, dict[tuple[int, int], tuple[int, int]]] | None = None
 
     def _hold(self, index: tuple[int, int], signature: tuple[int, int], result: ChunkResult) -> None:
         """Keep ``result`` in memory, letting go of the least recently used chunks beyond :attr:`held_limit`."""
@@ -159,8 +165,11 @@ class ChunkStore:
         file (a new one at every :meth:`put`, renamed into place) and of its checksum. No file is read: what a page
         that refreshes often, and the overlay tiles cached under their chunks' versions, ask. All of them: one listing
         of the folder; a few: one ``stat`` each."""
-        found = {}
-        if chunks is not None and len(chunks) <= 64:
+        listing = self._listing
+        if listing is not None and listing[0] == os.stat(self.folder).st_mtime_ns:
+            found = listing[1]
+        elif chunks is not None and len(chunks) <= 64:
+            found = {}
             for ci, cj in chunks:
                 path = self._path(ci, cj)
                 try:
@@ -168,13 +177,25 @@ class ChunkStore:
                 except OSError:
                     continue
             return found
+        else:
+            found = self._list()
+        return dict(found) if chunks is None else {index: found[index] for index in chunks if index in found}
+
+    def _list(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """:meth:`versions` of every chunk by one listing of the folder, kept under the folder's modification time
+        where that is safe: a name renamed into the folder changes it, unless within the clock's granularity of the
+        time it already has (a few ms), so a listing made less than :data:`SETTLED_NS` after the folder's last change
+        is not kept (git's "racy" entries, the same rule)."""
+        before = os.stat(self.folder).st_mtime_ns
         inodes = {entry.name: entry.inode() for entry in os.scandir(self.folder) if entry.name.startswith("chunk-")}
+        found = {}
         for name, inode in inodes.items():
             checksum = inodes.get(name[:-4] + ".sha256") if name.endswith(".npz") else None
             if checksum is not None:
                 ci, cj = name[6:-4].split("-")
                 found[int(ci), int(cj)] = (inode, checksum)
-        return found if chunks is None else {index: found[index] for index in chunks if index in found}
+        self._listing = (before, found) if time.time_ns() - before > SETTLED_NS else None
+        return found
 
     def finished(self) -> set[tuple[int, int]]:
         """The chunks whose file and checksum are both on disk (:meth:`versions`)."""
