@@ -164,6 +164,34 @@ def test_the_outline_is_the_tissue_masks_edge(half_done):
     assert not drawn[inside].any() and not drawn[outside].any()
 
 
+def test_zoomed_in_past_the_mask_the_outline_stays_two_tile_pixels_wide_across_tiles_and_rings_a_hole(tmp_path):
+    """At the finest level a mask pixel is about 4 x 5 tile pixels: the outline is the edge of the mask as the
+    level samples it (every tile pixel with a 4-neighbour off the tissue, widened to a 2 x 2 square down and right),
+    the same over the whole level as tile by tile, and a hole of 2 x 2 mask pixels is a ring with its middle clear."""
+    plan = synthetic_plan(tmp_path, 1000, 1300)
+    plan.tissue[30:32, 30:32] = False
+    overlay = register(plan)
+    level = overlay.pyramid.max_level
+    cols, rows = overlay.pyramid.level_tiles(level)
+    assert cols == 2, "the level has a seam between two tiles"
+    drawn = np.concatenate([np.concatenate([decoded(overlay_tile(overlay, "outline", level, col, row))[..., 3] > 0
+                                            for col in range(cols)], axis=1) for row in range(rows)], axis=0)
+    y, x = centres(plan, overlay, level, 0, 0, drawn.shape)
+    mask = plan.tissue[np.ix_((y / plan.grid.size[0] * 64).astype(int), (x / plan.grid.size[1] * 64).astype(int))]
+    padded = np.pad(mask, 1, mode="edge")
+    edge = mask & ~(padded[:-2, 1:-1] & padded[2:, 1:-1] & padded[1:-1, :-2] & padded[1:-1, 2:])
+    widened = edge.copy()  # each edge pixel drawn as the 2 x 2 square it is the top-left corner of
+    widened[1:] |= edge[:-1]
+    widened[:, 1:] |= widened[:, :-1].copy()
+    assert np.array_equal(drawn, widened)
+    middle = drawn.shape[0] // 2
+    runs = np.flatnonzero(np.diff(drawn[middle].astype(int)))
+    assert runs[1] - runs[0] == 2, "the square's left edge is two tile pixels across"
+    hole_y = np.flatnonzero((y >= 30.5 * plan.grid.size[0] / 64) & (y < 31.5 * plan.grid.size[0] / 64))
+    hole_x = np.flatnonzero((x >= 30.5 * plan.grid.size[1] / 64) & (x < 31.5 * plan.grid.size[1] / 64))
+    assert not drawn[np.ix_(hole_y, hole_x)].any() and drawn[hole_y[0] - 3:hole_y[-1] + 4, hole_x].any()
+
+
 def test_hover_answers_the_stored_cell(half_done):
     plan, overlay = half_done
     assert cell_value(overlay, 3, 4) == dict(cell=[3, 4], state="evaluated", tumour=round(float(tumour_of(3, 4)), 4))

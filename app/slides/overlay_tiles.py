@@ -335,16 +335,41 @@ def _fine_values(overlay: Overlay, kind: str, y0: np.ndarray, x0: np.ndarray, ch
 
 def _outline(overlay: Overlay, y0: np.ndarray, x0: np.ndarray, px: int) -> np.ndarray:
     """RGBA of the tissue mask's edge at the level-0 points ``y0`` x ``x0``, a pixel of the tile ``px`` level-0
-    pixels: the edge at least two mask pixels wide, max-pooled where a tile pixel covers several."""
-    edges = _edge_pyramid(overlay)
-    rows_px, cols_px = (n / m for n, m in zip(overlay.plan.grid.size, edges[0].shape, strict=True))  # per mask px
-    k = min(len(edges) - 1, max(0, math.floor(math.log2(max(px / max(rows_px, cols_px), 1)))))
-    edge = edges[k]
-    rows = np.clip((y0 / (rows_px * 2**k)).astype(np.int64), 0, edge.shape[0] - 1)
-    cols = np.clip((x0 / (cols_px * 2**k)).astype(np.int64), 0, edge.shape[1] - 1)
+    pixels, two pixels wide at whichever is the finer: a tile pixel that covers several of the mask's shows the edge
+    max-pooled from the mask (:func:`_edge_pyramid`); where a mask pixel covers several tile pixels (a view zoomed in
+    past the thumbnail's resolution, ~100 level-0 px a mask pixel on the gigapixel slide), the edge is found on the
+    mask as the tile samples it, so that it stays two tile pixels wide and a small hole in the mask shows as a ring,
+    not as a cyan blot over what lies under it."""
+    mask = overlay.plan.tissue
+    rows_px, cols_px = (n / m for n, m in zip(overlay.plan.grid.size, mask.shape, strict=True))  # per mask px
     rgba = np.zeros((len(y0), len(x0), 4), dtype=np.uint8)
-    rgba[edge[np.ix_(rows, cols)]] = OUTLINE
+    if px >= min(rows_px, cols_px):
+        edges = _edge_pyramid(overlay)
+        k = min(len(edges) - 1, max(0, math.floor(math.log2(max(px / max(rows_px, cols_px), 1)))))
+        edge = edges[k]
+        rows = np.clip((y0 / (rows_px * 2**k)).astype(np.int64), 0, edge.shape[0] - 1)
+        cols = np.clip((x0 / (cols_px * 2**k)).astype(np.int64), 0, edge.shape[1] - 1)
+        rgba[edge[np.ix_(rows, cols)]] = OUTLINE
+        return rgba
+    # Two tile pixels of margin on each side: the edge and its widening look past the tile, so tiles meet.
+    margin = np.arange(1, 3) * px
+    ys = np.concatenate([y0[0] - margin[::-1], y0, y0[-1] + margin])
+    xs = np.concatenate([x0[0] - margin[::-1], x0, x0[-1] + margin])
+    rows = np.clip((ys / rows_px).astype(np.int64), 0, mask.shape[0] - 1)
+    cols = np.clip((xs / cols_px).astype(np.int64), 0, mask.shape[1] - 1)
+    rgba[_edge(mask[np.ix_(rows, cols)])[2:-2, 2:-2]] = OUTLINE
     return rgba
+
+
+def _edge(mask: np.ndarray) -> np.ndarray:
+    """The pixels of ``mask`` with a 4-neighbour outside it, each widened to the 2 x 2 square down and right of it
+    (the edge two pixels wide); the border rows and columns have no outside."""
+    inner = mask.copy()
+    inner[1:-1, 1:-1] = mask[1:-1, 1:-1] & mask[:-2, 1:-1] & mask[2:, 1:-1] & mask[1:-1, :-2] & mask[1:-1, 2:]
+    edge = mask & ~inner
+    edge[1:] |= edge[:-1].copy()
+    edge[:, 1:] |= edge[:, :-1].copy()
+    return edge
 
 
 _edges: dict[str, list[np.ndarray]] = {}
@@ -355,13 +380,7 @@ def _edge_pyramid(overlay: Overlay) -> list[np.ndarray]:
     found = _edges.get(overlay.key)
     if found is not None:
         return found
-    mask = overlay.plan.tissue
-    inner = mask.copy()
-    inner[1:-1, 1:-1] = mask[1:-1, 1:-1] & mask[:-2, 1:-1] & mask[2:, 1:-1] & mask[1:-1, :-2] & mask[1:-1, 2:]
-    edge = mask & ~inner
-    edge[1:] |= edge[:-1]
-    edge[:, 1:] |= edge[:, :-1]
-    levels = [edge]
+    levels = [_edge(overlay.plan.tissue)]
     while max(levels[-1].shape) > 1:
         last = levels[-1]
         padded = np.pad(last, ((0, last.shape[0] % 2), (0, last.shape[1] % 2)))
