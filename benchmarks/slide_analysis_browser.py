@@ -315,8 +315,25 @@ def _each_overlay(session, memory: TreeMemory, timeout_s: float) -> list[dict]:
             loaded = f"not within {SWITCH_TIMEOUT_S:.0f} s ({type(err).__name__})"
         session.page.wait_for_timeout(HOLD_S * 1000)
         found.append(dict(overlay=label, kind=kind, shown_s=(shown - clicked) / 1000, loaded_s=loaded,
-                          memory_peak_mib=memory.peak(), memory_split_mib=memory.split, load=_load()))
+                          tiles=_tile_timings(session, kind, clicked), memory_peak_mib=memory.peak(),
+                          memory_split_mib=memory.split, load=_load()))
     return found
+
+
+def _tile_timings(session, kind: str, clicked: float) -> dict:
+    """The overlay ``kind``'s tiles fetched after the click (the browser's resource timings): how many, when the
+    first was asked for and the last came in (s after the click), and the server's answer time (request sent to its
+    first byte: the tile made, or read from the cache) as median and maximum in ms."""
+    entries = session.page.evaluate(
+        "([kind, clicked]) => performance.getEntriesByType('resource').filter((e) => e.startTime >= clicked "
+        "&& e.name.includes('/slides/overlays/') && e.name.includes(`/${kind}/`)).map((e) => "
+        "[e.startTime, e.requestStart, e.responseStart, e.responseEnd])", [kind, clicked])
+    if not entries:
+        return dict(count=0)
+    waits = sorted(response - request for _, request, response, _ in entries)
+    return dict(count=len(entries), first_asked_s=round((min(e[0] for e in entries) - clicked) / 1000, 3),
+                last_in_s=round((max(e[3] for e in entries) - clicked) / 1000, 3),
+                server_ms_median=round(waits[len(waits) // 2], 1), server_ms_max=round(waits[-1], 1))
 
 
 def whole_slide(timeout_s: float, chromium: Path) -> dict:

@@ -152,3 +152,34 @@ def test_the_refresh_follows_the_rate_chunks_finish_at():
     # The ends are open: the shortest suits any faster rate, the longest any slower one; unmeasured, the shortest.
     assert keeps_interval(SHORTEST_S, 100.0) and keeps_interval(LONGEST_S, 1e-4)
     assert keeps_interval(SHORTEST_S, None) and not keeps_interval(2.0, None)
+
+
+def test_while_the_views_chunks_are_all_in_the_page_refreshes_seldom_and_a_pan_to_work_makes_it_often_again():
+    """Every chunk in view in: a refresh changes only the status line's counts, so at least every VIEW_DONE_S
+    (a chunk still runs every 0.7 s elsewhere); a view with chunks waiting goes back to the chunks' rate."""
+    from app.ui.refresh import LONGEST_S, SHORTEST_S, VIEW_DONE_S, keeps_interval, refresh_interval
+
+    for rate in (None, 10.0, 1.4, 1 / 1.5):
+        assert refresh_interval(rate, view_done=True) == VIEW_DONE_S
+        assert keeps_interval(VIEW_DONE_S, rate, view_done=True), rate
+    assert refresh_interval(1 / 60.0, view_done=True) == LONGEST_S  # a slow cluster's own interval is longer
+    assert keeps_interval(LONGEST_S, 1 / 60.0, view_done=True)
+    # The view done: the chunks' interval (0.5 s at 1.4 chunks/s) no longer suits; a pan to chunks not yet in: 2 s
+    # no longer suits either, and the rate's comes back.
+    assert keeps_interval(SHORTEST_S, 1.4) and not keeps_interval(SHORTEST_S, 1.4, view_done=True)
+    assert not keeps_interval(VIEW_DONE_S, 1.4) and refresh_interval(1.4) == SHORTEST_S
+    # A view done on a cluster slower than VIEW_DONE_S a chunk goes longer, as without a view.
+    assert not keeps_interval(VIEW_DONE_S, 1 / 12.0, view_done=True)
+
+
+def test_the_view_is_done_only_when_every_running_analysis_has_its_views_chunks_in():
+    from app.slides.schedule import Progress
+    from app.ui.slide_page import _view_done
+
+    def progress(in_view_done, in_view, state="running"):
+        return Progress("k", state, 5, 10, in_view_done, in_view, 1, 0, 1.0, 5.0, 1.0, (), None, 5)
+
+    assert _view_done([progress(6, 6)]) and _view_done([progress(6, 6), progress(3, 3, "background")])
+    assert not _view_done([progress(5, 6)]) and not _view_done([progress(6, 6), progress(0, 2)])
+    assert not _view_done([progress(0, 0)]), "no view reported yet (or one over glass): the first cells must not wait"
+    assert not _view_done([progress(6, 6, "done")]) and not _view_done([])

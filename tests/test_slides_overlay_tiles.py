@@ -305,3 +305,25 @@ def test_the_cell_maps_are_kept_for_the_next_server(tmp_path, monkeypatch):
     (again.store.folder / CELL_MAPS).write_bytes(b"damaged")
     monkeypatch.setattr(overlay_tiles, "_registry", type(overlay_tiles._registry)())
     assert not register(again).maps.versions, "a damaged file is ignored: the chunks are read again"
+
+
+def test_the_colours_and_stripes_of_a_tile_are_their_formulas():
+    """viridis at round(clip(v, 0, 1) * 255), NaN and inf transparent black, in float32 and float64 (the quick
+    path for the range every overlay has); the stripes at (row + col) // 6 mod 2 for any tile's offset."""
+    from app.slides.overlay_colours import VIRIDIS, WAITING_STRIPE, waiting_pattern
+
+    ties = (np.arange(256) + 0.5) / 255  # halfway between two colours
+    values = np.concatenate([np.linspace(-0.5, 1.5, 4001), ties, [np.nan, np.inf, -np.inf]])
+    for dtype in (np.float32, np.float64):
+        v = values.astype(dtype)
+        finite = np.isfinite(v)
+        expected = VIRIDIS[np.round(np.clip(np.where(finite, v, 0), 0, 1) * 255).astype(int)]
+        expected[~finite] = 0
+        assert np.array_equal(coloured(v), expected)
+        general = VIRIDIS[np.round(np.clip((np.where(finite, v, 0.25) - 0.25) / 0.5, 0, 1) * 255).astype(int)]
+        general[~finite] = 0
+        assert np.array_equal(coloured(v, 0.25, 0.75), general)  # another range: the general path
+    for row0, col0 in [(0, 0), (5, 7), (256, 512), (1001, 13)]:
+        rows, cols = np.arange(row0, row0 + 200), np.arange(col0, col0 + 256)
+        stripe = ((rows[:, None] + cols[None, :]) // WAITING_STRIPE) % 2 == 0
+        assert np.array_equal(waiting_pattern(rows, cols), np.where(stripe[..., None], WAITING, WAITING_GAP))

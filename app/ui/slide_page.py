@@ -501,7 +501,8 @@ def slide_page(loaded: LoadedModel) -> None:
             st.error(each.sentence())
         elif each.errors:
             st.error(f"{len(each.errors)} chunk(s) failed: {each.errors[0]}")
-    _live_view(plan, entry, mpp, caption, refresh_interval(_rate(progress)) if active else None, route, original)
+    interval = refresh_interval(_rate(progress), _view_done(progress)) if active else None
+    _live_view(plan, entry, mpp, caption, interval, route, original)
 
 
 def _where() -> str:
@@ -552,6 +553,13 @@ def _view_while_planning(entry: SlideEntry, mpp: float | None, planning: list[Fu
         _viewer(route, mpp, "Finding the tissue ...", layers={})
 
     view()
+
+
+def _view_done(progress: list[Progress]) -> bool:
+    """Whether every running analysis of the page has all its chunks in the view in (a view over glass, or not yet
+    reported, is not: the first cells must not wait for a long interval)."""
+    running = [p for p in progress if p.state in RUNNING]
+    return bool(running) and all(p.in_view and p.in_view_done >= p.in_view for p in running)
 
 
 def _rate(progress: list[Progress]) -> float | None:
@@ -608,8 +616,9 @@ def _live_view(plan: SlidePlan, entry: SlideEntry, mpp: float | None, caption: s
                 _show_proof(original, arrays, plan.element)
         if active and not _running(progress):
             st.rerun()  # the whole page, once: the analysis is in (or stopped), the refreshing stops
-        if active and not keeps_interval(interval, _rate(progress)):
-            st.rerun()  # the whole page, which sets the fragment's interval anew: chunks come faster or slower now
+        if active and not keeps_interval(interval, _rate(progress), _view_done(progress)):
+            st.rerun()  # the whole page, which sets the fragment's interval anew: chunks come faster or slower, or
+            # the view's are all in (or a pan or zoom brought chunks not yet in)
 
     view()
 
