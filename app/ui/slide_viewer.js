@@ -498,6 +498,10 @@ function open(entry, OpenSeadragon) {
     animationTime: 0.1,
     // A 2D canvas: headless Chromium's software WebGL took 150 ms a frame, the canvas 16 ms.
     drawer: "canvas",
+    // Every tile a view needs asked for at once (the browser queues what its connections cannot carry yet), not one
+    // a frame (OpenSeadragon's default): an overlay switch on the gigapixel slide's whole view needs about 30, which
+    // at one a frame took 0.4-0.6 s to ask for on two busy cores before the last was even made.
+    maxTilesPerFrame: 32,
   });
   entry.viewer = viewer;
   root.viewer = viewer; // for the browser test and the benchmarks
