@@ -8,9 +8,10 @@ runs, so that a new one costs a run of the whole page.
 
 While every chunk of the view is in (and the rest of the slide still runs), a refresh can change nothing drawn: only
 the status line's counts. The interval is then at least :data:`VIEW_DONE_S`. On the gigapixel slide the view's six
-chunks are in after about 13 s, and the page's refreshes at the chunks' rate (0.5 s) cost the server and Chromium
-17 % of the machine's CPU over the next minute; a pan or zoom to chunks not yet in shortens it again at once (the
-view's report reruns the viewer, which finds the interval no longer suits).
+chunks are in after about 13 s; refreshing at the chunks' rate (0.5 s) after that too, the server and Chromium took
+17 % of the machine's CPU over the first minute of analysis, 11-14 % with this (docs/slides.md). A pan or zoom to
+chunks not yet in shortens it again at once (the view's report reruns the viewer, which finds the interval no
+longer suits).
 """
 
 from __future__ import annotations
