@@ -28,14 +28,14 @@ OUTLINE = np.array([0, 229, 255, 255], dtype=np.uint8)
 
 def coloured(values: np.ndarray, low: float = RANGE[0], high: float = RANGE[1]) -> np.ndarray:
     """``(..., 4)`` uint8: ``values`` in viridis over ``[low, high]`` (clipped), transparent black where NaN."""
-    finite = np.isfinite(values)
+    missing = ~np.isfinite(values)
     if (low, high) == (0.0, 1.0):  # every overlay's range: the same numbers in two passes fewer (a tile's 8 %)
         scaled = np.clip(values * 255, 0, 255)
     else:
-        scaled = np.clip((np.where(finite, values, low) - low) / max(high - low, 1e-12), 0, 1) * 255
-    scaled[~finite] = 0
+        scaled = np.clip((np.where(missing, low, values) - low) / max(high - low, 1e-12), 0, 1) * 255
+    scaled[missing] = 0
     colours = VIRIDIS[np.round(scaled).astype(np.intp)]
-    colours[~finite] = 0
+    colours[missing] = 0
     return colours
 
 

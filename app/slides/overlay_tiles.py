@@ -279,10 +279,8 @@ def overlay_tile(overlay: Overlay, kind: str, level: int, col: int, row: int) ->
             return found
         values = (_fine_values(overlay, kind, y0, x0, chunk_i, chunk_j, cell_i, cell_j) if fine else
                   _cell_values(overlay, kind, cell_i, cell_j))
-        states = np.where(tissue, WAITING, GLASS).astype(np.uint8)
-        for a, b in zip(*np.nonzero(tissue), strict=True):
-            if versions.get((int(rows_in[a]), int(cols_in[b]))) is not None:
-                states[a, b] = DONE
+        states = np.full(tissue.shape, GLASS, dtype=np.uint8)  # covered is tissue's True entries, in their order
+        states[tissue] = [WAITING if versions.get(index) is None else DONE for index in covered]
     # Coloured and encoded out of the lock: the other tiles of the view need it only for the cell maps.
     waiting = (at_i[:, None] >= 0) & (at_j[None, :] >= 0)
     waiting &= states[np.ix_(np.maximum(at_i, 0), np.maximum(at_j, 0))] == WAITING
