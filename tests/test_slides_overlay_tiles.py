@@ -105,9 +105,45 @@ def test_an_attention_tile_shows_each_stored_pixel_and_kept_is_one_minus_removed
     value = np.float16(spatial_of(a[:, None], b[None, :])).astype(np.float32)
     assert (spatial[shown] == coloured(value)[shown]).all()
     removed = (value / 2).astype(np.float16).astype(np.float32)
-    assert (kept[shown] == coloured(1 - removed)[shown]).all()
+    # α⁺ is α⁻ on the reversed scale (index 255 − α⁻'s): one level from round((1 − α⁻)·255) only at a tie, which
+    # float16's values meet (0.5 and others): the viewer colours a values tile so, and a tile of its own agrees.
+    assert (kept[shown] == coloured(removed, reverse=True)[shown]).all()
+    ties = np.abs((removed * 255) % 1 - 0.5) < 1e-6
+    assert (ties & shown).any() and (kept[shown] == coloured(1 - removed)[shown]).mean() > 0.95
     checked = int(shown.sum())
     assert checked > 500
+
+
+def test_a_values_tile_holds_each_overlays_colour_index_and_the_state(half_done):
+    """Coloured by the palette the viewer is sent (index to viridis where evaluated, the stripes where not yet, nothing
+    else), a values tile is each overlay's own tile, pixel for pixel, at every level: the finest (attention from the
+    chunks' maps) and the coarser (from the cell maps)."""
+    from app.slides.overlay_colours import EVALUATED, VIRIDIS, WAITING_MARK, palette, waiting_pattern
+
+    plan, overlay = half_done
+    said = palette()
+    assert np.array_equal(said["viridis"], VIRIDIS) and (said["evaluated"], said["waitingMark"]) == (255, 128)
+    geometry = overlay.pyramid
+    states = set()
+    for level in range(geometry.min_level, geometry.max_level + 1):  # the chunks' maps, then the cell maps
+        cols, rows = geometry.level_tiles(level)
+        for col in range(cols):
+            for row in range(rows):
+                values = decoded(overlay_tile(overlay, "values", level, col, row))
+                alpha = values[..., 3]
+                evaluated, waiting = alpha == EVALUATED, alpha == WAITING_MARK
+                assert ((alpha == 0) | evaluated | waiting).all()
+                assert not values[~evaluated][:, :3].any(), "no index where nothing is evaluated"
+                states |= set(np.unique(alpha).tolist())
+                stripes = waiting_pattern(np.arange(values.shape[0]) + row * TILE,
+                                          np.arange(values.shape[1]) + col * TILE)
+                for kind, indices in [("tumour", values[..., 0]), ("spatial", values[..., 1]),
+                                      ("removed", values[..., 2]), ("kept", 255 - values[..., 2])]:
+                    drawn = np.zeros_like(values)
+                    drawn[evaluated] = VIRIDIS[indices[evaluated]]
+                    drawn[waiting] = stripes[waiting]
+                    assert np.array_equal(drawn, decoded(overlay_tile(overlay, kind, level, col, row))), (kind, level)
+    assert states == {0, WAITING_MARK, EVALUATED}
 
 
 def test_coarse_tiles_read_each_chunk_once_for_its_cell_means(tmp_path, monkeypatch):
@@ -267,7 +303,7 @@ def test_the_routes_serve_tiles_and_cells_and_say_why_in_a_404(half_done):
         "/slides/overlays/..%2F..%2Fetc/tumour/9/0_0.png":
             "'..%2F..%2Fetc' names no analysis (a key is 24 hexadecimal digits)",
         f"/slides/overlays/{key}/colour/{level}/0_0.png":
-            "an overlay is one of tumour, spatial, removed, kept, outline, not colour",
+            "an overlay is one of tumour, spatial, removed, kept, values, outline, not colour",
         f"/slides/overlays/{key}/tumour/3/0_0.png": f"the overlays have levels {overlay.pyramid.min_level} to "
                                                     f"{level}, not 3",
         f"/slides/overlays/{key}/tumour/{level}/5_0.png": f"level {level} of the overlays has 2 x 1 tiles, not (5, 0)",

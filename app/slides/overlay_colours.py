@@ -9,6 +9,13 @@
 - Glass, a cell with too little tissue, outside the grid: transparent black (a WebGL drawer blends premultiplied,
   where any other transparent colour would tint).
 - The tissue outline: cyan.
+
+A tile of every reading at once (:func:`values_tile`) holds the 8-bit index each colour above is looked up at, and
+the state, so that the viewer colours the overlay chosen itself (``app/ui/slide_viewer.js``, with :func:`palette`'s
+table) and a switch of overlay fetches nothing: red P(tumour), green α_s, blue α⁻ (α⁺ is index 255 − α⁻'s, here as in
+the coloured tiles), alpha :data:`EVALUATED` for a value, :data:`WAITING_MARK` for not yet evaluated (drawn as the
+stripes), 0 for nothing. The indices of a pixel that is not evaluated are 0: a browser's canvas keeps colours
+exactly only where alpha is 255 (it stores them premultiplied).
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 from matplotlib import colormaps
 
-__all__ = ["RANGE", "VIRIDIS", "WAITING", "WAITING_STRIPE", "OUTLINE", "coloured", "waiting_pattern"]
+__all__ = ["RANGE", "VIRIDIS", "WAITING", "WAITING_STRIPE", "OUTLINE", "EVALUATED", "WAITING_MARK", "index",
+           "coloured", "waiting_pattern", "values_tile", "palette"]
 
 RANGE = (0.0, 1.0)  # of every overlay: see the module's docstring
 VIRIDIS = np.round(colormaps["viridis"](np.linspace(0, 1, 256)) * 255).astype(np.uint8)  # (256, 4) RGBA
@@ -24,19 +32,45 @@ WAITING = np.array([128, 128, 128, 150], dtype=np.uint8)  # a stripe of a chunk 
 WAITING_GAP = np.array([128, 128, 128, 45], dtype=np.uint8)  # between its stripes
 WAITING_STRIPE = 6  # pixels of the tile across a stripe and across a gap
 OUTLINE = np.array([0, 229, 255, 255], dtype=np.uint8)
+EVALUATED, WAITING_MARK = 255, 128  # a values tile's alpha (its docstring)
 
 
-def coloured(values: np.ndarray, low: float = RANGE[0], high: float = RANGE[1]) -> np.ndarray:
-    """``(..., 4)`` uint8: ``values`` in viridis over ``[low, high]`` (clipped), transparent black where NaN."""
+def index(values: np.ndarray, low: float = RANGE[0], high: float = RANGE[1]) -> tuple[np.ndarray, np.ndarray]:
+    """``values``' viridis index over ``[low, high]`` (clipped), uint8, 0 where NaN; and where they are NaN."""
     missing = ~np.isfinite(values)
     if (low, high) == (0.0, 1.0):  # every overlay's range: the same numbers in two passes fewer (a tile's 8 %)
         scaled = np.clip(values * 255, 0, 255)
     else:
         scaled = np.clip((np.where(missing, low, values) - low) / max(high - low, 1e-12), 0, 1) * 255
     scaled[missing] = 0
-    colours = VIRIDIS[np.round(scaled).astype(np.intp)]
+    return np.round(scaled).astype(np.uint8), missing
+
+
+def coloured(values: np.ndarray, low: float = RANGE[0], high: float = RANGE[1], reverse: bool = False) -> np.ndarray:
+    """``(..., 4)`` uint8: ``values`` in viridis over ``[low, high]`` (clipped), transparent black where NaN;
+    ``reverse``: at index 255 − their index (α⁺ from α⁻, as the viewer colours a values tile)."""
+    indices, missing = index(values, low, high)
+    colours = VIRIDIS[255 - indices if reverse else indices]
     colours[missing] = 0
     return colours
+
+
+def values_tile(tumour: np.ndarray, readings: dict[str, np.ndarray], waiting: np.ndarray) -> np.ndarray:
+    """``(h, w, 4)`` uint8: the values tile (the module's docstring) of a tile's ``(h, w)`` P(tumour), its
+    ``readings`` (``"spatial"``, ``"removed"``; one missing is index 0) and where it is not yet evaluated."""
+    rgba = np.zeros((*tumour.shape, 4), dtype=np.uint8)
+    evaluated = np.isfinite(tumour)
+    for channel, found in enumerate([tumour, readings.get("spatial"), readings.get("removed")]):
+        if found is not None:
+            rgba[..., channel] = np.where(evaluated, index(found)[0], 0)
+    rgba[..., 3] = np.where(waiting, WAITING_MARK, np.where(evaluated, EVALUATED, 0))
+    return rgba
+
+
+def palette() -> dict:
+    """What the viewer colours a values tile with: this module's colours, as JSON."""
+    return dict(viridis=VIRIDIS.tolist(), waiting=WAITING.tolist(), gap=WAITING_GAP.tolist(), stripe=WAITING_STRIPE,
+                evaluated=EVALUATED, waitingMark=WAITING_MARK)
 
 
 _stripes: list[np.ndarray] = []  # the pattern over (2 * WAITING_STRIPE + n) x n pixels, grown as asked

@@ -2,6 +2,8 @@
 
 - ``/slides/overlays/{key}/{kind}/{level}/{col}_{row}.png``: a tile of an overlay of the analysis whose store's key
   is ``key`` (:func:`app.slides.overlay_tiles.overlay_tile`);
+- ``/slides/overlays/palette.json``: the colours the viewer draws a values tile in
+  (:func:`app.slides.overlay_colours.palette`), kept by the browser;
 - ``/slides/overlays/{key}/cells/{i}_{j}.json``: cell (i, j)'s state and P(tumour), for the viewer's hover
   (:func:`app.slides.overlay_tiles.cell_value`);
 - ``/slides/viewer.js``: the viewer's own code (``app/ui/slide_viewer.js``), which the Slide page's component loads
@@ -21,6 +23,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from .library import REPO
+from .overlay_colours import palette
 from .overlay_tiles import cell_value, overlay_tile, registered
 
 __all__ = ["overlay_routes", "overlay_base", "VIEWER_JS"]
@@ -97,8 +100,12 @@ async def viewer_js(request: Request) -> Response:
                         headers={**NOSNIFF, "Cache-Control": "public, max-age=86400"})
 
 
+async def colours(request: Request) -> Response:
+    return JSONResponse(palette(), headers={**NOSNIFF, "Cache-Control": "public, max-age=86400"})
+
+
 def overlay_routes() -> list:
     """The routes above, for :func:`app.slides.tiles.slide_routes`."""
-    return [Route("/slides/viewer.js", viewer_js), Route("/slides/overlays/{key:str}/cells/{cell:str}.json", cell),
+    return [Route("/slides/viewer.js", viewer_js), Route("/slides/overlays/palette.json", colours), Route("/slides/overlays/{key:str}/cells/{cell:str}.json", cell),
             Route("/slides/overlays/{key:str}/{kind:str}/{level:str}/{tile:str}.png", tile),
             Route("/slides/overlays/{rest:path}", other)]

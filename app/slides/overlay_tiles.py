@@ -1,7 +1,10 @@
 """A slide's overlays as deep-zoom tiles made from its chunk store on request: P(tumour), each reading of the
 first attentive layer's attention (``"spatial"``, ``"removed"``, ``"kept"`` = 1 − removed) and the tissue outline,
 PNG tiles in RGBA (:mod:`app.slides.overlay_colours`), served beside the slide's tiles
-(:mod:`app.slides.overlay_routes`) and drawn by the viewer as tiled layers over the slide.
+(:mod:`app.slides.overlay_routes`) and drawn by the viewer as tiled layers over the slide. The viewer draws P(tumour)
+and the readings from one tile of them all (``"values"``: each one's colour index, :func:`overlay_colours.values_tile`),
+coloured in the browser, so that switching between them fetches nothing; the coloured tiles are for any other client
+and the tests (the viewer's colours are theirs, tested).
 
 The overlay's pyramid is its own, coarser than the slide's (:class:`OverlayPyramid`): its finest pixel is the
 largest power of two of level-0 pixels within one pixel of the stored attention (a cell is 8 of those), so that
@@ -35,17 +38,18 @@ from PIL import Image
 
 from .cell_maps import SAVE_EVERY, CellMaps, cell_means
 from .engine import ATTENTION_POOL, SlideGrid
-from .overlay_colours import OUTLINE, coloured, waiting_pattern
+from .overlay_colours import OUTLINE, coloured, values_tile, waiting_pattern
 
 if TYPE_CHECKING:
     from .run import SlidePlan
 
 __all__ = ["OverlayPyramid", "Overlay", "register", "registered", "overlay_tile", "cell_value", "chunk_rect",
-           "first_corner", "pyramid", "KINDS", "READINGS", "TILE", "PLANS", "TILE_CACHE_BYTES", "FINE_CELL_PX"]
+           "first_corner", "pyramid", "KINDS", "READINGS", "VALUES", "TILE", "PLANS", "TILE_CACHE_BYTES", "FINE_CELL_PX"]
 
 TILE = 256
 READINGS = ("spatial", "removed", "kept")
-KINDS = ("tumour", *READINGS, "outline")
+VALUES = "values"  # every reading at once, as colour indices
+KINDS = ("tumour", *READINGS, VALUES, "outline")
 PLANS = 16  # analyses the routes know at once: the latest registered
 TILE_CACHE_BYTES = 32 * 2**20  # PNG bytes of tiles kept, over every analysis
 FINE_CELL_PX = 4  # tile pixels a cell must span before a tile of attention reads the chunks' own maps
@@ -270,24 +274,34 @@ def overlay_tile(overlay: Overlay, kind: str, level: int, col: int, row: int) ->
     (rows_in, at_i), (cols_in, at_j) = (_places(chunks) for chunks in (chunk_i, chunk_j))
     tissue = overlay.tissue_chunks[np.ix_(rows_in, cols_in)]
     covered = [(int(rows_in[a]), int(cols_in[b])) for a, b in zip(*np.nonzero(tissue), strict=True)]
-    fine = kind != "tumour" and min(grid.cell_size_px()) >= FINE_CELL_PX * px
+    fine = min(grid.cell_size_px()) >= FINE_CELL_PX * px  # a reading read from the chunks' own maps
+    readings = ("spatial", "removed") if kind == VALUES else () if kind == "tumour" else (_reading(kind),)
     with overlay.lock:
         versions = overlay.bring_in(covered)
         key = (overlay.key, kind, level, col, row, hash(tuple(sorted(versions.items()))))
         found = _recall(key)
         if found is not None:
             return found
-        values = (_fine_values(overlay, kind, y0, x0, chunk_i, chunk_j, cell_i, cell_j) if fine else
-                  _cell_values(overlay, kind, cell_i, cell_j))
+        values = (_fine_values(overlay, readings, y0, x0, chunk_i, chunk_j) if fine else
+                  {reading: _cell_values(overlay, reading, cell_i, cell_j) for reading in readings})
+        if kind in ("tumour", VALUES):
+            values["tumour"] = _cell_values(overlay, "tumour", cell_i, cell_j)
         states = np.full(tissue.shape, GLASS, dtype=np.uint8)  # covered is tissue's True entries, in their order
         states[tissue] = [WAITING if versions.get(index) is None else DONE for index in covered]
     # Coloured and encoded out of the lock: the other tiles of the view need it only for the cell maps.
     waiting = (at_i[:, None] >= 0) & (at_j[None, :] >= 0)
     waiting &= states[np.ix_(np.maximum(at_i, 0), np.maximum(at_j, 0))] == WAITING
-    rgba = coloured(values)
+    if kind == VALUES:
+        return _keep(key, _png(values_tile(values["tumour"], values, waiting)))
+    rgba = coloured(values["tumour" if kind == "tumour" else _reading(kind)], reverse=kind == "kept")
     if waiting.any():
         np.copyto(rgba, waiting_pattern(ys, xs), where=waiting[..., None])
     return _keep(key, _png(rgba))
+
+
+def _reading(kind: str) -> str:
+    """The stored reading an overlay of attention shows: α⁺ ("kept") is α⁻ ("removed") at the reversed colours."""
+    return "removed" if kind == "kept" else kind
 
 
 def _places(chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -299,36 +313,41 @@ def _places(chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return distinct, at
 
 
-def _cell_values(overlay: Overlay, kind: str, cell_i: np.ndarray, cell_j: np.ndarray) -> np.ndarray:
-    """``(len(cell_i), len(cell_j))`` float32: each pixel's cell's value (NaN: none)."""
+def _cell_values(overlay: Overlay, name: str, cell_i: np.ndarray, cell_j: np.ndarray) -> np.ndarray:
+    """``(len(cell_i), len(cell_j))`` float32: each pixel's cell's ``"tumour"`` or stored reading (NaN: none)."""
     maps = overlay.maps
-    source = maps.tumour if kind == "tumour" else maps.readings.get("removed" if kind == "kept" else kind)
+    source = maps.tumour if name == "tumour" else maps.readings.get(name)
     if source is None:
         return np.full((len(cell_i), len(cell_j)), np.nan, dtype=np.float32)
     values = source[np.ix_(np.maximum(cell_i, 0), np.maximum(cell_j, 0))]
-    values = 1 - values if kind == "kept" else values
     return np.where((cell_i[:, None] >= 0) & (cell_j[None, :] >= 0), values, np.nan)
 
 
-def _fine_values(overlay: Overlay, kind: str, y0: np.ndarray, x0: np.ndarray, chunk_i: np.ndarray,
-                 chunk_j: np.ndarray, cell_i: np.ndarray, cell_j: np.ndarray) -> np.ndarray:
-    """``(len(y0), len(x0))`` float32: each pixel's stored attention pixel, read from its chunk (NaN: none)."""
-    grid, reading = overlay.plan.grid, "removed" if kind == "kept" else kind
+def _fine_values(overlay: Overlay, readings: tuple[str, ...], y0: np.ndarray, x0: np.ndarray, chunk_i: np.ndarray,
+                 chunk_j: np.ndarray) -> dict[str, np.ndarray]:
+    """Each of the stored ``readings`` at each pixel, ``(len(y0), len(x0))`` float32, read from the pixel's chunk's
+    own maps, each chunk read once (NaN: none)."""
+    grid = overlay.plan.grid
     side = grid.cells.cell // ATTENTION_POOL  # stored pixels per cell side
     at_i, at_j = _axis(grid, 0, y0, ATTENTION_POOL), _axis(grid, 1, x0, ATTENTION_POOL)
-    values = np.full((len(y0), len(x0)), np.nan, dtype=np.float32)
+    values = {reading: np.full((len(y0), len(x0)), np.nan, dtype=np.float32) for reading in readings}
+    if not readings:
+        return values
     for ci in np.unique(chunk_i[chunk_i >= 0]):
         for cj in np.unique(chunk_j[chunk_j >= 0]):
             if overlay.state((ci, cj)) != DONE:
                 continue
             result = overlay.plan.store.get(int(ci), int(cj))
-            maps = None if result is None else result.attention.get(reading)
-            if maps is None:
+            if result is None:
                 continue
             i0, _, j0, _ = overlay.block(int(ci), int(cj))
             rows, cols = np.flatnonzero(chunk_i == ci), np.flatnonzero(chunk_j == cj)
-            values[np.ix_(rows, cols)] = maps[np.ix_(at_i[rows] - i0 * side, at_j[cols] - j0 * side)]
-    return 1 - values if kind == "kept" else values
+            at = np.ix_(at_i[rows] - i0 * side, at_j[cols] - j0 * side)
+            for reading, found in values.items():
+                maps = result.attention.get(reading)
+                if maps is not None:
+                    found[np.ix_(rows, cols)] = maps[at]
+    return values
 
 
 def _outline(overlay: Overlay, y0: np.ndarray, x0: np.ndarray, px: int) -> np.ndarray:
