@@ -48,7 +48,6 @@ REPO = Path(__file__).resolve().parents[1]
 VIEW_PX = 2000  # level-0 pixels across the view put on an island: 500 um, about 20x in a 1,000-pixel viewer
 ANALYSIS_S = 60.0  # the analysis measured at least this long before the overlays are switched
 HOLD_S = 5.0  # each overlay shown this long, the memory sampled
-BURST_MS = 200.0  # an overlay switch's own tiles: asked for within this long of its first
 SWITCH_TIMEOUT_S = 60.0
 SAMPLE_S = 0.1
 CHECKPOINT = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
@@ -316,28 +315,25 @@ def _each_overlay(session, memory: TreeMemory, timeout_s: float) -> list[dict]:
             loaded = f"not within {SWITCH_TIMEOUT_S:.0f} s ({type(err).__name__})"
         session.page.wait_for_timeout(HOLD_S * 1000)
         found.append(dict(overlay=label, kind=kind, shown_s=(shown - clicked) / 1000, loaded_s=loaded,
-                          tiles=_tile_timings(session, kind, clicked), memory_peak_mib=memory.peak(),
+                          tiles=_tile_timings(session, clicked), memory_peak_mib=memory.peak(),
                           memory_split_mib=memory.split, load=_load()))
     return found
 
 
-def _tile_timings(session, kind: str, clicked: float) -> dict:
-    """The overlay ``kind``'s tiles fetched after the click (the browser's resource timings): how many, when the
-    first was asked for, when the last of the first burst (the view's tiles the switch asks for) and the last of all
-    came in (s after the click), and the server's answer time (request sent to its first byte: the tile made, or
-    read from the cache) as median and maximum in ms."""
+def _tile_timings(session, clicked: float) -> dict:
+    """The overlay's tiles (P(tumour) and the readings: any but the outline's) fetched after the click (the browser's
+    resource timings): how many, when the first was asked for and when the last came in (s after the click), and
+    the server's answer time (request sent to its first byte: the tile made, or read from the cache) as median and
+    maximum in ms. A switch itself asks for none (the viewer colours the values tiles it
+    holds): any here are the tiles of chunks that finished meanwhile."""
     entries = session.page.evaluate(
-        "([kind, clicked]) => performance.getEntriesByType('resource').filter((e) => e.startTime >= clicked "
-        "&& e.name.includes('/slides/overlays/') && e.name.includes(`/${kind}/`)).map((e) => "
-        "[e.startTime, e.requestStart, e.responseStart, e.responseEnd])", [kind, clicked])
+        "(clicked) => performance.getEntriesByType('resource').filter((e) => e.startTime >= clicked "
+        "&& e.name.includes('/slides/overlays/') && e.name.includes('.png') && !e.name.includes('/outline/'))"
+        ".map((e) => [e.startTime, e.requestStart, e.responseStart, e.responseEnd])", clicked)
     if not entries:
         return dict(count=0)
     waits = sorted(response - request for _, request, response, _ in entries)
-    first = min(e[0] for e in entries)
-    # The switch's own tiles: those asked for in its first burst (later ones are chunks finishing meanwhile).
-    burst = [e for e in entries if e[0] <= first + BURST_MS]
-    return dict(count=len(entries), first_asked_s=round((first - clicked) / 1000, 3),
-                burst=len(burst), burst_in_s=round((max(e[3] for e in burst) - clicked) / 1000, 3),
+    return dict(count=len(entries), first_asked_s=round((min(e[0] for e in entries) - clicked) / 1000, 3),
                 last_in_s=round((max(e[3] for e in entries) - clicked) / 1000, 3),
                 server_ms_median=round(waits[len(waits) // 2], 1), server_ms_max=round(waits[-1], 1))
 

@@ -5,13 +5,18 @@ the cell a click opens in the patch page."""
 
 from __future__ import annotations
 
+import io
+import re
+
 import numpy as np
 import pytest
+from PIL import Image
 from test_app_browser import app_page
 from test_slides_engine import CHECKPOINT, PCAM, write_pyramid
 
 from app.cells.mosaic import PCAM_MPP, pcam_test_mosaic
 from app.slides.library import list_slides
+from app.slides.overlay_tiles import TILE
 from models import load_checkpoint
 from tests.conftest import REPO, require_shared
 
@@ -73,20 +78,23 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         # Once the last chunk is in, the page runs once more and the status line says so (on a loaded machine that run
         # can come after the overlay is drawn: the line said "Analysing. ... done." for a while).
         viewer.locator(".status", has_text="chunks analysed").wait_for()
-        # The overlays are tiles of their own routes; no picture of the whole slide is sent.
-        overlay_tiles = [url for url in asked if "/slides/overlays/" in url and "/tumour/" in url]
-        assert overlay_tiles and any("/outline/" in url for url in asked)
+        # The overlays are tiles of their own routes (P(tumour) and the readings one layer of values tiles, coloured
+        # by the viewer); no picture of the whole slide is sent.
+        values_tiles = [url for url in asked if "/slides/overlays/" in url and "/values/" in url]
+        assert values_tiles and any("/outline/" in url for url in asked)
         assert not viewer.locator("img[src^='data:']").count()
-        # The opacity changes the overlay's layer as it is (nothing fetched); another overlay is another layer of
-        # tiles, and the slide's own tiles are not fetched again.
+        # The viewer's colours of a values tile are the server's own tile of each overlay, pixel for pixel.
+        for kind in ("tumour", "spatial", "removed", "kept"):
+            assert _coloured_in_the_page(page, values_tiles[-1], kind) == _tile(page, values_tiles[-1], kind), kind
+        # The opacity changes the overlay's layer as it is (nothing fetched); another overlay is the same tiles
+        # coloured again in the page: nothing fetched, neither the overlay's tiles nor the slide's.
         seen = len(asked)
         viewer.locator("[data-opacity]").evaluate("(s) => { s.value = '0.8'; s.dispatchEvent(new Event('input')); }")
         assert viewer.evaluate("(v) => v.viewer.world.getItemAt(1).getOpacity()") == pytest.approx(0.8)
         page.get_by_text("α_s: where it removes", exact=False).click()
         page.locator(".slide-viewer[data-overlay-kind='spatial'][data-overlay='drawn']").wait_for()
         switched = asked[seen:]
-        assert any("/spatial/" in url for url in switched), switched
-        assert not [url for url in switched if url.endswith(".jpeg") or "/tumour/" in url], switched
+        assert not [url for url in switched if url.endswith((".jpeg", ".png")) or ".png?" in url], switched
         assert viewer.evaluate("(v) => v.viewer.world.getItemAt(1).getOpacity()") == pytest.approx(0.8)
         # Cell (3, 3) is the centre of the mosaic's middle patch: its centre is pixel (144, 144) of level 0. Hovered,
         # it is named over the view, and the view does not move (the bar's height is fixed): the click there opens it.
@@ -102,3 +110,25 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         page.mouse.click(*point)
         page.get_by_text("What the model sees").wait_for()
         assert "mosaic.tif, cell (3, 3)" in page.inner_text("body")
+
+
+def _tile(page, values_url: str, kind: str) -> bytes:
+    """The server's tile of ``kind`` at the place of the values tile ``values_url``, decoded: RGBA bytes."""
+    response = page.request.get(values_url.replace("/values/", f"/{kind}/"))
+    assert response.ok, response.status
+    return np.array(Image.open(io.BytesIO(response.body())).convert("RGBA")).tobytes()
+
+
+def _coloured_in_the_page(page, values_url: str, kind: str) -> bytes:
+    """The values tile ``values_url``, decoded here (exact, not through a canvas) and coloured for ``kind`` in the
+    page by the viewer's own code (app/ui/slide_viewer.js's loadPalette and colourValues): RGBA bytes."""
+    response = page.request.get(values_url)
+    values = np.array(Image.open(io.BytesIO(response.body())).convert("RGBA"))
+    col, row = map(int, re.search(r"/(\d+)_(\d+)\.png", values_url).groups())
+    coloured = page.evaluate(
+        """async ([pixels, width, kind, x0, y0]) => {
+            const viewer = await import(new URL("slides/viewer.js", document.baseURI).href);
+            const colours = await viewer.loadPalette();
+            return Array.from(viewer.colourValues(Uint8ClampedArray.from(pixels), width, kind, colours, x0, y0));
+        }""", [values.ravel().tolist(), values.shape[1], kind, col * TILE, row * TILE])
+    return bytes(coloured)

@@ -49,7 +49,7 @@ from ..slides.moved import moved_slide
 from ..slides.order import clamp_view
 from ..slides.overlay_colours import RANGE
 from ..slides.overlay_routes import VIEWER_JS, overlay_base
-from ..slides.overlay_tiles import cell_value, chunk_rect, first_corner, register
+from ..slides.overlay_tiles import VALUES, cell_value, chunk_rect, first_corner, register
 from ..slides.proof import compare_moved, move_cells
 from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, plan_slide
@@ -293,8 +293,9 @@ def _layers(plan: SlidePlan, shown: str | None, version: dict | None) -> dict:
     layers = dict(outline={**base, "kind": "outline"})
     if shown is not None:
         units = "P(tumour)" if shown == TUMOUR else f"{LABELS[shown].split(':')[0]} (first attentive layer)"
-        layers["overlay"] = {**base, "kind": shown, "opacity": OVERLAY_OPACITY, "low": RANGE[0], "high": RANGE[1],
-                             "units": units, **(version or {})}
+        # Its tiles are the values tiles of every overlay, which the viewer colours: a switch fetches nothing.
+        layers["overlay"] = {**base, "kind": shown, "tiles": VALUES, "opacity": OVERLAY_OPACITY, "low": RANGE[0],
+                             "high": RANGE[1], "units": units, **(version or {})}
     return layers
 
 

@@ -10,7 +10,10 @@
 // The overlays (the tissue outline, P(tumour), the readings of attention) are tiled layers of their own pyramid
 // (app/slides/overlay_tiles.py), made by the server from the slide's finished chunks: a refresh of a running analysis
 // sends only a version and the rectangles of the chunks finished since, and the viewer fetches again only the tiles
-// over them. Hover asks the server for the one cell under the mouse.
+// over them. Hover asks the server for the one cell under the mouse. P(tumour) and the readings of attention come in
+// one layer of "values" tiles, each pixel every overlay's colour index and its state (app/slides/overlay_colours.py),
+// coloured here for the overlay chosen (colourValues): choosing another colours the tiles held again and fetches
+// nothing.
 //
 // One viewer per slide outlives the page's reruns: new data for the same slide (the outline once the tissue is
 // found, an analysis's new chunks, another overlay) changes its layers, bar and grid in place, without opening
@@ -134,6 +137,78 @@ function loadOpenSeadragon(base) {
   return loading;
 }
 
+// The colours of a values tile (app/slides/overlay_colours.py's palette), fetched once per page.
+let palette = null;
+
+export function loadPalette() {
+  palette ??= fetch(new URL("slides/overlays/palette.json", document.baseURI).href)
+    .then((response) => (response.ok ? response.json() : Promise.reject(new Error(`palette: ${response.status}`))))
+    .then((said) => ({ ...said, viridis: Uint8Array.from(said.viridis.flat()) }));
+  return palette;
+}
+
+const CHANNEL = { tumour: 0, spatial: 1, removed: 2, kept: 2 }; // α⁺ (kept) is α⁻ (removed) at the reversed index
+
+// RGBA pixels of a values tile (width pixels a row, its first pixel at (x0, y0) of its level), coloured in place for
+// the overlay kind: viridis at the kind's index where evaluated, the stripes of "not yet" where waiting (on the level's
+// own pixels, so that they run on across tiles), nothing elsewhere. The server's coloured tile of the kind, exactly
+// (tests/test_app_browser_slides.py).
+export function colourValues(pixels, width, kind, colours, x0, y0) {
+  const channel = CHANNEL[kind];
+  const reverse = kind === "kept";
+  const { viridis, waiting, gap, stripe, evaluated, waitingMark } = colours;
+  for (let at = 0, n = pixels.length; at < n; at += 4) {
+    const alpha = pixels[at + 3];
+    if (alpha === evaluated) {
+      const index = pixels[at + channel];
+      const from = 4 * (reverse ? 255 - index : index);
+      pixels[at] = viridis[from];
+      pixels[at + 1] = viridis[from + 1];
+      pixels[at + 2] = viridis[from + 2];
+      pixels[at + 3] = viridis[from + 3];
+    } else if (alpha === waitingMark) {
+      const pixel = at / 4;
+      const row = y0 + Math.floor(pixel / width);
+      const col = x0 + (pixel % width);
+      pixels.set(Math.floor((row + col) / stripe) % 2 === 0 ? waiting : gap, at);
+    } else {
+      pixels.fill(0, at, at + 4);
+    }
+  }
+  return pixels;
+}
+
+// OpenSeadragon's data pipeline hands each values tile here as it comes in and again on requestInvalidate (from its
+// data as fetched): coloured for the kind the viewer shows now.
+async function colourTile(entry, event) {
+  if (!event.tile.getUrl().includes("/values/")) return; // the slide's own tiles and the outline as they came
+  const [colours, context] = await Promise.all([loadPalette(), event.getData("context2d")]);
+  if (event.outdated()) return;
+  const { width, height } = context.canvas;
+  const image = context.getImageData(0, 0, width, height);
+  const size = event.tiledImage.source.getTileWidth(event.tile.level);
+  colourValues(image.data, width, entry.colouring, colours, event.tile.x * size, event.tile.y * size);
+  context.putImageData(image, 0, 0);
+  await event.setData(context, "context2d");
+}
+
+// Another overlay chosen: the values tiles held (the shown layer's and any it replaces) coloured again, nothing fetched.
+function recolour(entry, kind) {
+  entry.colouring = kind;
+  const record = entry.layers.overlay;
+  const items = record ? [record.item, ...record.replaces].filter(Boolean) : [];
+  const { root } = entry;
+  root.dataset.overlay = "loading";
+  keepBusy();
+  Promise.all(items.map((item) => item.requestInvalidate(true))).then(() => {
+    if (entry.colouring !== kind) return;
+    root.dataset.overlayKind = kind;
+    root.dataset.overlay = "added"; // "drawn" with the next frame, which this asks for
+    entry.viewer?.forceRedraw();
+    keepBusy();
+  });
+}
+
 function element(tag, className) {
   const made = document.createElement(tag);
   if (className) made.className = className;
@@ -195,13 +270,19 @@ function tileVersion(layer, record, level, x, y) {
   return `${record.base}.${last}`;
 }
 
+// What a layer's tiles are: a layer of the same key brings the one shown up to date (P(tumour) and the readings share
+// one, of values tiles).
+function layerKey(layer) {
+  return `${layer.base}|${layer.tiles ?? layer.kind}`;
+}
+
 // A layer's tiles, on its own pyramid, each tile's URL naming its version (tileVersion).
 function layerSource(layer, record) {
   const base = new URL(layer.base, document.baseURI).href;
   return {
     width: layer.width, height: layer.height, tileSize: layer.tileSize, tileOverlap: 0,
     minLevel: layer.minLevel, maxLevel: layer.maxLevel,
-    getTileUrl: (level, x, y) => `${base}${layer.kind}/${level}/${x}_${y}.png`
+    getTileUrl: (level, x, y) => `${base}${layer.tiles ?? layer.kind}/${level}/${x}_${y}.png`
       + `?v=${tileVersion(layer, record, level, x, y)}`,
   };
 }
@@ -226,8 +307,9 @@ function drawLayers(entry) {
       delete root.dataset[kind];
       continue;
     }
-    const key = `${layer.base}|${layer.kind}`;
+    const key = layerKey(layer);
     const version = layer.version ?? 0;
+    if (record && record.key === key && kind === "overlay" && entry.colouring !== layer.kind) recolour(entry, layer.kind);
     if (record && record.key === key) {
       const at = held ? held.version : record.version; // the version the viewer holds, or will once it is in
       if (version === at) continue;
@@ -278,7 +360,7 @@ function refreshOutside(entry) {
     const record = entry.layers[kind];
     const layer = entry.data.layers?.[kind];
     if (!record || record.loading || !record.outside?.length || !layer) continue;
-    if (`${layer.base}|${layer.kind}` !== record.key || !record.outside.some((rect) => inView(entry, rect))) continue;
+    if (layerKey(layer) !== record.key || !record.outside.some((rect) => inView(entry, rect))) continue;
     addLayer(entry, kind, layer, record.key, record.version, record, []);
   }
 }
@@ -289,7 +371,10 @@ function addLayer(entry, kind, layer, key, version, previous, rects) {
     ? { key, version, base: previous.base, changes: [...previous.changes, ...rects.map((r) => [...r, version])] }
     : { key, version, base: version, changes: [] };
   Object.assign(record, { item: null, replaces: [], loading: true });
-  if (kind === "overlay") entry.values.clear();
+  if (kind === "overlay") {
+    entry.values.clear();
+    entry.colouring = layer.kind;
+  }
   if (rects) {
     entry.root.dataset.overlayVersion = String(version);
     entry.root.dataset.tilesRefreshed = String(Number(entry.root.dataset.tilesRefreshed || 0) + rects.length);
@@ -307,7 +392,7 @@ function addLayer(entry, kind, layer, key, version, previous, rects) {
     record.replaces = [];
     const held = entry.held[kind];
     const current = entry.data.layers?.[kind];
-    if (held && current && `${current.base}|${current.kind}` === key) {
+    if (held && current && layerKey(current) === key) {
       delete entry.held[kind];
       addLayer(entry, kind, current, key, held.version, record, held.rects);
     }
@@ -528,6 +613,7 @@ function open(entry, OpenSeadragon) {
     drawScaleBar(entry);
     reportView(entry);
   });
+  viewer.addHandler("tile-invalidated", (event) => colourTile(entry, event));
   viewer.addHandler("tile-loaded", (event) => {
     if (event.tiledImage === viewer.world.getItemAt(0)) root.dataset.tiles = String(Number(root.dataset.tiles || 0) + 1);
   });
@@ -591,7 +677,7 @@ function create(data) {
   readout.hidden = true;
   root.append(bar, view);
   const entry = { root, bar, view, scaleBar, readout, data, viewer: null, layers: {}, held: {}, opacity: null,
-    values: new Map(), hovered: null, asking: null };
+    values: new Map(), hovered: null, asking: null, colouring: null };
   view.append(scaleBar, readout, drawControls(entry));
   loadOpenSeadragon(document.baseURI).then((OpenSeadragon) => {
     if (!entry.gone) open(entry, OpenSeadragon);
