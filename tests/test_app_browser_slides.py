@@ -86,6 +86,22 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
         # The viewer's colours of a values tile are the server's own tile of each overlay, pixel for pixel.
         for kind in ("tumour", "spatial", "removed", "kept"):
             assert _coloured_in_the_page(page, values_tiles[-1], kind) == _tile(page, values_tiles[-1], kind), kind
+        # On screen, at opacity 1, the centre of cell (3, 3) (pixel (144, 144), a cell of 32 pixels: no blend with a
+        # neighbour) is the server's colour of that cell.
+        viewer.locator("[data-opacity]").evaluate("(s) => { s.value = '1'; s.dispatchEvent(new Event('input')); }")
+        frames = int(viewer.get_attribute("data-drawn"))
+        page.wait_for_function(f"(v) => Number(v.dataset.drawn) > {frames} + 1", arg=viewer.element_handle())
+        shown, (url, x, y) = viewer.evaluate(
+            "(v) => { const w = v.viewer.world; const at = w.getItemAt(0).imageToViewerElementCoordinates("
+            "new OpenSeadragon.Point(144, 144)); const canvas = v.viewer.drawer.canvas; const ratio = canvas.width"
+            " / v.viewer.container.clientWidth; const shown = Array.from(canvas.getContext('2d').getImageData("
+            "Math.floor(at.x * ratio), Math.floor(at.y * ratio), 1, 1).data); const source = w.getItemAt(1).source;"
+            " const px = Math.floor(144 * source.dimensions.x / w.getItemAt(0).source.dimensions.x);"
+            " return [shown, [source.getTileUrl(source.maxLevel, Math.floor(px / 256), Math.floor(px / 256)),"
+            " px % 256, px % 256]]; }")
+        tile = page.request.get(url.replace("/values/", "/tumour/"))
+        assert shown[3] == 255, "an evaluated cell: opaque"
+        assert shown == list(Image.open(io.BytesIO(tile.body())).convert("RGBA").getpixel((x, y))), (shown, url)
         # The opacity changes the overlay's layer as it is (nothing fetched); another overlay is the same tiles
         # coloured again in the page: nothing fetched, neither the overlay's tiles nor the slide's.
         seen = len(asked)

@@ -106,6 +106,7 @@ async def colours(request: Request) -> Response:
 
 def overlay_routes() -> list:
     """The routes above, for :func:`app.slides.tiles.slide_routes`."""
-    return [Route("/slides/viewer.js", viewer_js), Route("/slides/overlays/palette.json", colours), Route("/slides/overlays/{key:str}/cells/{cell:str}.json", cell),
+    return [Route("/slides/viewer.js", viewer_js), Route("/slides/overlays/palette.json", colours),
+            Route("/slides/overlays/{key:str}/cells/{cell:str}.json", cell),
             Route("/slides/overlays/{key:str}/{kind:str}/{level:str}/{tile:str}.png", tile),
             Route("/slides/overlays/{rest:path}", other)]

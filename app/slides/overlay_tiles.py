@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from .run import SlidePlan
 
 __all__ = ["OverlayPyramid", "Overlay", "register", "registered", "overlay_tile", "cell_value", "chunk_rect",
-           "first_corner", "pyramid", "KINDS", "READINGS", "VALUES", "TILE", "PLANS", "TILE_CACHE_BYTES", "FINE_CELL_PX"]
+           "first_corner", "pyramid", "KINDS", "READINGS", "VALUES", "TILE", "PLANS", "TILE_CACHE_BYTES",
+           "FINE_CELL_PX"]
 
 TILE = 256
 READINGS = ("spatial", "removed", "kept")
