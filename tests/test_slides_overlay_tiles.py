@@ -295,6 +295,11 @@ def test_the_routes_serve_tiles_and_cells_and_say_why_in_a_404(half_done):
     assert good.status_code == 200 and good.media_type == "image/png"
     assert good.headers["x-content-type-options"] == "nosniff"
     assert good.body == overlay_tile(overlay, "tumour", level, 0, 0)
+    values = serve(f"/slides/overlays/{key}/values/{level}/0_0.png")
+    assert values.status_code == 200 and values.body == overlay_tile(overlay, "values", level, 0, 0)
+    palette = serve("/slides/overlays/palette.json")
+    assert palette.status_code == 200 and b'"viridis"' in palette.body
+    assert palette.headers["x-content-type-options"] == "nosniff"
     answer = serve(f"/slides/overlays/{key}/cells/3_4.json")
     assert answer.status_code == 200 and b'"evaluated"' in answer.body
     bad = {
