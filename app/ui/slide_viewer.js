@@ -143,7 +143,11 @@ let palette = null;
 export function loadPalette() {
   palette ??= fetch(new URL("slides/overlays/palette.json", document.baseURI).href)
     .then((response) => (response.ok ? response.json() : Promise.reject(new Error(`palette: ${response.status}`))))
-    .then((said) => ({ ...said, viridis: Uint8Array.from(said.viridis.flat()) }));
+    .then((said) => ({ ...said, viridis: Uint8Array.from(said.viridis.flat()) }))
+    .catch((error) => {
+      palette = null; // asked again for the next tile
+      throw error;
+    });
   return palette;
 }
 
@@ -182,13 +186,17 @@ export function colourValues(pixels, width, kind, colours, x0, y0) {
 // data as fetched): coloured for the kind the viewer shows now.
 async function colourTile(entry, event) {
   if (!event.tile.getUrl().includes("/values/")) return; // the slide's own tiles and the outline as they came
-  const [colours, context] = await Promise.all([loadPalette(), event.getData("context2d")]);
+  const [colours, context] = await Promise.all([loadPalette().catch(() => null), event.getData("context2d")]);
   if (event.outdated()) return;
   const { width, height } = context.canvas;
-  const image = context.getImageData(0, 0, width, height);
-  const size = event.tiledImage.source.getTileWidth(event.tile.level);
-  colourValues(image.data, width, entry.colouring, colours, event.tile.x * size, event.tile.y * size);
-  context.putImageData(image, 0, 0);
+  if (colours) {
+    const image = context.getImageData(0, 0, width, height);
+    const size = event.tiledImage.source.getTileWidth(event.tile.level);
+    colourValues(image.data, width, entry.colouring, colours, event.tile.x * size, event.tile.y * size);
+    context.putImageData(image, 0, 0);
+  } else {
+    context.clearRect(0, 0, width, height); // no colours to be had: nothing drawn, never the indices as colours
+  }
   await event.setData(context, "context2d");
 }
 
