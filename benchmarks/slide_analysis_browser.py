@@ -324,8 +324,8 @@ def _tile_timings(session, clicked: float) -> dict:
     """The overlay's tiles (P(tumour) and the readings: any but the outline's) fetched after the click (the browser's
     resource timings): how many, when the first was asked for and when the last came in (s after the click), and
     the server's answer time (request sent to its first byte: the tile made, or read from the cache) as median and
-    maximum in ms. A switch itself asks for none (the viewer colours the values tiles it
-    holds): any here are the tiles of chunks that finished meanwhile."""
+    maximum in ms. A switch itself asks for none (the viewer colours the values tiles it holds): any here are the
+    tiles of chunks that finished meanwhile."""
     entries = session.page.evaluate(
         "(clicked) => performance.getEntriesByType('resource').filter((e) => e.startTime >= clicked "
         "&& e.name.includes('/slides/overlays/') && e.name.includes('.png') && !e.name.includes('/outline/'))"
