@@ -4,6 +4,7 @@ not analysed until one is given, and an empty listing or a missing viewer said i
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -169,6 +170,29 @@ def test_a_slide_is_planned_once_the_viewer_has_its_first_tile(tmp_path, monkeyp
              "path_params": dict(slide_id=cmu.slide_id, level=8, col=0, row=0)}
     assert asyncio.run(tiles.tile(Request(scope))).status_code == 200
     plan = planning.result(timeout=60)
+    assert plan.chunks and plan.tissue.any()
+
+
+def test_a_plan_queued_behind_others_waits_as_long_as_it_was_told_when_asked_for(tmp_path, monkeypatch):
+    """A plan asked for while the planner's threads are busy waits for tiles as long as PLAN_WAIT_S said then, not
+    as long as it says when a thread takes the plan up (a later test's 600 s held both threads for ten minutes, and
+    every slide page after it waited for a plan)."""
+    require_shared(DEMO_FOLDER / "CMU-1-Small-Region.svs", f"{DEMO_FOLDER} not found (the demo slides)")
+    monkeypatch.setenv("APP_SLIDES", str(tmp_path / "no_slides_here"))
+    monkeypatch.setattr(slide_page, "STORE", tmp_path / "store")
+    monkeypatch.setattr(tiles, "_served", {})  # no tile of any slide served in this process: none will be
+    monkeypatch.setattr(slide_page, "PLAN_WAIT_S", 0.2)
+    release = threading.Event()
+    busy = [slide_page._PLANNER.submit(release.wait, 60) for _ in range(slide_page._PLANNER._max_workers)]
+    try:
+        cmu = next(e for e in list_slides() if e.name == "CMU-1-Small-Region.svs")
+        checkpoint = REPO / "checkpoints" / "fa_p4m_densenet_pcam.safetensors"
+        planning = slide_page._make_plan(cmu.slide_id, str(cmu.path), str(checkpoint), None)  # queued
+        monkeypatch.setattr(slide_page, "PLAN_WAIT_S", 600.0)
+    finally:
+        release.set()
+    assert all(done.result(timeout=60) for done in busy)
+    plan = planning.result(timeout=60)  # 0.2 s for the tiles that never come, then the plan
     assert plan.chunks and plan.tissue.any()
 
 

@@ -134,12 +134,15 @@ def _make_plan(slide_id: str, path: str, checkpoint: str, mpp: float | None, ele
     slide), its pixels normalised by ``stain``, made in the background once the viewer has its first tiles, which
     need no plan: on two cores the plan made beside them delayed the first tiles of the page's first visit by
     seconds. The slide's stain estimate is made there too (kept per file), for the sidebar's swatches."""
+    # The wait as it is now, not when a thread of the pool takes the plan up: a plan queued behind others would
+    # otherwise wait as long as whatever PLAN_WAIT_S says then (a test's 600 s held both threads for ten minutes).
+    wait_s = PLAN_WAIT_S
 
     def plan() -> SlidePlan:
         # The patch page's requests kept their memory (models.cpu.allocator): a slide's analysis needs none of it,
         # and the server with its workers stays within its bound only without it.
         release_freed_memory()
-        wait_for_tiles(route_id(slide_id, element, stain), PLAN_WAIT_S)
+        wait_for_tiles(route_id(slide_id, element, stain), wait_s)
         made = plan_slide(Path(path), Path(checkpoint), STORE, mpp, element=element, stain=stain)
         try:
             # Kept: the sidebar shows it from the page's next run on, without waiting for it (from the plan's own
