@@ -200,7 +200,8 @@ async function colourTile(entry, event) {
   await event.setData(context, "context2d");
 }
 
-// Another overlay chosen: the values tiles held (the shown layer's and any it replaces) coloured again, nothing fetched.
+// Another overlay chosen: the values tiles held (the shown layer's and any it replaces) coloured again, nothing
+// fetched.
 function recolour(entry, kind) {
   entry.colouring = kind;
   const record = entry.layers.overlay;
@@ -317,7 +318,8 @@ function drawLayers(entry) {
     }
     const key = layerKey(layer);
     const version = layer.version ?? 0;
-    if (record && record.key === key && kind === "overlay" && entry.colouring !== layer.kind) recolour(entry, layer.kind);
+    const recoloured = kind === "overlay" && entry.colouring !== layer.kind; // the same tiles, another's colours
+    if (record && record.key === key && recoloured) recolour(entry, layer.kind);
     if (record && record.key === key) {
       const at = held ? held.version : record.version; // the version the viewer holds, or will once it is in
       if (version === at) continue;
