@@ -97,8 +97,8 @@ def test_a_slide_opens_is_analysed_and_a_click_opens_a_cell(tmp_path, monkeypatc
             " / v.viewer.container.clientWidth; const shown = Array.from(canvas.getContext('2d').getImageData("
             "Math.floor(at.x * ratio), Math.floor(at.y * ratio), 1, 1).data); const source = w.getItemAt(1).source;"
             " const px = Math.floor(144 * source.dimensions.x / w.getItemAt(0).source.dimensions.x);"
-            " return [shown, [source.getTileUrl(source.maxLevel, Math.floor(px / 256), Math.floor(px / 256)),"
-            " px % 256, px % 256]]; }")
+            " const side = source.getTileWidth(source.maxLevel); return [shown, [source.getTileUrl(source.maxLevel,"
+            " Math.floor(px / side), Math.floor(px / side)), px % side, px % side]]; }")
         tile = page.request.get(url.replace("/values/", "/tumour/"))
         assert shown[3] == 255, "an evaluated cell: opaque"
         assert shown == list(Image.open(io.BytesIO(tile.body())).convert("RGBA").getpixel((x, y))), (shown, url)

@@ -123,6 +123,7 @@ def test_a_values_tile_holds_each_overlays_colour_index_and_the_state(half_done)
     plan, overlay = half_done
     said = palette()
     assert np.array_equal(said["viridis"], VIRIDIS) and (said["evaluated"], said["waitingMark"]) == (255, 128)
+    assert said["channels"] == dict(tumour=0, spatial=1, removed=2, kept=2) and said["reversed"] == ["kept"]
     geometry = overlay.pyramid
     states = set()
     for level in range(geometry.min_level, geometry.max_level + 1):  # the chunks' maps, then the cell maps

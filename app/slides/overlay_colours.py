@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from matplotlib import colormaps
 
-__all__ = ["RANGE", "VIRIDIS", "WAITING", "WAITING_STRIPE", "OUTLINE", "EVALUATED", "WAITING_MARK", "index",
-           "coloured", "waiting_pattern", "values_tile", "palette"]
+__all__ = ["RANGE", "VIRIDIS", "WAITING", "WAITING_STRIPE", "OUTLINE", "EVALUATED", "WAITING_MARK", "CHANNELS",
+           "REVERSED", "index", "coloured", "waiting_pattern", "values_tile", "palette"]
 
 RANGE = (0.0, 1.0)  # of every overlay: see the module's docstring
 VIRIDIS = np.round(colormaps["viridis"](np.linspace(0, 1, 256)) * 255).astype(np.uint8)  # (256, 4) RGBA
@@ -33,6 +33,8 @@ WAITING_GAP = np.array([128, 128, 128, 45], dtype=np.uint8)  # between its strip
 WAITING_STRIPE = 6  # pixels of the tile across a stripe and across a gap
 OUTLINE = np.array([0, 229, 255, 255], dtype=np.uint8)
 EVALUATED, WAITING_MARK = 255, 128  # a values tile's alpha (its docstring)
+CHANNELS = ("tumour", "spatial", "removed")  # a values tile's red, green and blue
+REVERSED = {"kept": "removed"}  # an overlay drawn as another's index reversed (α⁺ = 1 − α⁻)
 
 
 def index(values: np.ndarray, low: float = RANGE[0], high: float = RANGE[1]) -> tuple[np.ndarray, np.ndarray]:
@@ -55,22 +57,25 @@ def coloured(values: np.ndarray, low: float = RANGE[0], high: float = RANGE[1], 
     return colours
 
 
-def values_tile(tumour: np.ndarray, readings: dict[str, np.ndarray], waiting: np.ndarray) -> np.ndarray:
-    """``(h, w, 4)`` uint8: the values tile (the module's docstring) of a tile's ``(h, w)`` P(tumour), its
-    ``readings`` (``"spatial"``, ``"removed"``; one missing is index 0) and where it is not yet evaluated."""
-    rgba = np.zeros((*tumour.shape, 4), dtype=np.uint8)
-    evaluated = np.isfinite(tumour)
-    for channel, found in enumerate([tumour, readings.get("spatial"), readings.get("removed")]):
-        if found is not None:
-            rgba[..., channel] = np.where(evaluated, index(found)[0], 0)
+def values_tile(values: dict[str, np.ndarray], waiting: np.ndarray) -> np.ndarray:
+    """``(h, w, 4)`` uint8: the values tile (the module's docstring) of a tile's ``(h, w)`` ``values`` of each of
+    :data:`CHANNELS` (``"tumour"`` there; a reading missing is index 0) and where it is not yet evaluated."""
+    rgba = np.zeros((*waiting.shape, 4), dtype=np.uint8)
+    evaluated = np.isfinite(values["tumour"])
+    for channel, name in enumerate(CHANNELS):
+        if values.get(name) is not None:
+            rgba[..., channel] = np.where(evaluated, index(values[name])[0], 0)
     rgba[..., 3] = np.where(waiting, WAITING_MARK, np.where(evaluated, EVALUATED, 0))
     return rgba
 
 
 def palette() -> dict:
-    """What the viewer colours a values tile with: this module's colours, as JSON."""
+    """What the viewer colours a values tile with, as JSON: this module's colours, and each overlay's channel (the
+    ones of :data:`REVERSED` at the reversed index)."""
+    channels = {name: channel for channel, name in enumerate(CHANNELS)}
+    channels.update({name: channels[source] for name, source in REVERSED.items()})
     return dict(viridis=VIRIDIS.tolist(), waiting=WAITING.tolist(), gap=WAITING_GAP.tolist(), stripe=WAITING_STRIPE,
-                evaluated=EVALUATED, waitingMark=WAITING_MARK)
+                evaluated=EVALUATED, waitingMark=WAITING_MARK, channels=channels, reversed=list(REVERSED))
 
 
 _stripes: list[np.ndarray] = []  # the pattern over (2 * WAITING_STRIPE + n) x n pixels, grown as asked

@@ -38,7 +38,7 @@ from PIL import Image
 
 from .cell_maps import SAVE_EVERY, CellMaps, cell_means
 from .engine import ATTENTION_POOL, SlideGrid
-from .overlay_colours import OUTLINE, coloured, values_tile, waiting_pattern
+from .overlay_colours import OUTLINE, REVERSED, coloured, values_tile, waiting_pattern
 
 if TYPE_CHECKING:
     from .run import SlidePlan
@@ -293,8 +293,8 @@ def overlay_tile(overlay: Overlay, kind: str, level: int, col: int, row: int) ->
     waiting = (at_i[:, None] >= 0) & (at_j[None, :] >= 0)
     waiting &= states[np.ix_(np.maximum(at_i, 0), np.maximum(at_j, 0))] == WAITING
     if kind == VALUES:
-        return _keep(key, _png(values_tile(values["tumour"], values, waiting)))
-    rgba = coloured(values["tumour" if kind == "tumour" else _reading(kind)], reverse=kind == "kept")
+        return _keep(key, _png(values_tile(values, waiting)))
+    rgba = coloured(values["tumour" if kind == "tumour" else _reading(kind)], reverse=kind in REVERSED)
     if waiting.any():
         np.copyto(rgba, waiting_pattern(ys, xs), where=waiting[..., None])
     return _keep(key, _png(rgba))
@@ -302,7 +302,7 @@ def overlay_tile(overlay: Overlay, kind: str, level: int, col: int, row: int) ->
 
 def _reading(kind: str) -> str:
     """The stored reading an overlay of attention shows: α⁺ ("kept") is α⁻ ("removed") at the reversed colours."""
-    return "removed" if kind == "kept" else kind
+    return REVERSED.get(kind, kind)
 
 
 def _places(chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

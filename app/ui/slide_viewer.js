@@ -151,16 +151,14 @@ export function loadPalette() {
   return palette;
 }
 
-const CHANNEL = { tumour: 0, spatial: 1, removed: 2, kept: 2 }; // α⁺ (kept) is α⁻ (removed) at the reversed index
-
 // RGBA pixels of a values tile (width pixels a row, its first pixel at (x0, y0) of its level), coloured in place for
-// the overlay kind: viridis at the kind's index where evaluated, the stripes of "not yet" where waiting (on the level's
+// the overlay kind: viridis at the kind's index (its channel, reversed for α⁺: the palette says) where evaluated, the stripes of "not yet" where waiting (on the level's
 // own pixels, so that they run on across tiles), nothing elsewhere. The server's coloured tile of the kind, exactly
 // (tests/test_app_browser_slides.py).
 export function colourValues(pixels, width, kind, colours, x0, y0) {
-  const channel = CHANNEL[kind];
-  const reverse = kind === "kept";
-  const { viridis, waiting, gap, stripe, evaluated, waitingMark } = colours;
+  const { viridis, waiting, gap, stripe, evaluated, waitingMark, channels } = colours;
+  const channel = channels[kind];
+  const reverse = colours.reversed.includes(kind);
   for (let at = 0, n = pixels.length; at < n; at += 4) {
     const alpha = pixels[at + 3];
     if (alpha === evaluated) {
