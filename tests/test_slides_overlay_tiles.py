@@ -300,7 +300,7 @@ def test_the_routes_serve_tiles_and_cells_and_say_why_in_a_404(half_done):
     assert values.status_code == 200 and values.body == overlay_tile(overlay, "values", level, 0, 0)
     palette = serve("/slides/overlays/palette.json")
     assert palette.status_code == 200 and b'"viridis"' in palette.body
-    assert palette.headers["x-content-type-options"] == "nosniff"
+    assert palette.headers["x-content-type-options"] == "nosniff" and palette.headers["cache-control"] == "no-cache"
     answer = serve(f"/slides/overlays/{key}/cells/3_4.json")
     assert answer.status_code == 200 and b'"evaluated"' in answer.body
     bad = {

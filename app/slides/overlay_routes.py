@@ -3,7 +3,7 @@
 - ``/slides/overlays/{key}/{kind}/{level}/{col}_{row}.png``: a tile of an overlay of the analysis whose store's key
   is ``key`` (:func:`app.slides.overlay_tiles.overlay_tile`);
 - ``/slides/overlays/palette.json``: the colours the viewer draws a values tile in
-  (:func:`app.slides.overlay_colours.palette`), kept by the browser;
+  (:func:`app.slides.overlay_colours.palette`), once per page;
 - ``/slides/overlays/{key}/cells/{i}_{j}.json``: cell (i, j)'s state and P(tumour), for the viewer's hover
   (:func:`app.slides.overlay_tiles.cell_value`);
 - ``/slides/viewer.js``: the viewer's own code (``app/ui/slide_viewer.js``), which the Slide page's component loads
@@ -101,7 +101,9 @@ async def viewer_js(request: Request) -> Response:
 
 
 async def colours(request: Request) -> Response:
-    return JSONResponse(palette(), headers={**NOSNIFF, "Cache-Control": "public, max-age=86400"})
+    # Asked again by each page (no version in its URL, unlike viewer.js's): a palette kept a day would outlive a
+    # change of the code that colours with it.
+    return JSONResponse(palette(), headers=HEADERS)
 
 
 def overlay_routes() -> list:
