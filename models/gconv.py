@@ -71,6 +71,9 @@ def conv2d(x: torch.Tensor, filters: torch.Tensor, stride: int = 1, padding: int
     the DenseNet's transition layers are such convolutions. Its first dense layer
     runs through NNPACK in inference (see :mod:`models.cpu.nnpack`).
     """
+    if x.dtype == torch.bfloat16 and x.device.type == "cpu" and not (
+            torch.is_grad_enabled() and (x.requires_grad or filters.requires_grad)):
+        return _conv2d_channels_last(x, filters.to(x.dtype), stride, padding, dilation)
     if filters.shape[-2:] == (1, 1) and stride == 1 and padding == 0:
         b, c, rows, cols = x.shape
         out = torch.matmul(filters.flatten(1), x.reshape(b, c, rows * cols))  # (B, C_out, X * Y)
@@ -83,6 +86,21 @@ def conv2d(x: torch.Tensor, filters: torch.Tensor, stride: int = 1, padding: int
         # inference and channels-last 1.1-1.5x faster in training (benchmarks.fast_paths).
         last = x.contiguous(memory_format=torch.channels_last)
         return F.conv2d(last, filters, stride=stride, padding=padding, dilation=dilation).contiguous()
+    return F.conv2d(x, filters, stride=stride, padding=padding, dilation=dilation)
+
+
+def _conv2d_channels_last(x: torch.Tensor, filters: torch.Tensor, stride: int, padding: int, dilation: int):
+    """A bfloat16 convolution on the CPU, channels last in and out: where oneDNN runs it through AMX or AVX512-BF16
+    (a 3x3 conv of 72 to 72 channels on 94 x 94 planes: 344 G multiply-adds/s channels last against 183 on NCHW
+    tensors, one Sapphire Rapids core; ``benchmarks.bfloat16_engine``), and what the bfloat16 kernels between the
+    convolutions read and write (:mod:`models.cpu.bfloat16_kernels`). A 1x1 convolution is one matrix product over
+    the pixels' rows, which channels last are."""
+    x = x.contiguous(memory_format=torch.channels_last)
+    if filters.shape[-2:] == (1, 1) and stride == 1 and padding == 0:
+        b, c, rows, cols = x.shape
+        pixels = x.permute(0, 2, 3, 1).reshape(b * rows * cols, c)  # (B * X * Y, C_in), a view
+        out = torch.mm(pixels, filters.flatten(1).t())  # (B * X * Y, C_out)
+        return out.view(b, rows, cols, -1).permute(0, 3, 1, 2)  # (B, C_out, X, Y) channels last
     return F.conv2d(x, filters, stride=stride, padding=padding, dilation=dilation)
 
 
@@ -203,6 +221,12 @@ class PooledConv2d(nn.Conv2d):
         return super().extra_repr() + f", pool={self.pool}"
 
 
+def _bank_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype a layer's filter bank is kept in for input ``x``: bfloat16 for a bfloat16 input (the network's
+    bfloat16 path), else the weight's own (None)."""
+    return torch.bfloat16 if x.dtype == torch.bfloat16 else None
+
+
 class _GConvBase(nn.Module):
     def __init__(self, group, in_channels, out_channels, kernel_size, stride, padding, dilation, pool):
         super().__init__()
@@ -216,8 +240,9 @@ class _GConvBase(nn.Module):
         self.dilation = dilation
         self.pool = pool
 
-    def filter_bank(self) -> torch.Tensor:
-        """The weight expanded over the group into one planar filter bank (``lifting_bank``/``group_bank``).
+    def filter_bank(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The weight expanded over the group into one planar filter bank (``lifting_bank``/``group_bank``), in
+        ``dtype`` (default: the weight's; a bfloat16 input is convolved with the float32 bank rounded once).
 
         Without gradients (eval, inference) the bank is kept and reused until the weight changes: the key is the
         weight's storage, version counter (bumped by in-place changes: optimiser steps, ``load_state_dict``),
@@ -229,12 +254,12 @@ class _GConvBase(nn.Module):
         every evaluation.
         """
         if torch.is_grad_enabled():
-            return self._expand(self.weight)
+            return self._expand(self.weight).to(dtype or self.weight.dtype)
         w = self.weight
-        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        key = (w.data_ptr(), w._version, w.dtype, w.device, dtype)
         cached = self._bank_cache
         if cached is None or cached[0] != key:
-            cached = (key, self._expand(w))
+            cached = (key, self._expand(w).to(dtype or w.dtype))
             self._bank_cache = cached  # one assignment: sessions sharing the model read a whole pair
         return cached[1]
 
@@ -285,7 +310,8 @@ class LiftingConv(_GConvBase):
         return lifting_bank(weight, self.group)
 
     def _convolve(self, x: torch.Tensor) -> torch.Tensor:
-        return lifting_conv_bank(x, self.filter_bank(), self.group.order, self.stride, self.padding, self.dilation)
+        return lifting_conv_bank(x, self.filter_bank(_bank_dtype(x)), self.group.order, self.stride, self.padding,
+                                 self.dilation)
 
 
 class GroupConv(_GConvBase):
@@ -315,7 +341,7 @@ class GroupConv(_GConvBase):
         return group_bank(weight, self.group)
 
     def _convolve(self, x: torch.Tensor) -> torch.Tensor:
-        return group_conv_bank(x, self.filter_bank(), self.stride, self.padding, self.dilation)
+        return group_conv_bank(x, self.filter_bank(_bank_dtype(x)), self.stride, self.padding, self.dilation)
 
 
 def check_group_input(x: torch.Tensor, channels: int, group: Group, who: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..cpu import input_attention_kernels
+from ..cpu import bfloat16_kernels, input_attention_kernels
 from ..gconv import GroupConv, LiftingConv
 from .channel import InputChannelAttention
 from .parts import AttentionParts, AttentiveLayer
@@ -29,10 +29,31 @@ def kernels_cover(layer, f: torch.Tensor) -> bool:
             and input_attention_kernels.supported(f))
 
 
+def _bfloat16_attend(layer, f: torch.Tensor, pool: int = 1):
+    """alpha_F of a bfloat16 ``f`` in inference through :func:`models.cpu.bfloat16_kernels.attend` (channels last,
+    statistics and spatial filter in float32): ``(out, AttentionParts)``, or None where those kernels do not cover
+    the layer or ``f`` (then a bfloat16 input is attended in float32 by the paths below)."""
+    if not (kernels_cover(layer, f) and bfloat16_kernels.applies(f)) or input_attention_kernels.wants_graph(layer, f):
+        return None
+    spatial = layer.spatial_attention
+    done = bfloat16_kernels.attend(f, layer.channel_attention.from_statistics, spatial.filter_bank(),
+                                   spatial.dilation, spatial.lifting, pool)
+    if done is None:
+        return None
+    out, channel, alpha_s = done
+    return out, AttentionParts(channel, alpha_s, layer.attention_group_axes)
+
+
 class _InputAttention(AttentiveLayer):
-    """Mixin: attend to the input, then run the parent convolution."""
+    """Mixin: attend to the input, then run the parent convolution.
+
+    A bfloat16 input in inference is attended in bfloat16 channels last (:func:`_bfloat16_attend`), and the
+    convolution then runs in bfloat16 too (:func:`models.gconv.conv2d`): the network's bfloat16 path.
+    """
 
     def attend(self, f: torch.Tensor):
+        if f.dtype == torch.bfloat16 and (done := _bfloat16_attend(self, f)) is not None:
+            return done
         # The compiled kernels where they apply (same function, a fraction of the memory traffic).
         if kernels_cover(self, f):
             out, channel, spatial = input_attention_kernels.attend(self, f)
@@ -40,7 +61,12 @@ class _InputAttention(AttentiveLayer):
         return super().attend(f)
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
-        if self._pools_in_the_gate(x):
+        if self.pool > 1 and self.pointwise and x.dtype == torch.bfloat16 and self._tiles(x) and (
+                done := _bfloat16_attend(self, x, self.pool)) is not None:
+            self.check_input(x)
+            pooled, parts = done
+            out = self._convolve(pooled)
+        elif self._pools_in_the_gate(x):
             # A pointwise convolution runs on the pooled input (gconv.convolve_and_pool): the kernels' gate writes
             # the attended input pooled, in one pass over it instead of three (the DenseNets' transitions).
             self.check_input(x)
@@ -54,9 +80,12 @@ class _InputAttention(AttentiveLayer):
     def _pools_in_the_gate(self, x: torch.Tensor) -> bool:
         """Inference (no gradient wanted) of a pooled pointwise convolution the kernels cover, on planes that the
         pooling tiles exactly (as pooling.spatial_avg_pool's tiles)."""
-        return (self.pool > 1 and self.pointwise and x.shape[-1] > self.pool
-                and x.shape[-2] % self.pool == 0 and x.shape[-1] % self.pool == 0
+        return (self.pool > 1 and self.pointwise and self._tiles(x)
                 and kernels_cover(self, x) and not input_attention_kernels.wants_graph(self, x))
+
+    def _tiles(self, x: torch.Tensor) -> bool:
+        """Whether the pooling tiles ``x``'s planes exactly (as pooling.spatial_avg_pool's tiles)."""
+        return x.shape[-1] > self.pool and x.shape[-2] % self.pool == 0 and x.shape[-1] % self.pool == 0
 
 
 class InputAttentiveLiftingConv(_InputAttention, LiftingConv):

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..cpu import attention_kernels
-from ..gconv import group_conv, group_filters, lifting_conv, lifting_filters, uniform_init_
+from ..gconv import group_bank, group_conv, group_filters, lifting_bank, lifting_conv, lifting_filters, uniform_init_
 from ..groups import Group, get_group
 from .statistics import channel_statistics, maximum
 
@@ -62,6 +62,11 @@ class InputSpatialAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.from_statistics(channel_statistics(x, dim=1) if self.statistics else x)
+
+    def filter_bank(self) -> torch.Tensor:
+        """The filter over the group that :meth:`from_statistics` runs: ``(G, 2, k, k)`` on an image (the G responses
+        then maxed over), ``(G, 2 G, k, k)`` on a group map (with the group convolution's Haar weight)."""
+        return (lifting_bank if self.lifting else group_bank)(self.weight, self.group)
 
     def from_statistics(self, x: torch.Tensor) -> torch.Tensor:
         """The attention from the channel statistics (mean, then max: ``(B, 2[, G], X, Y)``), or from the input

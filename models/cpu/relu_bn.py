@@ -7,7 +7,9 @@ larger than the L3 cache, and the three passes took 15-20 ms each of a 250 ms fo
 gradient wanted, batch norm in eval mode, float32/64 on the CPU, the kernels built) a compiled loop reads each
 part once and writes the result once, with the running statistics folded into one scale and shift per channel
 (as PyTorch's own inference kernel does): the same function, to round-off. Elsewhere, and always in training,
-the PyTorch operations run as before.
+the PyTorch operations run as before. A bfloat16 map in inference (the networks' bfloat16 path) goes through
+:func:`models.cpu.bfloat16_kernels.relu_bn`, channels last, or the folded scale and shift in float32 where those
+kernels do not take it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from . import bfloat16_kernels
 from .native_build import build_library
 
 __all__ = ["relu_bn"]
@@ -26,11 +29,21 @@ SOURCE = Path(__file__).with_name("relu_bn_kernels.cpp")
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
+def _inference(bn: nn.modules.batchnorm._BatchNorm, parts: tuple[torch.Tensor, ...]) -> bool:
+    """Batch norm in eval mode, with running statistics, and no gradient wanted."""
+    return (not bn.training and bn.running_mean is not None
+            and not (torch.is_grad_enabled() and any(p.requires_grad for p in (*parts, *bn.parameters()))))
+
+
+def _folded(bn: nn.modules.batchnorm._BatchNorm) -> tuple[torch.Tensor, torch.Tensor]:
+    """The running statistics and the affine map as one scale and shift per channel, in the parameters' dtype."""
+    scale = (bn.weight.detach() if bn.affine else 1) * torch.rsqrt(bn.running_var + bn.eps)
+    return scale, (bn.bias.detach() if bn.affine else 0) - bn.running_mean * scale
+
+
 def _fused(bn: nn.modules.batchnorm._BatchNorm, parts: tuple[torch.Tensor, ...]) -> bool:
     first = parts[0]
-    return (not bn.training and bn.running_mean is not None
-            and not (torch.is_grad_enabled() and any(p.requires_grad for p in (*parts, *bn.parameters())))
-            and first.device.type == "cpu" and first.dtype in _SUFFIX
+    return (_inference(bn, parts) and first.device.type == "cpu" and first.dtype in _SUFFIX
             and all(p.dtype == first.dtype and p.shape[0] == first.shape[0] and p.shape[2:] == first.shape[2:]
                     and p.stride(-1) == 1 for p in parts)
             and build_library(SOURCE) is not None)
@@ -46,8 +59,16 @@ def relu_bn(bn: nn.modules.batchnorm._BatchNorm, parts: tuple[torch.Tensor, ...]
 
     Shape: parts ``(B, C_i, [G,] X, Y)`` -> ``(B, sum C_i, [G,] X, Y)``.
     """
+    if first_is_bfloat16 := parts[0].dtype == torch.bfloat16 and _inference(bn, parts):
+        scale, shift = _folded(bn)
+        if bfloat16_kernels.applies(*parts) and (out := bfloat16_kernels.relu_bn(parts, scale, shift)) is not None:
+            return out
     if not _fused(bn, parts):
-        return torch.relu(bn(parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)))
+        whole = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        if first_is_bfloat16:  # the folded statistics on the bfloat16 map, in float32, rounded once
+            view = (1, -1) + (1,) * (whole.dim() - 2)
+            return torch.relu(whole.float() * scale.view(view) + shift.view(view)).to(whole.dtype)
+        return torch.relu(bn(whole))
     first = parts[0]
     channels = sum(p.shape[1] for p in parts)
     planar = first.dim() == 4
@@ -55,9 +76,7 @@ def relu_bn(bn: nn.modules.batchnorm._BatchNorm, parts: tuple[torch.Tensor, ...]
     grouped = [p.unsqueeze(2) if planar else p for p in parts]  # (B, C_i, G, X, Y), G = 1 if planar
     strides = torch.tensor([[p.shape[1], *(p.stride(i) for i in (0, 1, 2, 3))] for p in grouped], dtype=torch.int64)
     geometry = torch.tensor([first.shape[0], channels, *grouped[0].shape[2:]], dtype=torch.int64)
-    scale = (bn.weight.detach() if bn.affine else 1) * torch.rsqrt(bn.running_var + bn.eps)
-    shift = (bn.bias.detach() if bn.affine else 0) - bn.running_mean * scale
-    scale, shift = (t.to(first.dtype).contiguous() for t in (scale, shift))
+    scale, shift = (t.to(first.dtype).contiguous() for t in _folded(bn))
     pointers = (ctypes.c_void_p * len(parts))(*(p.data_ptr() for p in parts))
     kernel = getattr(build_library(SOURCE), f"relu_bn_{_SUFFIX[first.dtype]}")
     kernel(ctypes.c_void_p(geometry.data_ptr()), ctypes.c_int64(torch.get_num_threads()),

@@ -1,0 +1,189 @@
+"""The PCam networks' inference in bfloat16, channels last, between oneDNN's convolutions (``bfloat16_kernels.cpp``).
+
+oneDNN convolves bfloat16 channels-last maps at 6-9 times its float32 rate on a CPU with AMX (a 3x3 conv of 72 to 72
+channels on 94 x 94 planes: 344 against 55 G multiply-adds/s on one Sapphire Rapids core), but a network only gains
+that where what runs between its convolutions reads and writes the same tensors: PyTorch's autocast around the
+float32 network measured 1.0x, its casts and float32 reductions eating the gain. These kernels are that in-between
+work on bfloat16 channels-last maps, inference only (no gradient wanted):
+
+* :func:`relu_bn`: a DenseNet's ``relu(bn(cat(parts)))``, the running statistics folded into one scale and shift;
+* :func:`attend`: alpha_F, ``f - alpha_s (alpha_c f)``, with the channel and spatial statistics accumulated in
+  float32 from the bfloat16 input, the channel MLP in PyTorch in float32 (it is tiny), and the spatial filter in a
+  direct float32 loop (its 16 -> 8 channels are too few for oneDNN's blocked kernels: 27 G multiply-adds/s in
+  float32 and 54 in bfloat16 there), optionally pooled in the same pass as the gate.
+
+A map ``(B, C, [G,] X, Y)`` is held channels last: its memory is ``(B, X, Y, C, G)`` (:func:`channels_last`), so
+that a group map's view as ``(B, C * G, X, Y)`` is a channels-last tensor for oneDNN and back, with no copy. Every
+result is rounded once from float32, to nearest even as PyTorch's own cast. Which layers use them the layers decide
+(``models.attention.input_attentive_conv``, ``models.architectures.densenet``); this package imports nothing of
+them, and a layer or input these kernels do not cover runs PyTorch's path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from .native_build import build_library
+
+__all__ = ["available", "applies", "channels_last", "is_channels_last", "empty_channels_last", "relu_bn", "attend",
+           "ORIENTATIONS"]
+
+SOURCE = Path(__file__).with_name("bfloat16_kernels.cpp")
+ORIENTATIONS = (1, 4, 8)  # the orientation counts compiled (an image, p4, p4m)
+_SLACK = 16  # floats readable past the spatial filter's padded planes (its loads are 16 wide)
+
+
+def available() -> bool:
+    """Whether the kernels are built here (see :mod:`models.cpu.native_build`)."""
+    return build_library(SOURCE) is not None
+
+
+def applies(*tensors: torch.Tensor) -> bool:
+    """Whether the kernels take these tensors: bfloat16 on the CPU, no gradient wanted, the kernels built."""
+    return (all(t.dtype == torch.bfloat16 and t.device.type == "cpu" for t in tensors)
+            and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)) and available())
+
+
+def is_channels_last(x: torch.Tensor) -> bool:
+    """Whether ``x`` ``(B, C, [G,] X, Y)`` has the memory of a contiguous ``(B, X, Y, C[, G])``."""
+    order = (0, 2, 3, 1) if x.dim() == 4 else (0, 3, 4, 1, 2)
+    return x.permute(order).is_contiguous()
+
+
+def channels_last(x: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(B, C, [G,] X, Y)`` with the memory of a contiguous ``(B, X, Y, C[, G])`` (``x`` itself if it has)."""
+    if is_channels_last(x):
+        return x
+    if x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x.permute(0, 3, 4, 1, 2).contiguous().permute(0, 3, 4, 1, 2)
+
+
+def empty_channels_last(shape: tuple[int, ...], dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """An uninitialised ``(B, C, [G,] X, Y)`` tensor held channels last."""
+    if len(shape) == 4:
+        b, c, x, y = shape
+        return torch.empty(b, x, y, c, dtype=dtype).permute(0, 3, 1, 2)
+    b, c, g, x, y = shape
+    return torch.empty(b, x, y, c, g, dtype=dtype).permute(0, 3, 4, 1, 2)
+
+
+def _pointer(t: torch.Tensor) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def _geometry(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def _call(name: str, geometry: torch.Tensor, *args) -> int:
+    function = getattr(build_library(SOURCE), name)
+    function.restype = ctypes.c_int
+    return function(_pointer(geometry), ctypes.c_int64(torch.get_num_threads()), *args)
+
+
+def relu_bn(parts: tuple[torch.Tensor, ...], scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor | None:
+    """``relu(cat(parts, dim=1) * scale + shift)``, scale and shift per channel of the concatenation (float32).
+
+    Shape: parts ``(B, C_i, [G,] X, Y)`` bfloat16, each pixel's ``C_i * G`` values contiguous (a cropped view of a
+    channels-last map is fine) -> ``(B, sum C_i, [G,] X, Y)`` channels last; None where a part is laid out otherwise.
+    """
+    planar = parts[0].dim() == 4
+    grouped = [p.unsqueeze(2) if planar else p for p in parts]  # (B, C_i, G, X, Y), G = 1 if planar
+    b, _, g, rows, cols = grouped[0].shape
+    if any(p.stride(2) != 1 and g > 1 or p.stride(1) != g for p in grouped):
+        return None
+    channels = sum(p.shape[1] for p in parts)
+    out = empty_channels_last((b, channels, g, rows, cols))
+    strides = _geometry(*(v for p in grouped for v in (p.shape[1] * g, p.stride(0), p.stride(3), p.stride(4))))
+    scale, shift = (t.float().repeat_interleave(g).contiguous() for t in (scale, shift))  # per value of a pixel
+    pointers = (ctypes.c_void_p * len(parts))(*(p.data_ptr() for p in grouped))
+    _call("bf16_relu_bn", _geometry(b, rows, cols, len(parts)), _pointer(strides), pointers, _pointer(scale),
+          _pointer(shift), _pointer(out))
+    return out[:, :, 0] if planar else out
+
+
+def attend(f: torch.Tensor, channel_mlp: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+           spatial_bank: torch.Tensor, dilation: int, lifting: bool, pool: int = 1
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """alpha_F of ``f`` in bfloat16 channels last: ``f - alpha_s (alpha_c f)``, pooled over ``pool`` x ``pool`` tiles
+    where ``pool`` > 1 (the sides multiples of it).
+
+    Args:
+        f: ``(B, C, X, Y)`` (an image, ``lifting``) or ``(B, C, G, X, Y)`` bfloat16.
+        channel_mlp: alpha_c from the spatial mean and max, float32 ``(B, C[, G])`` each -> ``(B, C[, G])``.
+        spatial_bank: the spatial filter over the group, float32 ``(G_out, 2 G_in, k, k)`` (``G_in`` = 1 for an
+            image, whose ``G_out`` responses are then maxed over: a rotation-invariant map).
+        dilation: the spatial filter's; its padding keeps the size.
+
+    Returns:
+        The attended ``f`` (same shape, or its planes pooled) channels last, and the channel ``(B, C, [G,] 1, 1)``
+        and spatial ``(B, 1, [G,] X, Y)`` parts in float32, as the PyTorch path gives them; None where the
+        orientation count has no compiled kernel.
+    """
+    h = 1 if f.dim() == 4 else f.shape[2]
+    out_channels, k = spatial_bank.shape[0], spatial_bank.shape[-1]
+    if h not in ORIENTATIONS or out_channels not in ORIENTATIONS or spatial_bank.shape[1] != 2 * h:
+        return None
+    f = channels_last(f)
+    b, c, (rows, cols) = f.shape[0], f.shape[1], f.shape[-2:]
+    mean, peak = torch.empty(b, c * h), torch.empty(b, c * h)
+    _call("bf16_spatial_stats", _geometry(b, rows * cols, c * h), _pointer(f), _pointer(mean), _pointer(peak))
+    shape = (b, c) if f.dim() == 4 else (b, c, h)
+    alpha_c = channel_mlp(mean.view(shape), peak.view(shape)).float().contiguous()  # (B, C[, G])
+    response = _spatial_filter(f, alpha_c, spatial_bank, dilation)  # (B, X, Y, G_out)
+    if lifting:
+        response = response.amax(dim=-1, keepdim=True)  # (B, X, Y, 1): invariant to the filter's orientation
+    alpha_s = torch.sigmoid(response)  # (B, X, Y, G)
+    if pool > 1:
+        out = empty_channels_last((*f.shape[:-2], rows // pool, cols // pool))
+        _call("bf16_gate_pool", _geometry(b, rows, cols, c, h, pool), _pointer(f), _pointer(alpha_c),
+              _pointer(alpha_s), _pointer(out))
+    else:
+        out = empty_channels_last(tuple(f.shape))
+        _call("bf16_gate", _geometry(b, rows * cols, c, h), _pointer(f), _pointer(alpha_c), _pointer(alpha_s),
+              _pointer(out))
+    channel = alpha_c.view(*shape, 1, 1)
+    spatial = alpha_s.permute(0, 3, 1, 2)  # (B, G, X, Y)
+    return out, channel, spatial if f.dim() == 4 else spatial.unsqueeze(1)
+
+
+def tiles() -> bool:
+    """Whether the spatial filter runs as AMX tile products here (built for AMX, and Linux grants the tiles)."""
+    library = build_library(SOURCE)
+    return library is not None and bool(library.bf16_amx())
+
+
+def _spatial_filter(f: torch.Tensor, alpha_c: torch.Tensor, bank: torch.Tensor, dilation: int) -> torch.Tensor:
+    """The spatial filter's response to the channel statistics of ``alpha_c f``, before its sigmoid: on AMX from
+    the statistics rounded to bfloat16 (the tiles multiply bfloat16 and sum in float32), elsewhere in float32.
+
+    Shape: f ``(B, C, [G,] X, Y)`` channels last, bank ``(G_out, 2 G, k, k)`` -> ``(B, X, Y, G_out)`` float32.
+    """
+    h = 1 if f.dim() == 4 else f.shape[2]
+    b, c, (rows, cols) = f.shape[0], f.shape[1], f.shape[-2:]
+    out_channels, k = bank.shape[0], bank.shape[-1]
+    pad = dilation * (k // 2)
+    geometry = _geometry(b, rows, cols, c, h, pad)
+    filter_geometry = _geometry(b, rows, cols, 2 * h, k, dilation)
+    response = torch.empty(b, rows, cols, out_channels)
+    padded = (rows + 2 * pad) * (cols + 2 * pad) * 2 * h  # values of one image's padded statistics
+    if tiles():
+        pixels = torch.zeros(b * padded + 3 * _SLACK * 2 * h, dtype=torch.bfloat16)  # (B, X + 2 pad, Y + 2 pad, 2 G)
+        _call("bf16_channel_stats", geometry, _pointer(f), _pointer(alpha_c), _pointer(pixels), ctypes.c_int(1))
+        # (G_out, 2 G, k, k) -> (k * k, G, G_out, 2): each tap's weights as the tiles' pairs of input channels
+        weight = bank.float().permute(2, 3, 1, 0).reshape(k * k, h, 2, out_channels).transpose(2, 3)
+        weight = weight.contiguous().to(torch.bfloat16)
+        if _call("spatial_conv_amx", filter_geometry, ctypes.c_int64(out_channels), _pointer(pixels),
+                 _pointer(weight), _pointer(response)):
+            return response
+    planes = torch.zeros(b * padded + _SLACK)  # (B, 2 G, X + 2 pad, Y + 2 pad)
+    _call("bf16_channel_stats", geometry, _pointer(f), _pointer(alpha_c), _pointer(planes), ctypes.c_int(0))
+    weight = bank.float().permute(2, 3, 1, 0).contiguous()  # (k, k, 2 G, G_out)
+    _call("spatial_conv", filter_geometry, ctypes.c_int64(out_channels), _pointer(planes), _pointer(weight),
+          _pointer(response))
+    return response
