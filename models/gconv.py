@@ -101,7 +101,10 @@ def _conv2d_channels_last(x: torch.Tensor, filters: torch.Tensor, stride: int, p
         pixels = x.permute(0, 2, 3, 1).reshape(b * rows * cols, c)  # (B * X * Y, C_in), a view
         out = torch.mm(pixels, filters.flatten(1).t())  # (B * X * Y, C_out)
         return out.view(b, rows, cols, -1).permute(0, 3, 1, 2)  # (B, C_out, X, Y) channels last
-    return F.conv2d(x, filters, stride=stride, padding=padding, dilation=dilation)
+    # Filters channels last too: with one image the input's strides alone can leave oneDNN writing NCHW.
+    filters = filters.contiguous(memory_format=torch.channels_last)
+    out = F.conv2d(x, filters, stride=stride, padding=padding, dilation=dilation)
+    return out.contiguous(memory_format=torch.channels_last)
 
 
 def lifting_conv(
@@ -259,7 +262,10 @@ class _GConvBase(nn.Module):
         key = (w.data_ptr(), w._version, w.dtype, w.device, dtype)
         cached = self._bank_cache
         if cached is None or cached[0] != key:
-            cached = (key, self._expand(w).to(dtype or w.dtype))
+            bank = self._expand(w).to(dtype or w.dtype)
+            if dtype == torch.bfloat16 and bank.dim() == 4:  # as _conv2d_channels_last convolves it
+                bank = bank.contiguous(memory_format=torch.channels_last)
+            cached = (key, bank)
             self._bank_cache = cached  # one assignment: sessions sharing the model read a whole pair
         return cached[1]
 

@@ -370,16 +370,18 @@ def evaluate_region(
 
 def evaluate_cells(model: Network, card: dict, scaled: np.ndarray, grid: RegionGrid, evaluated: np.ndarray, *,
                    method: str = "crops", tile_cells: int = 15, batch: int = BATCH,
-                   progress: Progress | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+                   progress: Progress | None = None,
+                   dtype: torch.dtype | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The ``evaluated`` cells of ``grid`` over ``scaled`` (an image at the model's scale) through ``model``: the
     one place that runs the network over cells, for a region (:func:`evaluate_region`) and for a chunk of a slide's
-    cells (:mod:`app.slides.engine`).
+    cells (:mod:`app.slides.engine`). ``dtype``: the precision the network runs in (:mod:`models.precision`: a
+    bfloat16 input runs its bfloat16 path), by default its weights' own.
 
     Returns:
         ``(rows, cols, classes)`` probabilities (NaN where not evaluated), and per reading the first attentive
         layer's map over ``scaled`` (:attr:`RegionResult.attentions`; empty without attention).
     """
-    runner = _Runner(model, card, scaled, grid, first_attentive_layer(model))
+    runner = _Runner(model, card, scaled, grid, first_attentive_layer(model), dtype)
     if method == "tiles":
         blocks = [(r, c) for r in tile_spans(grid.rows, tile_cells) for c in tile_spans(grid.cols, tile_cells)
                   if evaluated[r[0]:r[0] + r[1], c[0]:c[0] + c[1]].any()]
@@ -418,10 +420,11 @@ def _stitched_attention(runner: _Runner, grid: RegionGrid, evaluated: np.ndarray
 class _Runner:
     """Forward passes over contexts and tiles, collecting per-cell logits and the stitched attention."""
 
-    def __init__(self, model: Network, card: dict, image: np.ndarray, grid: RegionGrid, layer: str):
+    def __init__(self, model: Network, card: dict, image: np.ndarray, grid: RegionGrid, layer: str,
+                 dtype: torch.dtype | None = None):
         self.model, self.image, self.grid, self.layer = model, image, grid, layer
         self.frame = InputFrame.from_card(card, model.group)
-        self.dtype = next(model.parameters()).dtype
+        self.dtype = dtype or next(model.parameters()).dtype
         # The model's device (a slide worker's GPU, app.slides.workers): contexts go there, results come back.
         self.device = next(model.parameters()).device
         self.logits: np.ndarray | None = None  # (rows, cols, classes), made at the first result
@@ -434,7 +437,9 @@ class _Runner:
     def _forward(self, contexts: np.ndarray) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
         """``(B, 3, X, Y)`` -> cell logits ``(B, rows, cols, classes)`` and, per reading, attention ``(B, X, Y)``
         (or None)."""
-        x = self.frame.to_network(torch.from_numpy(contexts).to(self.dtype)).to(self.device)
+        # Normalised in float32 at least, then rounded once to a bfloat16 network's input.
+        exact = torch.float32 if self.dtype == torch.bfloat16 else self.dtype
+        x = self.frame.to_network(torch.from_numpy(contexts).to(exact)).to(self.device, self.dtype)
         with torch.inference_mode():
             if self.model.output_stride:
                 logits, trace = self.model.position_logits(x, record=(self.layer,) if self.layer else ())

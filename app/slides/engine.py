@@ -28,6 +28,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from models import Network
 
@@ -191,12 +192,14 @@ def read_block(slide: Slide, grid: SlideGrid, block: tuple[int, int, int, int],
 
 
 def evaluate_chunk(model: Network, card: dict, slide: Slide, grid: SlideGrid, ci: int, cj: int, *,
-                   batch: int = BATCH, method: str | None = None, stain: SlideStain | None = None) -> ChunkResult:
+                   batch: int = BATCH, method: str | None = None, stain: SlideStain | None = None,
+                   dtype: torch.dtype | None = None) -> ChunkResult:
     """Chunk (ci, cj) of ``slide``'s cells through ``model`` (eval mode), by ``method``: by default the fastest that
     is the model's own function (:func:`app.cells.evaluation.default_method`): each cell in its own context
     (``"crops"``) for a model with attention; for one without, the shared trunk over the chunk (``"tiles"``, the
     same function up to round-off and about 5 times less work, as region mode measured); with ``stain``, on the
-    slide's pixels normalised (:func:`read_block`)."""
+    slide's pixels normalised (:func:`read_block`); in ``dtype`` (:mod:`models.precision`), by default the model's
+    weights' own."""
     image = read_chunk(slide, grid, ci, cj, stain)
     i0, i1, j0, j1 = grid.cell_block(ci, cj)
     cell, context = grid.cells.cell, grid.cells.context
@@ -206,7 +209,7 @@ def evaluate_chunk(model: Network, card: dict, slide: Slide, grid: SlideGrid, ci
     if not evaluated.any():
         return ChunkResult((ci, cj), tissue, evaluated, np.full((*evaluated.shape, class_count(card)), np.nan), {})
     probabilities, attentions = evaluate_cells(model, card, image, local, evaluated, batch=batch,
-                                               method=method or default_method(model))
+                                               method=method or default_method(model), dtype=dtype)
     margin, (rows, cols), pool = local.margin, evaluated.shape, ATTENTION_POOL
     centres = np.kron(evaluated, np.ones((cell, cell), dtype=bool))
     attention = {}

@@ -78,6 +78,22 @@ class InputChannelAttention(nn.Module):
                 return torch.einsum("clgh,blh->bcg", fc2, hidden)
         return torch.sigmoid(mlp(mean) + mlp(peak))
 
+    def matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The MLP's two layers as matrices on flattened statistics, the group shift applied: hidden = relu(v @ first),
+        logits = hidden @ second, with v ``(B, C * G)`` (index c G + h), hidden ``(B, L * G)`` and logits ``(B, C * G)``
+        (planar: G = 1). The same function as :meth:`from_statistics`, up to the order of its sums: two matrix
+        products for both statistics at once, where the einsums cost more than the arithmetic in inference.
+
+        Shape: ``(C * G, L * G)`` and ``(L * G, C * G)``.
+        """
+        if self.group is None:
+            return self.weight_fc1.t(), self.weight_fc2.t()
+        fc1 = group_shifted(self.weight_fc1, self.group)  # (L, C, G, G_in): first[(c, h), (l, g)] = fc1[l, c, g, h]
+        fc2 = group_shifted(self.weight_fc2, self.group)  # (C, L, G, G_in): second[(l, h), (c, g)] = fc2[c, l, g, h]
+        first = fc1.permute(1, 3, 0, 2).reshape(fc1.shape[1] * fc1.shape[3], -1)
+        second = fc2.permute(1, 3, 0, 2).reshape(fc2.shape[1] * fc2.shape[3], -1)
+        return first, second
+
 
 class FullChannelAttention(nn.Module):
     """Channel attention on the un-summed responses of an attentive convolution.

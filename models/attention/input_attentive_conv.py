@@ -35,13 +35,32 @@ def _bfloat16_attend(layer, f: torch.Tensor, pool: int = 1):
     the layer or ``f`` (then a bfloat16 input is attended in float32 by the paths below)."""
     if not (kernels_cover(layer, f) and bfloat16_kernels.applies(f)) or input_attention_kernels.wants_graph(layer, f):
         return None
-    spatial = layer.spatial_attention
-    done = bfloat16_kernels.attend(f, layer.channel_attention.from_statistics, spatial.filter_bank(),
-                                   spatial.dilation, spatial.lifting, pool)
+    first, second, spatial = _bfloat16_parts(layer)
+
+    def channel_mlp(mean: torch.Tensor, peak: torch.Tensor) -> torch.Tensor:
+        logits = torch.relu(torch.cat((mean, peak)) @ first) @ second  # (2 B, C * G): both statistics at once
+        return torch.sigmoid(logits[:len(mean)] + logits[len(mean):])
+
+    done = bfloat16_kernels.attend(f, channel_mlp, spatial, pool)
     if done is None:
         return None
     out, channel, alpha_s = done
     return out, AttentionParts(channel, alpha_s, layer.attention_group_axes)
+
+
+def _bfloat16_parts(layer) -> tuple[torch.Tensor, torch.Tensor, bfloat16_kernels.SpatialFilter]:
+    """The layer's channel MLP as matrices and its spatial filter laid out for the kernels, made once and kept
+    until a weight of its attention changes (its storage or version counter, as ``GroupConv.filter_bank``'s)."""
+    weights = [*layer.channel_attention.parameters(), *layer.spatial_attention.parameters()]
+    key = tuple((w.data_ptr(), w._version) for w in weights)
+    cached = getattr(layer, "_bfloat16_cache", None)
+    if cached is None or cached[0] != key:
+        spatial = layer.spatial_attention
+        first, second = (m.detach().float().contiguous() for m in layer.channel_attention.matrices())
+        cached = (key, (first, second, bfloat16_kernels.SpatialFilter.of(spatial.filter_bank(), spatial.dilation,
+                                                                          spatial.lifting)))
+        layer._bfloat16_cache = cached  # one assignment: sessions sharing the model read a whole pair
+    return cached[1]
 
 
 class _InputAttention(AttentiveLayer):

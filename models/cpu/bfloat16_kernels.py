@@ -22,7 +22,9 @@ them, and a layer or input these kernels do not cover runs PyTorch's path.
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,7 +32,7 @@ import torch
 from .native_build import build_library
 
 __all__ = ["available", "applies", "channels_last", "is_channels_last", "empty_channels_last", "relu_bn", "attend",
-           "ORIENTATIONS"]
+           "SpatialFilter", "tiles", "ORIENTATIONS"]
 
 SOURCE = Path(__file__).with_name("bfloat16_kernels.cpp")
 ORIENTATIONS = (1, 4, 8)  # the orientation counts compiled (an image, p4, p4m)
@@ -83,7 +85,8 @@ def _geometry(*values: int) -> torch.Tensor:
 def _call(name: str, geometry: torch.Tensor, *args) -> int:
     function = getattr(build_library(SOURCE), name)
     function.restype = ctypes.c_int
-    return function(_pointer(geometry), ctypes.c_int64(torch.get_num_threads()), *args)
+    with torch.profiler.record_function(f"aagc::{name}"):  # named in profiles (benchmarks.engine_profile)
+        return function(_pointer(geometry), ctypes.c_int64(torch.get_num_threads()), *args)
 
 
 def relu_bn(parts: tuple[torch.Tensor, ...], scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor | None:
@@ -107,18 +110,43 @@ def relu_bn(parts: tuple[torch.Tensor, ...], scale: torch.Tensor, shift: torch.T
     return out[:, :, 0] if planar else out
 
 
+@dataclass(frozen=True)
+class SpatialFilter:
+    """alpha_F's spatial filter over the group, laid out once for the kernels (a layer keeps it while its weights
+    stay as they are).
+
+    Attributes:
+        bank: ``(G_out, 2 G, k, k)`` float32 (``G`` = 1 for an image, whose ``G_out`` responses are then maxed over:
+            ``lifting``).
+        dilation: the filter's; its padding keeps the size.
+        tiles: ``(k * k, G, G_out, 2)`` bfloat16, each tap's weights as AMX's pairs of input channels.
+        loop: ``(k, k, 2 G, G_out)`` float32, for the AVX-512 loop.
+    """
+
+    bank: torch.Tensor
+    dilation: int
+    lifting: bool
+    tiles: torch.Tensor
+    loop: torch.Tensor
+
+    @classmethod
+    def of(cls, bank: torch.Tensor, dilation: int, lifting: bool) -> SpatialFilter:
+        bank = bank.detach().float()
+        out_channels, inputs, k, _ = bank.shape
+        loop = bank.permute(2, 3, 1, 0).contiguous()  # (k, k, 2 G, G_out)
+        tiles = loop.reshape(k * k, inputs // 2, 2, out_channels).transpose(2, 3).contiguous().to(torch.bfloat16)
+        return cls(bank, dilation, lifting, tiles, loop)
+
+
 def attend(f: torch.Tensor, channel_mlp: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-           spatial_bank: torch.Tensor, dilation: int, lifting: bool, pool: int = 1
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+           spatial: SpatialFilter, pool: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """alpha_F of ``f`` in bfloat16 channels last: ``f - alpha_s (alpha_c f)``, pooled over ``pool`` x ``pool`` tiles
     where ``pool`` > 1 (the sides multiples of it).
 
     Args:
-        f: ``(B, C, X, Y)`` (an image, ``lifting``) or ``(B, C, G, X, Y)`` bfloat16.
-        channel_mlp: alpha_c from the spatial mean and max, float32 ``(B, C[, G])`` each -> ``(B, C[, G])``.
-        spatial_bank: the spatial filter over the group, float32 ``(G_out, 2 G_in, k, k)`` (``G_in`` = 1 for an
-            image, whose ``G_out`` responses are then maxed over: a rotation-invariant map).
-        dilation: the spatial filter's; its padding keeps the size.
+        f: ``(B, C, X, Y)`` (an image: ``spatial.lifting``) or ``(B, C, G, X, Y)`` bfloat16.
+        channel_mlp: alpha_c from the spatial mean and max, float32 ``(B, C * G)`` each -> ``(B, C * G)``.
+        spatial: the spatial filter.
 
     Returns:
         The attended ``f`` (same shape, or its planes pooled) channels last, and the channel ``(B, C, [G,] 1, 1)``
@@ -126,17 +154,16 @@ def attend(f: torch.Tensor, channel_mlp: Callable[[torch.Tensor, torch.Tensor], 
         orientation count has no compiled kernel.
     """
     h = 1 if f.dim() == 4 else f.shape[2]
-    out_channels, k = spatial_bank.shape[0], spatial_bank.shape[-1]
-    if h not in ORIENTATIONS or out_channels not in ORIENTATIONS or spatial_bank.shape[1] != 2 * h:
+    out_channels = spatial.bank.shape[0]
+    if h not in ORIENTATIONS or out_channels not in ORIENTATIONS or spatial.bank.shape[1] != 2 * h:
         return None
     f = channels_last(f)
     b, c, (rows, cols) = f.shape[0], f.shape[1], f.shape[-2:]
     mean, peak = torch.empty(b, c * h), torch.empty(b, c * h)
     _call("bf16_spatial_stats", _geometry(b, rows * cols, c * h), _pointer(f), _pointer(mean), _pointer(peak))
-    shape = (b, c) if f.dim() == 4 else (b, c, h)
-    alpha_c = channel_mlp(mean.view(shape), peak.view(shape)).float().contiguous()  # (B, C[, G])
-    response = _spatial_filter(f, alpha_c, spatial_bank, dilation)  # (B, X, Y, G_out)
-    if lifting:
+    alpha_c = channel_mlp(mean, peak).float().contiguous()  # (B, C * G)
+    response = _spatial_filter(f, alpha_c, spatial)  # (B, X, Y, G_out)
+    if spatial.lifting:
         response = response.amax(dim=-1, keepdim=True)  # (B, X, Y, 1): invariant to the filter's orientation
     alpha_s = torch.sigmoid(response)  # (B, X, Y, G)
     if pool > 1:
@@ -147,43 +174,44 @@ def attend(f: torch.Tensor, channel_mlp: Callable[[torch.Tensor, torch.Tensor], 
         out = empty_channels_last(tuple(f.shape))
         _call("bf16_gate", _geometry(b, rows * cols, c, h), _pointer(f), _pointer(alpha_c), _pointer(alpha_s),
               _pointer(out))
-    channel = alpha_c.view(*shape, 1, 1)
-    spatial = alpha_s.permute(0, 3, 1, 2)  # (B, G, X, Y)
-    return out, channel, spatial if f.dim() == 4 else spatial.unsqueeze(1)
+    channel = alpha_c.view(b, c, *(() if f.dim() == 4 else (h,)), 1, 1)
+    maps = alpha_s.permute(0, 3, 1, 2)  # (B, G, X, Y)
+    return out, channel, maps if f.dim() == 4 else maps.unsqueeze(1)
 
 
 def tiles() -> bool:
-    """Whether the spatial filter runs as AMX tile products here (built for AMX, and Linux grants the tiles)."""
+    """Whether the spatial filter runs as AMX tile products here: built for AMX, Linux grants the tiles, and
+    neither ``AAGC_AMX=0`` nor a ``ONEDNN_MAX_CPU_ISA`` below AMX asks for the AVX-512 loop (what a CPU with
+    AVX512-BF16 and no AMX runs, measurable on an AMX machine)."""
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    if os.environ.get("AAGC_AMX") == "0" or ("AMX" not in limit and limit != "ALL"):
+        return False
     library = build_library(SOURCE)
     return library is not None and bool(library.bf16_amx())
 
 
-def _spatial_filter(f: torch.Tensor, alpha_c: torch.Tensor, bank: torch.Tensor, dilation: int) -> torch.Tensor:
+def _spatial_filter(f: torch.Tensor, alpha_c: torch.Tensor, spatial: SpatialFilter) -> torch.Tensor:
     """The spatial filter's response to the channel statistics of ``alpha_c f``, before its sigmoid: on AMX from
     the statistics rounded to bfloat16 (the tiles multiply bfloat16 and sum in float32), elsewhere in float32.
 
-    Shape: f ``(B, C, [G,] X, Y)`` channels last, bank ``(G_out, 2 G, k, k)`` -> ``(B, X, Y, G_out)`` float32.
+    Shape: f ``(B, C, [G,] X, Y)`` channels last -> ``(B, X, Y, G_out)`` float32.
     """
     h = 1 if f.dim() == 4 else f.shape[2]
     b, c, (rows, cols) = f.shape[0], f.shape[1], f.shape[-2:]
-    out_channels, k = bank.shape[0], bank.shape[-1]
-    pad = dilation * (k // 2)
+    out_channels, k = spatial.bank.shape[0], spatial.bank.shape[-1]
+    pad = spatial.dilation * (k // 2)
     geometry = _geometry(b, rows, cols, c, h, pad)
-    filter_geometry = _geometry(b, rows, cols, 2 * h, k, dilation)
+    filter_geometry = _geometry(b, rows, cols, 2 * h, k, spatial.dilation)
     response = torch.empty(b, rows, cols, out_channels)
     padded = (rows + 2 * pad) * (cols + 2 * pad) * 2 * h  # values of one image's padded statistics
     if tiles():
         pixels = torch.zeros(b * padded + 3 * _SLACK * 2 * h, dtype=torch.bfloat16)  # (B, X + 2 pad, Y + 2 pad, 2 G)
         _call("bf16_channel_stats", geometry, _pointer(f), _pointer(alpha_c), _pointer(pixels), ctypes.c_int(1))
-        # (G_out, 2 G, k, k) -> (k * k, G, G_out, 2): each tap's weights as the tiles' pairs of input channels
-        weight = bank.float().permute(2, 3, 1, 0).reshape(k * k, h, 2, out_channels).transpose(2, 3)
-        weight = weight.contiguous().to(torch.bfloat16)
         if _call("spatial_conv_amx", filter_geometry, ctypes.c_int64(out_channels), _pointer(pixels),
-                 _pointer(weight), _pointer(response)):
+                 _pointer(spatial.tiles), _pointer(response)):
             return response
     planes = torch.zeros(b * padded + _SLACK)  # (B, 2 G, X + 2 pad, Y + 2 pad)
     _call("bf16_channel_stats", geometry, _pointer(f), _pointer(alpha_c), _pointer(planes), ctypes.c_int(0))
-    weight = bank.float().permute(2, 3, 1, 0).contiguous()  # (k, k, 2 G, G_out)
-    _call("spatial_conv", filter_geometry, ctypes.c_int64(out_channels), _pointer(planes), _pointer(weight),
+    _call("spatial_conv", filter_geometry, ctypes.c_int64(out_channels), _pointer(planes), _pointer(spatial.loop),
           _pointer(response))
     return response
