@@ -90,12 +90,12 @@ def bfloat16_covers(model: nn.Module) -> bool:
     from .attention import InputChannelAttention, InputSpatialAttention  # the attention modules import this package
     from .attention.parts import AttentiveLayer
 
-    for module in model.modules():
-        if isinstance(module, AttentiveLayer) and not (
-                isinstance(module.channel_attention, InputChannelAttention)
-                and isinstance(module.spatial_attention, InputSpatialAttention) and module.spatial_attention.statistics):
-            return False
-    return True
+    def covered(layer: AttentiveLayer) -> bool:
+        spatial = layer.spatial_attention
+        return (isinstance(layer.channel_attention, InputChannelAttention)
+                and isinstance(spatial, InputSpatialAttention) and spatial.statistics)
+
+    return all(covered(module) for module in model.modules() if isinstance(module, AttentiveLayer))
 
 
 def choose_precision(requested: str = "auto", model: nn.Module | None = None,

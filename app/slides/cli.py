@@ -3,19 +3,26 @@ any number of them as one cohort (:mod:`app.slides.cohort`).
 
 For each slide: ``DIR/<stem>.npz`` with the per-cell arrays of ``python -m app.region --npz`` (``probability``,
 ``probabilities``, ``evaluated``, ``tissue``, ``cell_top_left_px`` and ``cell_size_px`` in the slide's level-0
-pixels, ``microns_per_pixel``, ``model_microns_per_pixel``, ``method``, ``class_names``, ``checkpoint``, and
-``stain``, the normalisation), the
+pixels, ``microns_per_pixel``, ``model_microns_per_pixel``, ``method``, ``class_names``, ``checkpoint``,
+``stain``, the normalisation, and ``precision``), the
 tumour heatmap over the slide's thumbnail as ``DIR/<stem>.png``, and the tumour regions at 0.5 as
 ``DIR/<stem>.geojson`` that QuPath imports (each 4-connected region of cells one annotation classified "Tumor",
 one valid polygon with its holes in level-0 pixels, :mod:`app.slides.regions`; its mean tumour probability, its
-cells and its area in µm² as measurements). For the cohort, ``DIR/summary.csv``: a row per slide
-(:data:`app.slides.cohort.SUMMARY_COLUMNS`), its numbers or its error, and the stain normalisation it ran with.
+cells and its area in µm² as measurements; the precision as its metadata). For the cohort, ``DIR/summary.csv``: a
+row per slide (:data:`app.slides.cohort.SUMMARY_COLUMNS`), its numbers or its error, and the stain normalisation and
+precision it ran with.
 
 ``--stain macenko`` or ``--stain reinhard`` normalises each slide's pixels to the model's reference stain (PCam's,
 from its card) before the model sees them, with the slide's own estimate as source (:mod:`app.slides.stain`); its
 chunks go to a store of their own, never mixed with an analysis of the pixels as scanned (``--stain none``, the
 default). A slide with too little tissue to estimate its stain is recorded with its sentence, as other slides that
 cannot be used are.
+
+``--precision auto`` (the default) runs the network in bfloat16 where the workers' CPUs compute it natively and it
+was measured faster (AMX-BF16), else in float32, the exact path; ``--precision float32`` or ``bfloat16`` as asked
+(bfloat16 emulated on a CPU without it: slow, and said). Decided once for the cohort, by this machine for a local
+cluster and by asking every worker of ``--scheduler``'s (:mod:`app.slides.precision`; workers that differ get
+float32), and said in one line on stderr with its reason; each precision's chunks go to a store of their own.
 Finished chunks are kept in ``DIR/.chunks/`` as they finish: the same command again resumes.
 
 One progress bar over the cohort on stderr (cells, slides, chunks, time left), and Dask's dashboard address where
@@ -41,7 +48,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from models import CheckpointError
+from models import CheckpointError, load_checkpoint
+from models.precision import PRECISIONS
 
 from .cohort import (
     CohortProgress,
@@ -53,6 +61,7 @@ from .cohort import (
     write_summary,
 )
 from .connection import connect
+from .precision import resolve_precision
 from .provenance import code_sha256
 from .reader import SlideError
 from .regions import tumour_regions
@@ -82,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="normalise each slide's stain to the model's reference (PCam's) before the model sees "
                              "it, from the slide's own estimate: macenko (stain vectors), reinhard (colour means and "
                              "spreads), or none, the pixels as scanned (default)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="the network's precision: auto (default) bfloat16 where the workers' CPUs have AMX-BF16, "
+                             "else float32; float32, the exact path; bfloat16 as asked (emulated, slow, without it)")
     return parser
 
 
@@ -117,9 +129,10 @@ def write_outputs(plan: SlidePlan, arrays: dict, out: Path) -> dict:
                         cell_size_px=np.array(size), microns_per_pixel=plan.scale.microns_per_pixel,
                         model_microns_per_pixel=plan.grid.model_microns_per_pixel, method="crops",
                         class_names=np.array(plan.card.get("class_names") or []), checkpoint=str(plan.checkpoint),
-                        stain=plan.stain_method)
+                        stain=plan.stain_method, precision=plan.precision.name)
     heatmap_png(plan, probability, evaluated).save(out / f"{stem}.png")
-    regions = tumour_regions(probability, evaluated, corners, size, plan.scale.microns_per_pixel)
+    regions = tumour_regions(probability, evaluated, corners, size, plan.scale.microns_per_pixel,
+                             metadata={"precision": plan.precision.name})
     (out / f"{stem}.geojson").write_text(json.dumps(regions) + "\n")
     return dict(cells=int(evaluated.sum()), tumour=int((np.nan_to_num(probability) >= 0.5).sum()),
                 regions=len(regions["features"]))
@@ -161,15 +174,16 @@ def main(argv: list[str] | None = None) -> int:
                 end_bar()
                 print(f"error: {run.error}", file=sys.stderr)
             weights = str(run.plan.card.get("weights_sha256") or "") if run.plan else ""
-            rows[run.slide] = summary_row(run, arrays, weights, code, args.stain)
+            rows[run.slide] = summary_row(run, arrays, weights, code, args.stain, precision.name)
             write_summary(args.out / "summary.csv", [rows[r.slide] for r in runs if r.slide in rows])
 
         def connect():
             nonlocal client
-            client = _client(args)
-            if dashboard := _dashboard(client):
-                end_bar()
-                print(f"Dask dashboard: {dashboard}", file=sys.stderr)
+            if client is None:
+                client = _client(args)
+                if dashboard := _dashboard(client):
+                    end_bar()
+                    print(f"Dask dashboard: {dashboard}", file=sys.stderr)
             return client
 
         def progress(counts: CohortProgress) -> None:
@@ -178,8 +192,11 @@ def main(argv: list[str] | None = None) -> int:
             bar = True
 
         def planner(path: Path) -> SlidePlan:
-            return plan_slide(path, args.checkpoint, args.out / ".chunks", args.mpp, args.chunk, stain=args.stain)
+            return plan_slide(path, args.checkpoint, args.out / ".chunks", args.mpp, args.chunk, stain=args.stain,
+                              precision=precision)
 
+        precision = _precision(args, connect)
+        print(f"precision: {precision.name} ({precision.reason})", file=sys.stderr)
         counts = run_cohort(runs, connect, planner, address=args.scheduler, progress=progress, finished=finished)
         end_bar()
         if len(runs) > 1:
@@ -196,6 +213,15 @@ def main(argv: list[str] | None = None) -> int:
             close_client(client)
         dask_log.setLevel(level)
     return 2 if failed else 0
+
+
+def _precision(args, connect):
+    """The cohort's precision, decided once: ``auto`` by asking every worker of the scheduler named (connected now,
+    before any slide is planned: a store's name depends on it), or by this machine for a local cluster, whose workers
+    share its CPU and environment; the checkpoint's model says whether it has a bfloat16 path."""
+    model, _ = load_checkpoint(args.checkpoint)
+    client = connect() if args.scheduler and args.precision == "auto" else None
+    return resolve_precision(args.precision, model, client)
 
 
 def _dashboard(client) -> str | None:

@@ -37,7 +37,7 @@ from .run import SlidePlan, chunk_key, submit_chunk
 __all__ = ["SlideRun", "CohortProgress", "SchedulerLost", "find_slides", "plan_run", "run_cohort",
            "summary_row", "write_summary", "SUMMARY_COLUMNS"]
 
-SUMMARY_COLUMNS = ("slide", "status", "error", "stain", "microns_per_pixel", "scale_source", "tissue_mm2",
+SUMMARY_COLUMNS = ("slide", "status", "error", "stain", "precision", "microns_per_pixel", "scale_source", "tissue_mm2",
                    "cells_evaluated", "mean_tumour_probability", "max_tumour_probability", "tumour_mm2_at_0.5",
                    "chunks", "chunks_computed", "worker_seconds", "seconds", "weights_sha256", "code_sha256")
 
@@ -281,19 +281,21 @@ def _sentence(run: SlideRun, error: BaseException) -> str:
     return f"{run.slide.name}: a chunk failed on a worker ({type(error).__name__}: {error})"
 
 
-def summary_row(run: SlideRun, arrays: dict | None, weights: str, code: str, stain: str = "none") -> dict:
+def summary_row(run: SlideRun, arrays: dict | None, weights: str, code: str, stain: str = "none",
+                precision: str = "float32") -> dict:
     """The summary's row of one slide (:data:`SUMMARY_COLUMNS`); ``arrays`` from :func:`app.slides.run.assemble`
-    for a finished slide, None for a failed one; ``stain`` the normalisation the run asked for (named in a failed
-    slide's row too: its numbers would have been of those pixels). Areas in mm^2: the tissue area is the slide's
-    tissue mask
-    (:mod:`app.slides.tissue`, on its thumbnail), the tumour area the evaluated cells at p >= 0.5, each 32 pixels
-    square at the model's scale."""
+    for a finished slide, None for a failed one; ``stain`` the normalisation the run asked for and ``precision`` the
+    precision decided for it (:mod:`app.slides.precision`; a plan's own where the slide has one), both named in a
+    failed slide's row too: its numbers would have been of those pixels, in that precision. Areas in mm^2: the
+    tissue area is the slide's tissue mask (:mod:`app.slides.tissue`, on its thumbnail), the tumour area the
+    evaluated cells at p >= 0.5, each 32 pixels square at the model's scale."""
     row = dict.fromkeys(SUMMARY_COLUMNS, "")
     row.update(slide=run.slide.name, status="error" if run.error else "done", error=run.error or "",
-               stain=stain, code_sha256=code)
+               stain=stain, precision=precision, code_sha256=code)
     plan = run.plan
     if plan is None:
         return row
+    row.update(precision=plan.precision.name)
     cell_mm2 = (plan.grid.cells.cell * plan.grid.model_microns_per_pixel / 1000) ** 2
     row.update(microns_per_pixel=f"{plan.scale.microns_per_pixel:.6g}", scale_source=plan.scale.source,
                chunks=len(plan.chunks), chunks_computed=run.computed, worker_seconds=f"{run.worker_seconds:.2f}",

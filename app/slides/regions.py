@@ -98,10 +98,12 @@ def region_outline(runs: np.ndarray) -> shapely.Polygon | shapely.MultiPolygon:
 
 
 def tumour_regions(probability: np.ndarray, evaluated: np.ndarray, corners: np.ndarray, size: tuple[float, float],
-                   microns_per_pixel: float, threshold: float = 0.5) -> dict:
+                   microns_per_pixel: float, threshold: float = 0.5, metadata: dict[str, str] | None = None) -> dict:
     """A GeoJSON FeatureCollection of the 4-connected regions of evaluated cells at or above ``threshold``: each an
     annotation classified "Tumor", a valid polygon with holes in level-0 pixels, its mean tumour probability, its
-    cell count and its area in µm² (:data:`AREA`) as measurements.
+    cell count and its area in µm² (:data:`AREA`) as measurements, and ``metadata`` (what made it: the precision,
+    ...) as QuPath's object metadata, strings it shows with each annotation; the collection carries ``metadata`` too,
+    as its ``properties`` (a member GeoJSON allows and QuPath ignores), so that a slide without regions names it.
 
     Args:
         probability: ``(rows, cols)`` tumour probability per cell.
@@ -109,7 +111,9 @@ def tumour_regions(probability: np.ndarray, evaluated: np.ndarray, corners: np.n
         corners: ``(rows, cols, 2)`` each cell's top-left (row, col) in level-0 pixels, a regular grid (the first
             cell's corner and ``size`` place every cell); ``size``: a cell's (rows, cols) there.
         microns_per_pixel: of level 0.
+        metadata: names and string values (none by default).
     """
+    metadata = {str(name): str(value) for name, value in (metadata or {}).items()}
     tumour = evaluated & (np.nan_to_num(probability) >= threshold)
     top, left = (float(v) for v in corners[0, 0])
     height, width = (float(v) for v in size)
@@ -123,8 +127,9 @@ def tumour_regions(probability: np.ndarray, evaluated: np.ndarray, corners: np.n
         mean = float((sums[rows, stops] - sums[rows, starts]).sum() / cells)
         measurements = {"Mean tumour probability": mean, "Cells": cells, AREA: outline.area * microns_per_pixel ** 2}
         geometry = json.loads(json.dumps(mapping(outline)))  # shapely's tuples as GeoJSON's lists
-        features.append(dict(type="Feature", geometry=geometry,
-                             properties=dict(objectType="annotation",
-                                             classification=dict(name="Tumor", color=list(TUMOUR_COLOUR)),
-                                             measurements=measurements)))
-    return dict(type="FeatureCollection", features=features)
+        properties = dict(objectType="annotation", classification=dict(name="Tumor", color=list(TUMOUR_COLOUR)),
+                          measurements=measurements)
+        if metadata:
+            properties["metadata"] = dict(metadata)
+        features.append(dict(type="Feature", geometry=geometry, properties=properties))
+    return dict(type="FeatureCollection", features=features, **({"properties": metadata} if metadata else {}))

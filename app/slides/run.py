@@ -15,6 +15,10 @@ original's moved (:mod:`app.slides.proof`); element 0, the slide as scanned, is 
 A run may be of the slide's pixels stain-normalised (``stain``: ``"macenko"`` or ``"reinhard"``,
 :mod:`app.slides.stain`), from the slide's own estimate to the reference stain of the model's card, in a store of its
 own (:func:`app.slides.store.store_key` names the normalisation); ``"none"``, the pixels as scanned, is the default.
+
+A run is in one precision (:mod:`app.slides.precision`): float32, the exact path, or bfloat16 where the CPUs compute
+it natively; the plan records the one decided, its store is named by it and each task carries it, so that results of
+two precisions never meet in one store.
 """
 
 from __future__ import annotations
@@ -28,13 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from models import load_checkpoint
+from models.precision import Precision
 
 from ..analysis.pathology import model_microns_per_pixel
 from ..analysis.transforms import apply_element
 from .engine import ATTENTION_POOL, ChunkResult, SlideGrid, class_count, evaluate_chunk, slide_grid
 from .moved import moved_slide
+from .precision import FLOAT32, resolve_precision
 from .reader import SlideError, open_slide
 from .scale import Scale, slide_scale
 from .stain import STAIN_SIDE, SlideStain, check_method, stain_of
@@ -57,7 +64,8 @@ THUMBNAIL_SIDE = STAIN_SIDE  # 1024
 class SlidePlan:
     """What a slide's run needs: where it is, its scale and grid, its tissue, the chunks to evaluate; ``element``
     the element of p4m the slide is moved by (0: as scanned), which the grid, thumbnail, tissue and chunks are
-    of; ``stain`` how its pixels are normalised before the model sees them (None: as scanned)."""
+    of; ``stain`` how its pixels are normalised before the model sees them (None: as scanned); ``precision`` the
+    precision its chunks run in and why (:func:`app.slides.precision.resolve_precision`)."""
 
     slide: Path
     checkpoint: Path
@@ -70,6 +78,7 @@ class SlidePlan:
     store: ChunkStore
     element: int = 0
     stain: SlideStain | None = None
+    precision: Precision = FLOAT32
 
     @property
     def stain_method(self) -> str:
@@ -78,10 +87,14 @@ class SlidePlan:
 
 
 def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: float | None = None,
-               chunk: int | None = None, element: int = 0, stain: str = "none") -> SlidePlan:
+               chunk: int | None = None, element: int = 0, stain: str = "none",
+               precision: str | Precision = "auto") -> SlidePlan:
     """Open ``slide_path``, moved by ``element`` (:func:`app.slides.moved.moved_slide`), find its scale, grid and
     tissue, and the chunks with tissue; with ``stain`` other than ``"none"``, the slide's stain estimate
     (:func:`app.slides.stain.slide_stain`, of the slide as scanned: a moved slide's pixels are normalised alike).
+    ``precision``: a request of :data:`models.precision.PRECISIONS`, decided here by this machine's CPU (what a local
+    cluster's workers share), or a :class:`models.precision.Precision` decided already for this checkpoint's model by
+    a cluster's workers (:func:`app.slides.precision.resolve_precision`).
 
     The tissue of a moved slide is the original's mask moved: the mask's smoothing squares of an even side are
     half a pixel off centre, so a mask computed on the moved thumbnail can differ from the moved mask at its
@@ -91,9 +104,11 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
     Raises:
         SlideError: the slide cannot be read, has no scale (give ``user_mpp``), or has no tissue.
         StainError: an unknown ``stain``, or too little tissue to estimate the slide's stain.
+        ValueError: an unknown ``precision``.
     """
     check_method(stain)
     model, card = load_checkpoint(checkpoint)
+    chosen = precision if isinstance(precision, Precision) else resolve_precision(precision, model)
     del model  # the workers load their own; the card names the weights and the grid's context
     with open_slide(slide_path) as original:
         slide = moved_slide(original, element)
@@ -120,9 +135,10 @@ def plan_slide(slide_path: Path, checkpoint: Path, store_root: Path, user_mpp: f
     if not chunks:
         raise SlideError(f"{Path(slide_path).name}: no tissue found (its tissue mask is empty): nothing to analyse")
     weights = str(card.get("weights_sha256") or file_sha256(checkpoint))  # the tensors, whatever the metadata
-    store = ChunkStore(store_root, store_key(identity, weights, grid, element=element, stain=normalised))
+    store = ChunkStore(store_root, store_key(identity, weights, grid, element=element, stain=normalised,
+                                             precision=chosen.name))
     return SlidePlan(Path(slide_path), Path(checkpoint), scale, card, grid, thumbnail, tissue, chunks, store,
-                     element, normalised)
+                     element, normalised, chosen)
 
 
 def slide_identity(slide, path: Path) -> str:
@@ -173,41 +189,53 @@ def _worker_model(checkpoint: str, mtime_ns: int):
     return model.to(device), card
 
 
+# The network's input dtype per precision name: a bfloat16 input runs its bfloat16 path (models.precision).
+_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
+
+
 def chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
-               cj: int, element: int = 0, stain: dict | None = None) -> ChunkResult:
+               cj: int, element: int = 0, stain: dict | None = None, precision: str = "float32") -> ChunkResult:
     """One chunk, on a worker: the slide opened (moved by ``element``), the model from the worker's cache, the
     grid made again (it is a function of the slide, the scale and the card); ``stain`` the plan's normalisation
-    (:meth:`app.slides.stain.SlideStain.to_dict`: the slide's estimate sent, not made again on each worker)."""
+    (:meth:`app.slides.stain.SlideStain.to_dict`: the slide's estimate sent, not made again on each worker);
+    ``precision`` the plan's, run as it says whatever this worker's CPU would have chosen (emulated bfloat16 is
+    slow, but a store holds one precision)."""
+    dtype = _DTYPES[precision]
     model, card = _worker_model(checkpoint, os.stat(checkpoint).st_mtime_ns)
     normalised = SlideStain.from_dict(stain) if stain else None
     with moved_slide(open_slide(slide_path), element) as slide:
         grid = slide_grid(slide, microns_per_pixel, card, model_microns_per_pixel(card), chunk=chunk)
-        return evaluate_chunk(model, card, slide, grid, ci, cj, stain=normalised)
+        return evaluate_chunk(model, card, slide, grid, ci, cj, stain=normalised, dtype=dtype)
 
 
 def timed_chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
-                     cj: int, element: int = 0, stain: dict | None = None) -> tuple[ChunkResult, float]:
+                     cj: int, element: int = 0, stain: dict | None = None,
+                     precision: str = "float32") -> tuple[ChunkResult, float]:
     """:func:`chunk_task` and the worker's seconds on it: what every run submits (:func:`submit_chunk`)."""
     start = time.perf_counter()
-    normalised = {"stain": stain} if stain else {}  # as submit_chunk: only where there is a normalisation
-    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element, **normalised)
+    # As submit_chunk: a normalisation and a precision other than float32 only where there are.
+    options = {"stain": stain} if stain else {}
+    options.update({"precision": precision} if precision != "float32" else {})
+    result = chunk_task(slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element, **options)
     return result, time.perf_counter() - start
 
 
 def chunk_key(plan: SlidePlan, ci: int, cj: int) -> str:
     """The Dask key of chunk (ci, cj) of ``plan``: its store's and the chunk's, so that every run of one store on one
-    cluster (the app's pages, a cohort's command) shares the task; a moved slide's store, and so its keys, are its
-    own (:func:`app.slides.store.store_key`)."""
+    cluster (the app's pages, a cohort's command) shares the task; a moved slide's store, a normalised one and one of
+    another precision, and so their keys, are their own (:func:`app.slides.store.store_key`)."""
     return f"chunk-{plan.store.folder.name}-{ci}-{cj}"
 
 
 def submit_chunk(client, plan: SlidePlan, ci: int, cj: int):
     """Chunk (ci, cj) of ``plan`` as one task on ``client`` (:func:`chunk_key`), its future giving ``(ChunkResult,
     worker seconds)``."""
-    # The normalisation as a keyword, and only where there is one: a task of the pixels as scanned is as before.
-    stain = {"stain": plan.stain.to_dict()} if plan.stain is not None else {}
+    # The normalisation and the precision as keywords, only where there is one and it is not float32: a task of the
+    # pixels as scanned in float32 is as before.
+    options = {"stain": plan.stain.to_dict()} if plan.stain is not None else {}
+    options.update({"precision": plan.precision.name} if plan.precision.name != "float32" else {})
     return client.submit(timed_chunk_task, str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint),
-                         plan.grid.chunk, ci, cj, plan.element, key=chunk_key(plan, ci, cj), **stain)
+                         plan.grid.chunk, ci, cj, plan.element, key=chunk_key(plan, ci, cj), **options)
 
 
 def start_slide(plan: SlidePlan, client, failed: Callable[[BaseException], None] | None = None) -> list:

@@ -3,8 +3,9 @@ redoing them, and two runs of the same slide and model share them.
 
 A store is a folder per (slide, model, grid): its name is a digest of the slide's identity (OpenSlide's quickhash
 and the file's size, :func:`app.slides.run.slide_identity`), the checkpoint's weights, the scale and the grid's
-geometry, the element of p4m the slide is moved by where it is moved, and the stain normalisation of its pixels where
-they are normalised, so that nothing of another slide, model, scale, orientation or normalisation is ever read back.
+geometry, the element of p4m the slide is moved by where it is moved, the stain normalisation of its pixels where
+they are normalised, and the precision the network ran in where it is not float32 (:mod:`app.slides.precision`), so
+that nothing of another slide, model, scale, orientation, normalisation or precision is ever read back.
 Chunks this process has read or written are kept in memory, at most :data:`HELD_BYTES` of them (the least recently
 used let go first): a page that draws a slide's overlay asks for the chunks under each tile, and a slide of a million
 cells does not fit in a server's memory whole.
@@ -57,11 +58,14 @@ def _signature(path: Path) -> tuple[int, int]:
     return stat.st_size, stat.st_mtime_ns
 
 
-def store_key(slide_identity: str, weights_sha256: str, grid: SlideGrid, element: int = 0, stain=None) -> str:
+def store_key(slide_identity: str, weights_sha256: str, grid: SlideGrid, element: int = 0, stain=None,
+              precision: str = "float32") -> str:
     """The store's name: a digest of what its chunks are a function of, the element of p4m the slide is moved by
-    among them (:mod:`app.slides.moved`; a half turn or a mirror has the original's grid), and the normalisation of
+    among them (:mod:`app.slides.moved`; a half turn or a mirror has the original's grid), the normalisation of
     its pixels (``stain``, an :class:`app.slides.stain.SlideStain`: its method, the slide's estimate and the target,
-    exactly; None, as scanned, gives the name stores had before normalisation existed, so they stay valid)."""
+    exactly; None, as scanned, gives the name stores had before normalisation existed, so they stay valid), and the
+    precision the network ran in (:data:`models.precision.PRECISIONS`' names; float32 gives the name stores had
+    before there was a choice)."""
     what = dict(slide=slide_identity, weights=weights_sha256, microns_per_pixel=grid.microns_per_pixel,
                 model_microns_per_pixel=grid.model_microns_per_pixel, model_size=grid.model_size,
                 cells=[grid.cells.rows, grid.cells.cols, grid.cells.top, grid.cells.left, grid.cells.cell,
@@ -73,6 +77,8 @@ def store_key(slide_identity: str, weights_sha256: str, grid: SlideGrid, element
         what["element"] = int(element)
     if stain is not None:  # an analysis of normalised pixels is never read back as one of the pixels as scanned
         what["stain"] = stain.to_dict()
+    if precision != "float32":  # bfloat16's probabilities differ from float32's by its rounding: never mixed
+        what["precision"] = precision
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 

@@ -17,6 +17,10 @@ The sidebar's Stain control shows the slide as scanned or normalised to PCam's s
 the slide's own estimate, :mod:`app.slides.stain`), beside swatches of the slide's estimated haematoxylin and eosin
 and PCam's: the viewer's tiles are normalised by the tile routes as they are asked for, and Analyse runs on the
 normalised pixels, in a store of its own.
+
+The sidebar's Precision control asks for the network's precision: auto (bfloat16 where the workers' CPUs compute it
+natively and it was measured faster, else float32), float32, the exact path, or bfloat16; a line below it says which
+the plan decided and why (:mod:`app.slides.precision`). Each precision's analysis has a store of its own.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from pathlib import Path
 import numpy as np
 import streamlit as st
 
-from models import Group
+from models import Group, load_checkpoint
+from models.precision import PRECISIONS, Precision
 from models.cpu.allocator import release_freed_memory
 from models.cpu.user_cache import cache_root
 
@@ -42,6 +47,7 @@ from ..analysis.transforms import element_name
 from ..cells.mosaic import score_cells
 from ..slides.connection import close_server_clients as close_dask_client
 from ..slides.connection import server_client as dask_client
+from ..slides.connection import scheduler_address
 from ..slides.connection import server_connecting as _connecting
 from ..slides.engine import cell_context
 from ..slides.library import IMAGE_SUFFIXES, UPLOAD_SUFFIXES, SlideEntry, list_slides, save_upload
@@ -50,6 +56,7 @@ from ..slides.order import clamp_view
 from ..slides.overlay_colours import RANGE
 from ..slides.overlay_routes import VIEWER_JS, overlay_base
 from ..slides.overlay_tiles import VALUES, cell_value, chunk_rect, first_corner, register
+from ..slides.precision import resolve_precision
 from ..slides.proof import compare_moved, move_cells
 from ..slides.reader import SlideError, open_slide
 from ..slides.run import SCHEDULER_ENV, SlidePlan, assemble, plan_slide
@@ -82,12 +89,16 @@ SCORED_CELLS = 20_000
 CHANGED_CHUNKS = 64
 PLANS_PER_SLIDE = 6  # a session's plans of one slide kept (scales typed, moves), the latest
 SLIDES_PLANNED = 3  # the slides a session keeps plans of, the latest
-PLANS = "slide-plans"  # this session's plans: slide id -> OrderedDict (path, checkpoint, mpp, element, stain) -> Future
+# this session's plans: slide id -> OrderedDict (path, checkpoint, mpp, element, stain, precision) -> Future
+PLANS = "slide-plans"
 # The Stain control's choices (app.slides.stain.METHODS): both normalisations are offered, as the command line's
 # --stain: looked at on the two real slides, Macenko's (PCam's eosin at PCam's concentration range) made the CMU slide
 # far more purple than Reinhard's (PCam's colour means and spreads), and Reinhard's made the TCGA frozen section paler.
 STAIN_CHOICES = {"none": "as scanned", "macenko": "normalised to PCam: Macenko",
                  "reinhard": "normalised to PCam: Reinhard"}
+# The Precision control's choices (models.precision.PRECISIONS), as the command line's --precision.
+PRECISION_CHOICES = {"auto": "auto", "float32": "float32 (exact)", "bfloat16": "bfloat16"}
+assert tuple(PRECISION_CHOICES) == PRECISIONS
 REPORTED = "slide-reported"  # this session's viewer: store key -> (version, the chunks finished it was told of)
 VIEW = "slide-view"  # the level-0 rectangle the viewer shows, clamped: (store key, x, y, width, height)
 VIEWER_ID = "slide-viewer-id"  # this session's name for the chunk scheduler (its views, its sign of life)
@@ -110,7 +121,7 @@ _PLANNER = ThreadPoolExecutor(2, thread_name_prefix="slide-plan")
 
 
 def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0,
-              stain: str = "none") -> Future:
+              stain: str = "none", precision: str = "auto") -> Future:
     """This session's plan of the slide moved by ``element`` (:func:`_make_plan`), kept per slide: the latest
     :data:`PLANS_PER_SLIDE` of each of the session's latest :data:`SLIDES_PLANNED` slides, so that one user's tries of
     scales never push out another's plans (a cache shared by all sessions did, issue 66)."""
@@ -119,9 +130,9 @@ def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None, elem
     plans.move_to_end(slide_id)
     while len(plans) > SLIDES_PLANNED:
         plans.popitem(last=False)
-    key = (path, checkpoint, mpp, element, stain)
+    key = (path, checkpoint, mpp, element, stain, precision)
     if key not in of_slide:
-        of_slide[key] = _make_plan(slide_id, path, checkpoint, mpp, element, stain)
+        of_slide[key] = _make_plan(slide_id, path, checkpoint, mpp, element, stain, precision)
     of_slide.move_to_end(key)
     while len(of_slide) > PLANS_PER_SLIDE:
         of_slide.popitem(last=False)
@@ -129,9 +140,10 @@ def _planning(slide_id: str, path: str, checkpoint: str, mpp: float | None, elem
 
 
 def _make_plan(slide_id: str, path: str, checkpoint: str, mpp: float | None, element: int = 0,
-               stain: str = "none") -> Future:
+               stain: str = "none", precision: str = "auto") -> Future:
     """The plan of the slide moved by ``element`` (its scale, grid, thumbnail and tissue: 0.5 s of CPU on the CMU
-    slide), its pixels normalised by ``stain``, made in the background once the viewer has its first tiles, which
+    slide), its pixels normalised by ``stain``, in ``precision`` (:func:`_decided`), made in the background once the
+    viewer has its first tiles, which
     need no plan: on two cores the plan made beside them delayed the first tiles of the page's first visit by
     seconds. The slide's stain estimate is made there too (kept per file), for the sidebar's swatches."""
     # The wait as it is now, not when a thread of the pool takes the plan up: a plan queued behind others would
@@ -143,7 +155,8 @@ def _make_plan(slide_id: str, path: str, checkpoint: str, mpp: float | None, ele
         # and the server with its workers stays within its bound only without it.
         release_freed_memory()
         wait_for_tiles(route_id(slide_id, element, stain), wait_s)
-        made = plan_slide(Path(path), Path(checkpoint), STORE, mpp, element=element, stain=stain)
+        made = plan_slide(Path(path), Path(checkpoint), STORE, mpp, element=element, stain=stain,
+                          precision=_decided(precision, checkpoint))
         try:
             # Kept: the sidebar shows it from the page's next run on, without waiting for it (from the plan's own
             # thumbnail where it is the slide's as scanned: reading it is most of the estimate's cost).
@@ -153,6 +166,20 @@ def _make_plan(slide_id: str, path: str, checkpoint: str, mpp: float | None, ele
         return made
 
     return _PLANNER.submit(plan)
+
+
+def _decided(requested: str, checkpoint: str) -> str | Precision:
+    """``auto`` asked of every worker of the scheduler ``$AAGC_DASK_SCHEDULER`` names
+    (:func:`app.slides.precision.resolve_precision`); else the request, which the plan decides by this machine's CPU,
+    the one a local cluster's workers share (and where the scheduler does not answer: Analyse then says why)."""
+    if requested != "auto" or scheduler_address() is None:
+        return requested
+    try:
+        client = dask_client()
+        model, _ = load_checkpoint(checkpoint)  # whether its network has a bfloat16 path at all
+        return resolve_precision(requested, model, client)
+    except OSError:
+        return requested
 
 
 def _descriptor(route: str) -> dict | None:
@@ -211,6 +238,23 @@ def _stain_ui(entry: SlideEntry) -> str:
                                    "The tiles are normalised as they are shown, and Analyse runs on those pixels (an "
                                    "analysis of its own, never mixed with the one as scanned).")
     return "none" if isinstance(found, str) else chosen
+
+
+def _precision_ui() -> str:
+    """Sidebar: the network's precision asked for (:data:`PRECISION_CHOICES`); the plan decides ``auto``, and the
+    page says what it decided below (:func:`_precision_said`)."""
+    st.sidebar.header("Precision")
+    return st.sidebar.radio("Precision", list(PRECISION_CHOICES), key="slide_precision", horizontal=True,
+                            format_func=PRECISION_CHOICES.get, label_visibility="collapsed",
+                            help="auto: bfloat16 where the CPUs that run the analysis compute it natively (AMX-BF16), "
+                                 "where it was measured several times faster than float32, else float32; float32: the "
+                                 "exact path, the one the proof's tolerances are of; bfloat16 as asked, emulated (slow) "
+                                 "on a CPU without it. Each precision is an analysis of its own, never mixed.")
+
+
+def _precision_said(plan: SlidePlan) -> None:
+    """Sidebar, below the Precision control: which precision the plan's analysis runs in, and why."""
+    st.sidebar.caption(f"Runs in {plan.precision.name}: {plan.precision.reason}.")
 
 
 def _truth(entry: SlideEntry, element: int) -> np.ndarray | None:
@@ -445,6 +489,7 @@ def slide_page(loaded: LoadedModel) -> None:
     mpp = _info_ui(entry)
     element = _transform_ui(display_group(loaded.model))
     stain = _stain_ui(entry)
+    precision = _precision_ui()
     checkpoint = str(loaded.path)
     if entry.note:
         (st.warning if entry.truth is None else st.caption)(entry.note)
@@ -455,7 +500,8 @@ def slide_page(loaded: LoadedModel) -> None:
                 + ": it is not analysed until its scale (µm per pixel) is given in the sidebar.")
     route = route_id(entry.slide_id, element, stain)  # what the tile routes call the slide moved, normalised
     def planned(g: int) -> Future:
-        return _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0, g, stain)
+        return _planning(entry.slide_id, str(entry.path), checkpoint, mpp if mpp is not None else 1.0, g, stain,
+                         precision)
 
     planning = planned(element)
     # A moved slide's page needs the slide as scanned too (its maps are compared with it, and analysed with it).
@@ -471,6 +517,7 @@ def slide_page(loaded: LoadedModel) -> None:
         slides_left()  # a slide that cannot be planned still leaves the one shown before
         st.error(str(err))
         return
+    _precision_said(plan)
     caption = (f"{plan.grid.cells.rows * plan.grid.cells.cols:,} cells of 32 px at "
                f"{plan.grid.model_microns_per_pixel} µm/px; {len(plan.chunks)} chunks with tissue")
     plans = [plan] + ([original] if original is not None else [])
