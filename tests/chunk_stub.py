@@ -53,7 +53,7 @@ class ChunkStub:
         self._open.set()
         self.allow(10_000)
 
-    def __call__(self, slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element=0):
+    def __call__(self, slide_path, microns_per_pixel, checkpoint, chunk, ci, cj, element=0, precision="float32"):
         name = Path(slide_path).name
         with self.lock:
             self.started.append((name, (ci, cj)))

@@ -89,6 +89,19 @@ def test_an_uploaded_checkpoint_says_why_it_cannot_analyse_slides(tmp_path, monk
     assert not at.exception and "is an upload, held by this session only" in at.info[0].value
 
 
+def test_the_precision_asked_for_is_planned_and_the_page_says_which_runs_and_why(on_the_slide_page):
+    from models.precision import choose_precision
+
+    at = on_the_slide_page
+    precision = at.sidebar.radio(key="slide_precision")
+    assert precision.options == ["auto", "float32 (exact)", "bfloat16"] and precision.value == "auto"
+    auto = choose_precision("auto")  # this machine's CPU decides: the page's cluster is local
+    assert f"Runs in {auto.name}: {auto.reason}." in [c.value for c in at.sidebar.caption]
+    at = analysable(precision.set_value("bfloat16").run())
+    said = [c.value for c in at.sidebar.caption if c.value.startswith("Runs in ")]
+    assert not at.exception and said == [f"Runs in bfloat16: {choose_precision('bfloat16').reason}."], said
+
+
 def test_an_image_is_a_slide_whose_scale_is_asked_for_and_the_mosaic_is_scored_against_its_truth(
         tmp_path, monkeypatch):
     """Region mode on the Slide page: an uploaded PNG waits for its scale; the PCam test mosaic (here of four test

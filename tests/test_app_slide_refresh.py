@@ -116,8 +116,8 @@ def test_plans_are_kept_per_session_and_slide(monkeypatch):
         slide_page._planning("A", "a.svs", "model", 0.1 + k / 100)
     kept = sessions[0][slide_page.PLANS]
     assert list(kept) == ["B", "A"] and len(kept["A"]) == slide_page.PLANS_PER_SLIDE
-    # A plan's key: path, model, scale, element, stain.
-    assert list(sessions[1][slide_page.PLANS]["B"]) == [("b.svs", "model", 0.5, 0, "none")]
+    # A plan's key: path, model, scale, element, stain, precision asked for.
+    assert list(sessions[1][slide_page.PLANS]["B"]) == [("b.svs", "model", 0.5, 0, "none", "auto")]
     count = len(made)
     slide_page._planning("B", "b.svs", "model", 0.5)
     assert len(made) == count, "the kept plan, not made again"

@@ -94,10 +94,11 @@ class Server:
 
         monkeypatch.setattr(slide_page, "_VIEWER", recording)
 
-    def _plan(self, path, checkpoint, store, mpp, element=0, stain="none"):
+    def _plan(self, path, checkpoint, store, mpp, element=0, stain="none", precision="auto"):
         count = next(count for count, entry in self.mosaics.items() if entry.path == Path(path))
         assert self.held_plans[count].wait(WAIT_S), "the test never let the plan be made"
-        plan = run.plan_slide(path, checkpoint, store, mpp, chunk=CHUNK[count], element=element, stain=stain)
+        plan = run.plan_slide(path, checkpoint, store, mpp, chunk=CHUNK[count], element=element, stain=stain,
+                              precision=precision)
         self.plans[Path(path).name] = plan
         return plan
 

@@ -91,7 +91,8 @@ def test_a_slide_gives_its_cells_heatmap_and_regions_and_resumes_from_its_chunks
 def test_a_slide_without_a_scale_is_refused_with_a_sentence(tmp_path, capsys):
     slide = require_shared(TCGA, f"{TCGA} not found (the real slides live in ../shared/data/slides)")
     assert main([str(slide), "--out", str(tmp_path), "--checkpoint", str(CHECKPOINT)]) == 2
-    err = capsys.readouterr().err
+    said, err = capsys.readouterr().err.partition("\n")[::2]  # the precision's line, then the slide's error
+    assert said.startswith("precision: ")
     assert err.startswith("error: tcga-cr-7395-01a-01-ts1.svs: the slide records neither its scale nor its "
                           "objective power") and "Traceback" not in err
 
@@ -155,7 +156,8 @@ def test_an_image_gives_region_modes_cells_through_the_slide_engine(tmp_path, ca
     image = tmp_path / "cmu_crop.png"
     region.save(image)  # lossless: both commands decode the same pixels
     assert region_main([str(image), "--mpp", "0.499", "--npz", str(tmp_path / "region.npz")]) == 0
-    assert main([str(image), "--mpp", "0.499", "--out", str(tmp_path / "slides"), "--checkpoint", str(CHECKPOINT)]) == 0
+    assert main([str(image), "--mpp", "0.499", "--out", str(tmp_path / "slides"), "--checkpoint", str(CHECKPOINT),
+                 "--precision", "float32"]) == 0  # region mode's precision
     capsys.readouterr()
     by_region, by_slide = np.load(tmp_path / "region.npz"), np.load(tmp_path / "slides" / "cmu_crop.npz")
     for key in ("cell_top_left_px", "cell_size_px", "microns_per_pixel", "model_microns_per_pixel"):

@@ -55,7 +55,8 @@ def test_a_slide_that_could_not_be_planned_has_its_sentence_and_no_numbers():
     assert (row["slide"], row["status"], row["error"], row["code_sha256"]) == ("cut.svs", "error",
                                                                                "cut.svs is empty (0 bytes)", "c")
     assert row["stain"] == "none", "the normalisation asked for is named, the slide as scanned by default"
-    named = ("slide", "status", "error", "stain", "code_sha256")
+    assert row["precision"] == "float32", "the precision decided is named, float32 by default"
+    named = ("slide", "status", "error", "stain", "precision", "code_sha256")
     assert all(row[key] == "" for key in SUMMARY_COLUMNS if key not in named)
 
 

@@ -59,7 +59,7 @@ def crop(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def original_run(crop):
-    plan = plan_slide(crop, CHECKPOINT, crop.parent / "store", chunk=CHUNK)
+    plan = plan_slide(crop, CHECKPOINT, crop.parent / "store", chunk=CHUNK, precision="float32")  # the exact path
     return plan, assemble(plan, {index: run_chunk(plan, *index) for index in plan.chunks})
 
 
@@ -123,7 +123,7 @@ def test_an_image_slide_moves_too_and_element_0_is_the_slide_itself(tmp_path):
 @pytest.mark.parametrize("g", [1, 5])
 def test_the_moved_slides_plan_has_the_moved_grid_thumbnail_and_tissue(crop, original_run, g):
     original, _ = original_run
-    plan = plan_slide(crop, CHECKPOINT, crop.parent / "store", chunk=CHUNK, element=g)
+    plan = plan_slide(crop, CHECKPOINT, crop.parent / "store", chunk=CHUNK, element=g, precision="float32")
     assert plan.element == g and (original.grid.cells.rows, original.grid.cells.cols) == (7, 9)
     assert (plan.grid.cells.rows, plan.grid.cells.cols) == (9, 7), "odd elements swap the grid's sides"
     assert plan.grid.model_size == original.grid.model_size[::-1] and plan.grid.size == original.grid.size[::-1]
@@ -149,7 +149,7 @@ def test_store_keys_name_the_element_and_element_0_keeps_its_key(original_run):
 @pytest.mark.parametrize("g", [1, 5])
 def test_the_moved_slides_run_gives_the_original_heatmap_and_attention_moved(crop, original_run, g):
     original, arrays = original_run
-    plan = plan_slide(crop, CHECKPOINT, crop.parent / "store", chunk=CHUNK, element=g)
+    plan = plan_slide(crop, CHECKPOINT, crop.parent / "store", chunk=CHUNK, element=g, precision="float32")
     if g == 5:  # through Dask as the page runs it: the element travels with each task
         from dask.distributed import Client, wait
 

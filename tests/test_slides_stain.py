@@ -166,8 +166,9 @@ def test_a_slide_without_a_stain_to_estimate_fails_alone_and_a_bad_stain_is_argp
     out = tmp_path / "out"
     argv = [str(one_colour), "--out", str(out), "--checkpoint", str(CHECKPOINT), "--stain", "reinhard"]
     assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: one_colour.tif: ") and "stain" in err and "Traceback" not in err
+    said, err = capsys.readouterr().err.partition("\n")[::2]  # the precision's line, then the slide's error
+    assert said.startswith("precision: ") and err.startswith("error: one_colour.tif: ") and "stain" in err
+    assert "Traceback" not in err
     (row,) = csv.DictReader((out / "summary.csv").open())
     assert (row["status"], row["stain"]) == ("error", "reinhard") and row["error"] == err[len("error: "):].strip()
     with pytest.raises(SystemExit) as stopped:

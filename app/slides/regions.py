@@ -102,8 +102,8 @@ def tumour_regions(probability: np.ndarray, evaluated: np.ndarray, corners: np.n
     """A GeoJSON FeatureCollection of the 4-connected regions of evaluated cells at or above ``threshold``: each an
     annotation classified "Tumor", a valid polygon with holes in level-0 pixels, its mean tumour probability, its
     cell count and its area in µm² (:data:`AREA`) as measurements, and ``metadata`` (what made it: the precision,
-    ...) as QuPath's object metadata, strings it shows with each annotation; the collection carries ``metadata`` too,
-    as its ``properties`` (a member GeoJSON allows and QuPath ignores), so that a slide without regions names it.
+    ...) as strings QuPath reads into each annotation's metadata; the collection carries ``metadata`` too, as its
+    ``properties`` (a member GeoJSON allows and QuPath ignores), so that a slide without regions names it.
 
     Args:
         probability: ``(rows, cols)`` tumour probability per cell.

@@ -242,11 +242,16 @@ void spatial_stats(const int64_t* geometry, int64_t workers, const bf16* f, floa
 // channel h the mean, H + h the max.
 struct Planes {
     float* planes;
-    bf16* pixels;
+    bf16* pixels;  // each statistic v as hi = bf16(v), then lo = bf16(v - hi): 4 H values a pixel
     int64_t h, rows, cols;
     void put(int64_t b, int64_t at, int64_t j, float v) const {
-        if (pixels) pixels[((b * rows * cols) + at) * 2 * h + j] = store(v);
-        else planes[((b * 2 * h + j) * rows * cols) + at] = v;
+        if (pixels) {
+            bf16* pixel = pixels + ((b * rows * cols) + at) * 4 * h;
+            pixel[j] = store(v);
+            pixel[2 * h + j] = store(v - load(pixel[j]));
+        } else {
+            planes[((b * 2 * h + j) * rows * cols) + at] = v;
+        }
     }
 };
 
@@ -279,7 +284,9 @@ void channel_stats_of(const int64_t* geometry, int64_t workers, const bf16* f, c
                     const __m256 best = _mm256_max_ps(_mm512_extractf32x8_ps(top, 1), _mm512_castps512_ps256(top));
                     const __m512 both = _mm512_insertf32x8(
                         _mm512_castps256_ps512(_mm256_mul_ps(total, _mm256_set1_ps(scale))), best, 1);
-                    store16(out.pixels + (b * rows * cols + at) * 2 * H, both);
+                    bf16* pixel = out.pixels + (b * rows * cols + at) * 4 * H;
+                    store16(pixel, both);
+                    store16(pixel + 2 * H, _mm512_sub_ps(both, load16(pixel)));
                     continue;
                 }
                 alignas(64) float sums[16], tops[16];
@@ -373,9 +380,11 @@ void spatial_conv_of(const int64_t* geometry, int64_t workers, const float* in, 
 
 #ifdef AAGC_AMX
 // NC runs of 16 output pixels of one row, from y0, through every tap: NC sums in tiles 0..NC-1 (independent, so
-// that one tile product's latency hides behind the others'), a tap's 16 pixels in tiles 4..7, its weights in tile 3.
+// that one tile product's latency hides behind the others'), a tap's 16 pixels in tiles 4..6, its weights in tiles
+// 3 and 7: the pixels' statistics as [hi | lo] (Planes) times [w_hi | w_hi], then times [w_lo | 0], so that the
+// sums are those of the float32 statistics and weights to 16 bits of mantissa, as the float32 loop's.
 template <int NC>
-void tile_runs(const bf16* in, const bf16* weight, float* out, float* tail, int64_t y0, int64_t y_n, int64_t c_in,
+void tile_runs(const bf16* in, const bf16* weight, const bf16* weight_lo, float* out, float* tail, int64_t y0, int64_t y_n, int64_t c_in,
                int64_t c_out, int64_t k, int64_t d, int64_t cols) {
     _tile_zero(0);
     if constexpr (NC > 1) _tile_zero(1);
@@ -383,14 +392,18 @@ void tile_runs(const bf16* in, const bf16* weight, float* out, float* tail, int6
     for (int64_t ky = 0; ky < k; ++ky) {
         for (int64_t kx = 0; kx < k; ++kx) {
             const bf16* a = in + (ky * d * cols + y0 + kx * d) * c_in;  // the tap's first pixel
-            const int64_t stride = c_in * 2, run = 16 * c_in;
-            _tile_loadd(3, weight + (ky * k + kx) * c_in * c_out, c_out * 4);
+            const int64_t stride = c_in * 2, run = 16 * c_in, tap = (ky * k + kx) * c_in * c_out;
+            _tile_loadd(3, weight + tap, c_out * 4);
+            _tile_loadd(7, weight_lo + tap, c_out * 4);
             _tile_loadd(4, a, stride);
             if constexpr (NC > 1) _tile_loadd(5, a + run, stride);
             if constexpr (NC > 2) _tile_loadd(6, a + 2 * run, stride);
             _tile_dpbf16ps(0, 4, 3);
             if constexpr (NC > 1) _tile_dpbf16ps(1, 5, 3);
             if constexpr (NC > 2) _tile_dpbf16ps(2, 6, 3);
+            _tile_dpbf16ps(0, 4, 7);
+            if constexpr (NC > 1) _tile_dpbf16ps(1, 5, 7);
+            if constexpr (NC > 2) _tile_dpbf16ps(2, 6, 7);
         }
     }
     auto put = [&](int i) {  // run i's 16 pixels, those inside the row
@@ -410,17 +423,17 @@ void tile_runs(const bf16* in, const bf16* weight, float* out, float* tail, int6
 }
 
 // The spatial filter as AMX tile products: for each tap, 16 output pixels x C_in channels of the padded bfloat16
-// pixels in (B, X + 2 pad, Y + 2 pad, C_in) times the tap's (C_in / 2, C_out, 2) weights, summed in float32 in a
-// tile, written channels last to out (B, X, Y, C_out). C_in even and at most 32, C_out at most 16; 48 pixels of
-// C_in readable past the end. geometry: {B, X, Y, C_in, k, d}.
+// pixels in (B, X + 2 pad, Y + 2 pad, C_in) times the tap's (C_in / 2, C_out, 2) weights (weight, then weight_lo),
+// summed in float32 in a tile, written channels last to out (B, X, Y, C_out). C_in even and at most 32, C_out at
+// most 16; 48 pixels of C_in readable past the end. geometry: {B, X, Y, C_in, k, d}.
 void spatial_conv_tiles(const int64_t* geometry, int64_t workers, int64_t c_out, const bf16* in, const bf16* weight,
-                        float* out) {
+                        const bf16* weight_lo, float* out) {
     const int64_t b_n = geometry[0], x_n = geometry[1], y_n = geometry[2], c_in = geometry[3], k = geometry[4],
                   d = geometry[5];
     const int64_t pad = d * (k / 2), rows = x_n + 2 * pad, cols = y_n + 2 * pad, n = b_n * x_n;
     TileConfig config;
     for (int t = 0; t < 3; ++t) config.rows[t] = 16, config.colsb[t] = static_cast<uint16_t>(c_out * 4);  // sums
-    config.rows[3] = static_cast<uint8_t>(c_in / 2), config.colsb[3] = static_cast<uint16_t>(c_out * 4);  // weights
+    for (int t : {3, 7}) config.rows[t] = static_cast<uint8_t>(c_in / 2), config.colsb[t] = static_cast<uint16_t>(c_out * 4);
     for (int t = 4; t < 7; ++t) config.rows[t] = 16, config.colsb[t] = static_cast<uint16_t>(c_in * 2);  // pixels
 #pragma omp parallel num_threads(static_cast<int>(std::max<int64_t>(1, std::min(workers, n))))
     {
@@ -432,9 +445,9 @@ void spatial_conv_tiles(const int64_t* geometry, int64_t workers, int64_t c_out,
             const bf16* row = in + (b * rows + x) * cols * c_in;
             float* dst = out + (b * x_n + x) * y_n * c_out;
             int64_t y0 = 0;
-            for (; y0 + 32 < y_n; y0 += 48) tile_runs<3>(row, weight, dst, tail, y0, y_n, c_in, c_out, k, d, cols);
-            if (y0 + 16 < y_n) tile_runs<2>(row, weight, dst, tail, y0, y_n, c_in, c_out, k, d, cols);
-            else if (y0 < y_n) tile_runs<1>(row, weight, dst, tail, y0, y_n, c_in, c_out, k, d, cols);
+            for (; y0 + 32 < y_n; y0 += 48) tile_runs<3>(row, weight, weight_lo, dst, tail, y0, y_n, c_in, c_out, k, d, cols);
+            if (y0 + 16 < y_n) tile_runs<2>(row, weight, weight_lo, dst, tail, y0, y_n, c_in, c_out, k, d, cols);
+            else if (y0 < y_n) tile_runs<1>(row, weight, weight_lo, dst, tail, y0, y_n, c_in, c_out, k, d, cols);
         }
         _tile_release();
     }
@@ -538,10 +551,10 @@ int bf16_channel_stats(const int64_t* g, int64_t w, const bf16* f, const float* 
 // Whether spatial_conv_amx runs here: built with AMX and the tile registers granted.
 int bf16_amx() { return amx_permitted(); }
 int spatial_conv_amx(const int64_t* g, int64_t w, int64_t out_channels, const bf16* in, const bf16* weight,
-                     float* out) {
+                     const bf16* weight_lo, float* out) {
 #ifdef AAGC_AMX
     if (amx_permitted() && g[3] % 2 == 0 && g[3] <= 32 && out_channels <= 16) {
-        spatial_conv_tiles(g, w, out_channels, in, weight, out);
+        spatial_conv_tiles(g, w, out_channels, in, weight, weight_lo, out);
         return 1;
     }
 #endif

@@ -119,7 +119,9 @@ class SpatialFilter:
         bank: ``(G_out, 2 G, k, k)`` float32 (``G`` = 1 for an image, whose ``G_out`` responses are then maxed over:
             ``lifting``).
         dilation: the filter's; its padding keeps the size.
-        tiles: ``(k * k, G, G_out, 2)`` bfloat16, each tap's weights as AMX's pairs of input channels.
+        tiles, tiles_lo: ``(k * k, 2 G, G_out, 2)`` bfloat16, each tap's weights as AMX's pairs of input channels,
+            for the statistics as ``[hi | lo]``: ``[w_hi | w_hi]`` and ``[w_lo | 0]`` (w_hi + w_lo the float32
+            weight to 16 bits of mantissa), so that the tiles' sums are those of float32 statistics and weights.
         loop: ``(k, k, 2 G, G_out)`` float32, for the AVX-512 loop.
     """
 
@@ -127,6 +129,7 @@ class SpatialFilter:
     dilation: int
     lifting: bool
     tiles: torch.Tensor
+    tiles_lo: torch.Tensor
     loop: torch.Tensor
 
     @classmethod
@@ -134,8 +137,14 @@ class SpatialFilter:
         bank = bank.detach().float()
         out_channels, inputs, k, _ = bank.shape
         loop = bank.permute(2, 3, 1, 0).contiguous()  # (k, k, 2 G, G_out)
-        tiles = loop.reshape(k * k, inputs // 2, 2, out_channels).transpose(2, 3).contiguous().to(torch.bfloat16)
-        return cls(bank, dilation, lifting, tiles, loop)
+        hi = loop.to(torch.bfloat16)
+        lo = (loop - hi.float()).to(torch.bfloat16)
+
+        def pairs(weights: torch.Tensor) -> torch.Tensor:  # (k, k, 4 G, G_out) -> (k * k, 2 G, G_out, 2)
+            return weights.reshape(k * k, inputs, 2, out_channels).transpose(2, 3).contiguous()
+
+        return cls(bank, dilation, lifting, pairs(torch.cat((hi, hi), dim=2)),
+                   pairs(torch.cat((lo, torch.zeros_like(lo)), dim=2)), loop)
 
 
 def attend(f: torch.Tensor, channel_mlp: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -191,8 +200,8 @@ def tiles() -> bool:
 
 
 def _spatial_filter(f: torch.Tensor, alpha_c: torch.Tensor, spatial: SpatialFilter) -> torch.Tensor:
-    """The spatial filter's response to the channel statistics of ``alpha_c f``, before its sigmoid: on AMX from
-    the statistics rounded to bfloat16 (the tiles multiply bfloat16 and sum in float32), elsewhere in float32.
+    """The spatial filter's response to the channel statistics of ``alpha_c f``, before its sigmoid: on AMX as tile
+    products of the statistics and weights split in bfloat16 halves (float32's to 16 bits), elsewhere in float32.
 
     Shape: f ``(B, C, [G,] X, Y)`` channels last -> ``(B, X, Y, G_out)`` float32.
     """
@@ -204,11 +213,12 @@ def _spatial_filter(f: torch.Tensor, alpha_c: torch.Tensor, spatial: SpatialFilt
     filter_geometry = _geometry(b, rows, cols, 2 * h, k, spatial.dilation)
     response = torch.empty(b, rows, cols, out_channels)
     padded = (rows + 2 * pad) * (cols + 2 * pad) * 2 * h  # values of one image's padded statistics
-    if tiles():
-        pixels = torch.zeros(b * padded + 3 * _SLACK * 2 * h, dtype=torch.bfloat16)  # (B, X + 2 pad, Y + 2 pad, 2 G)
+    if tiles():  # (B, X + 2 pad, Y + 2 pad, 4 G): each statistic as [hi | lo]
+        pixels = torch.zeros(2 * (b * padded + 3 * _SLACK * 2 * h), dtype=torch.bfloat16)
         _call("bf16_channel_stats", geometry, _pointer(f), _pointer(alpha_c), _pointer(pixels), ctypes.c_int(1))
-        if _call("spatial_conv_amx", filter_geometry, ctypes.c_int64(out_channels), _pointer(pixels),
-                 _pointer(spatial.tiles), _pointer(response)):
+        if _call("spatial_conv_amx", _geometry(b, rows, cols, 4 * h, k, spatial.dilation),
+                 ctypes.c_int64(out_channels), _pointer(pixels), _pointer(spatial.tiles), _pointer(spatial.tiles_lo),
+                 _pointer(response)):
             return response
     planes = torch.zeros(b * padded + _SLACK)  # (B, 2 G, X + 2 pad, Y + 2 pad)
     _call("bf16_channel_stats", geometry, _pointer(f), _pointer(alpha_c), _pointer(planes), ctypes.c_int(0))
