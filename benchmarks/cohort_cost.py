@@ -82,15 +82,15 @@ def _count_macs(slide: str, checkpoint: str, mpp: str, chunk: str) -> dict:
     return dict(macs_per_cell=counter.get_total_flops() / 2 / cells, cells_counted=cells)
 
 
-def matmul_rate(threads: int, side: int = 2048, repeats: int = 5) -> float:
-    """Multiply-adds per second of the best of ``repeats`` float32 ``side``-square matrix products on ``threads``
-    threads."""
+def matmul_rate(threads: int, side: int = 2048, repeats: int = 5, dtype=None) -> float:
+    """Multiply-adds per second of the best of ``repeats`` ``side``-square matrix products on ``threads`` threads, in
+    ``dtype`` (default float32; bfloat16 runs oneDNN's AMX or AVX512-BF16 products where the CPU has them)."""
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a, b = torch.rand(side, side), torch.rand(side, side)
+        a, b = (torch.rand(side, side, dtype=dtype or torch.float32) for _ in range(2))
         torch.mm(a, b)  # warm-up
         best = float("inf")
         for _ in range(repeats):

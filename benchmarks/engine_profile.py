@@ -1,14 +1,17 @@
-"""Where a slide chunk's evaluation spends its time, against the machine's matrix-product rate (issue 68, item 6).
+"""Where a slide chunk's evaluation spends its time, against the machine's matrix-product rate in its precision.
 
-    python -m benchmarks.engine_profile [--slide PATH] [--threads 1] [--top 14]
+    python -m benchmarks.engine_profile [--slide PATH] [--threads 1] [--top 14] [--precision float32|bfloat16]
 
 The CMU demo slide's chunk with the most tissue through the shipped default, on ``--threads`` threads (a Dask worker
 runs one per task), in this process, exactly as a worker evaluates it (``app.slides.run.chunk_task``): one warm-up,
 then ``--repeats`` evaluations timed (the best kept), then one under ``torch.profiler``, by operator (self CPU time,
 the operators' own, their children's left out). The rate in multiply-adds per second (the cell's nominal count,
 ``benchmarks.cohort_cost.macs_per_cell``: direct convolutions on the plain PyTorch path) is printed against float32
-matrix products on as many threads in the same run, so the ratio is measured side by side. On an AVX-512 machine run
-it under the Makefile's AVX2 switches as well (its ``AVX2_ONLY`` variables before the command).
+matrix products on as many threads in the same run, so the ratio is measured side by side; with ``--precision
+bfloat16`` the chunk runs the network's bfloat16 path (:mod:`models.precision`) and the limit is bfloat16 matrix
+products (AMX's where the CPU has it), the count of multiply-adds the same. The bfloat16 kernels between the
+convolutions are listed by name (``aagc::...``). On an AVX-512 machine run it under the Makefile's AVX2 switches as
+well (its ``AVX2_ONLY`` variables before the command).
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ def family(name: str) -> str:
         return "convolution, NNPACK (Winograd)"
     if "mkldnn" in name or "onednn" in name or name in ("aten::convolution", "aten::_convolution", "aten::conv2d"):
         return "convolution, oneDNN"
+    if name == "aagc::bf16_relu_bn":
+        return "batch norm and ReLU, the project's bfloat16 kernel"
+    if name.startswith("aagc::") and "spatial_conv" in name:
+        return "spatial attention filter, the project's bfloat16 kernels"
     if "aagc" in name or "attention" in name.lower():
         return "attention, the project's kernels"
     if name in ("aten::mm", "aten::bmm", "aten::addmm", "aten::matmul", "aten::linear", "aten::einsum"):
@@ -60,15 +67,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--top", type=int, default=14, help="operators listed")
+    parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as store:
-        plan = plan_slide(args.slide, args.checkpoint, Path(store))
+        plan = plan_slide(args.slide, args.checkpoint, Path(store), precision=args.precision)
     index = _fullest_chunk(plan)
 
     def evaluate():
         return chunk_task(str(plan.slide), plan.scale.microns_per_pixel, str(plan.checkpoint), plan.grid.chunk,
-                          *index)
+                          *index, precision=args.precision)
 
     cells = int(evaluate().evaluated.sum())  # the warm-up: the model loaded, the fast paths chosen
     best = float("inf")
@@ -81,12 +89,14 @@ def main(argv: list[str] | None = None) -> None:
         evaluate()
         profiled_s = time.perf_counter() - started
     macs = macs_per_cell(args.slide, args.checkpoint, None, None)["macs_per_cell"]
-    peak = matmul_rate(args.threads)
+    dtype = torch.bfloat16 if args.precision == "bfloat16" else torch.float32
+    peak = matmul_rate(args.threads, dtype=dtype)
     rate = cells * macs / best
     print(cpu_line())
-    print(f"torch {torch.__version__}, {args.threads} thread(s); {args.slide.name}, chunk {index}: {cells} cells")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.precision}; {args.slide.name}, chunk {index}: "
+          f"{cells} cells")
     print(f"evaluation: best of {args.repeats} {best:.3f} s = {cells / best:.2f} cells/s = {rate / 1e9:.1f} G "
-          f"multiply-adds/s ({macs / 1e9:.3f} G a cell); float32 matrix products {peak / 1e9:.1f} G/s: "
+          f"multiply-adds/s ({macs / 1e9:.3f} G a cell); {args.precision} matrix products {peak / 1e9:.1f} G/s: "
           f"{100 * rate / peak:.0f} % of it")
     events = [e for e in profile.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events)
