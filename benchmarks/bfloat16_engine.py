@@ -62,7 +62,7 @@ def patches_per_second(model, x: torch.Tensor, rounds: int, layer: str) -> dict[
     best = {"float32": float("inf"), "bfloat16": float("inf")}
     inputs = {"float32": x, "bfloat16": x.bfloat16()}
     with torch.inference_mode():
-        for name, batch in inputs.items():  # warm-up: filter banks made, kernels built, primitives created
+        for batch in inputs.values():  # warm-up: filter banks made, kernels built, primitives created
             model.position_logits(batch[:BATCH], record=(layer,))
         for _ in range(rounds):
             for name, batch in inputs.items():
@@ -117,8 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     frame = InputFrame.from_card(card, model.group)
     x = frame.to_network(torch.from_numpy(real_patches(args.patches)))
     print(cpu_line())
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL")
     print(f"torch {torch.__version__}; {args.checkpoint.name}; {args.patches} real PCam patches in batches of {BATCH};"
-          f" ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'ALL')}; {choose_precision('auto', model).reason}")
+          f" ONEDNN_MAX_CPU_ISA={limit}; {choose_precision('auto', model).reason}")
     print("\n| threads | float32 patches/s | bfloat16 patches/s | bfloat16 / float32 |\n|---|---|---|---|")
     before = torch.get_num_threads()
     for threads in args.threads:
