@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..cpu import bfloat16_kernels, input_attention_kernels
-from ..gconv import GroupConv, LiftingConv
+from ..gconv import GroupConv, LiftingConv, convolve_and_pool
 from .channel import InputChannelAttention
 from .parts import AttentionParts, AttentiveLayer
 from .spatial import InputSpatialAttention
@@ -29,10 +29,11 @@ def kernels_cover(layer, f: torch.Tensor) -> bool:
             and input_attention_kernels.supported(f))
 
 
-def _bfloat16_attend(layer, f: torch.Tensor, pool: int = 1):
+def _bfloat16_attend(layer, f: torch.Tensor, pool: int = 1, copies: int = 1):
     """alpha_F of a bfloat16 ``f`` in inference through :func:`models.cpu.bfloat16_kernels.attend` (channels last,
-    statistics and spatial filter in float32): ``(out, AttentionParts)``, or None where those kernels do not cover
-    the layer or ``f`` (then a bfloat16 input is attended in float32 by the paths below)."""
+    statistics and spatial filter in float32; ``copies`` 2 writes its channels twice, for split weights):
+    ``(out, AttentionParts)``, or None where those kernels do not cover the layer or ``f`` (then a bfloat16 input is
+    attended in float32 by the paths below)."""
     if not (kernels_cover(layer, f) and bfloat16_kernels.applies(f)) or input_attention_kernels.wants_graph(layer, f):
         return None
     first, second, spatial = _bfloat16_parts(layer)
@@ -41,7 +42,7 @@ def _bfloat16_attend(layer, f: torch.Tensor, pool: int = 1):
         logits = torch.relu(torch.cat((mean, peak)) @ first) @ second  # (2 B, C * G): both statistics at once
         return torch.sigmoid(logits[:len(mean)] + logits[len(mean):])
 
-    done = bfloat16_kernels.attend(f, channel_mlp, spatial, pool)
+    done = bfloat16_kernels.attend(f, channel_mlp, spatial, pool, copies)
     if done is None:
         return None
     out, channel, alpha_s = done
@@ -80,11 +81,8 @@ class _InputAttention(AttentiveLayer):
         return super().attend(f)
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
-        if self.pool > 1 and self.pointwise and x.dtype == torch.bfloat16 and self._tiles(x) and (
-                done := _bfloat16_attend(self, x, self.pool)) is not None:
-            self.check_input(x)
-            pooled, parts = done
-            out = self._convolve(pooled)
+        if x.dtype == torch.bfloat16 and (done := self._bfloat16_forward(x)) is not None:
+            out, parts = done
         elif self._pools_in_the_gate(x):
             # A pointwise convolution runs on the pooled input (gconv.convolve_and_pool): the kernels' gate writes
             # the attended input pooled, in one pass over it instead of three (the DenseNets' transitions).
@@ -95,6 +93,22 @@ class _InputAttention(AttentiveLayer):
             attended, parts = self.attend(x)
             out = super().forward(attended)
         return (out, parts) if return_attention else out
+
+    def _bfloat16_forward(self, x: torch.Tensor):
+        """The layer on a bfloat16 ``x`` in inference through the bfloat16 kernels: ``(out, parts)``, or None where
+        they do not cover it. A pooled pointwise convolution runs on the gate's pooled output; a convolution by split
+        weights (:func:`models.gconv.split_bank`: twice the input's channels) on the gate's output written twice."""
+        self.check_input(x)
+        pooled = self.pool > 1 and self.pointwise and self._tiles(x)
+        planes = x.shape[1] * (1 if x.dim() == 4 else x.shape[2])  # the convolution's input channels
+        copies = self.filter_bank(torch.bfloat16).shape[1] // planes
+        done = _bfloat16_attend(self, x, self.pool if pooled else 1, copies)
+        if done is None:
+            return None
+        attended, parts = done
+        if pooled or self.pool == 1:
+            return self._convolve(attended), parts
+        return convolve_and_pool(self._convolve, attended, self.pool, self.pointwise), parts
 
     def _pools_in_the_gate(self, x: torch.Tensor) -> bool:
         """Inference (no gradient wanted) of a pooled pointwise convolution the kernels cover, on planes that the

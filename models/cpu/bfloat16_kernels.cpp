@@ -112,15 +112,18 @@ inline void sum_and_max(const bf16* x, float* sum, float* top, int64_t n) {
 #endif
 }
 
-// One pixel's gate: out[j] = x - s[j % H] (w[j] x), j < width (a multiple of H).
+// One pixel's gate: out[j] = x - s[j % H] (w[j] x), j < width (a multiple of H); with copies 2 also out[width + j]
+// (the input of a convolution by split weights, models.gconv.split_bank, which reads each channel twice).
 template <int64_t H>
-inline void gate_pixel(const bf16* x, const float* w, const float* s, bf16* out, int64_t width) {
+inline void gate_pixel(const bf16* x, const float* w, const float* s, bf16* out, int64_t width, int64_t copies) {
 #ifdef AAGC_AVX512
     const __m512 sv = repeated<H>(s);
     for (int64_t j = 0; j < width; j += 16) {
         const int64_t m = width - j;
         const __m512 v = load16(x + j, m);
-        store16(out + j, _mm512_fnmadd_ps(sv, _mm512_mul_ps(loadf(w + j, m), v), v), m);
+        const __m512 g = _mm512_fnmadd_ps(sv, _mm512_mul_ps(loadf(w + j, m), v), v);
+        store16(out + j, g, m);
+        if (copies > 1) store16(out + width + j, g, m);
     }
 #else
     for (int64_t j = 0; j < width; j += H) {
@@ -130,6 +133,7 @@ inline void gate_pixel(const bf16* x, const float* w, const float* s, bf16* out,
             out[j + h] = store(v - s[h] * (w[j + h] * v));
         }
     }
+    if (copies > 1) std::copy(out, out + width, out + width);
 #endif
 }
 
@@ -155,13 +159,18 @@ inline void gate_pixel_into(const bf16* x, const float* w, const float* s, float
 #endif
 }
 
-// out[j] = acc[j] * scale, rounded, j < n.
-inline void scaled_store(const float* acc, float scale, bf16* out, int64_t n) {
+// out[j] = acc[j] * scale, rounded, j < n; with copies 2 also out[n + j].
+inline void scaled_store(const float* acc, float scale, bf16* out, int64_t n, int64_t copies) {
 #ifdef AAGC_AVX512
-    for (int64_t j = 0; j < n; j += 16) store16(out + j, _mm512_mul_ps(loadf(acc + j, n - j), _mm512_set1_ps(scale)), n - j);
+    for (int64_t j = 0; j < n; j += 16) {
+        const __m512 v = _mm512_mul_ps(loadf(acc + j, n - j), _mm512_set1_ps(scale));
+        store16(out + j, v, n - j);
+        if (copies > 1) store16(out + n + j, v, n - j);
+    }
 #else
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) out[j] = store(acc[j] * scale);
+    if (copies > 1) std::copy(out, out + n, out + n);
 #endif
 }
 
@@ -454,28 +463,30 @@ void spatial_conv_tiles(const int64_t* geometry, int64_t workers, int64_t c_out,
 }
 #endif
 
-// out = f - alpha_s (alpha_c f), pixel by pixel; alpha_s (B, P, H). geometry: {B, P, C, H}.
+// out = f - alpha_s (alpha_c f), pixel by pixel; alpha_s (B, P, H); out (B, P, copies C, H), the gated values
+// written copies (1 or 2) times over. geometry: {B, P, C, H, copies}.
 template <int64_t H>
 void gate_of(const int64_t* geometry, int64_t workers, const bf16* f, const float* alpha, const float* spatial,
              bf16* out) {
-    const int64_t b_n = geometry[0], p_n = geometry[1], c_n = geometry[2];
+    const int64_t b_n = geometry[0], p_n = geometry[1], c_n = geometry[2], copies = geometry[4];
     const int64_t tasks = (p_n + PIXELS - 1) / PIXELS;
     parallel(workers, b_n * tasks, [&](int64_t task) {
         const int64_t b = task / tasks, p0 = task % tasks * PIXELS, p1 = std::min(p_n, p0 + PIXELS);
         const float* w = alpha + b * c_n * H;
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t at = (b * p_n + p) * c_n * H;
-            gate_pixel<H>(f + at, w, spatial + (b * p_n + p) * H, out + at, c_n * H);
+            gate_pixel<H>(f + at, w, spatial + (b * p_n + p) * H, out + at * copies, c_n * H, copies);
         }
     });
 }
 
 // The gate averaged over k x k tiles of pixels (X, Y multiples of k), for a pointwise convolution that runs on the
-// pooled input: out (B, X / k, Y / k, C, H). geometry: {B, X, Y, C, H, k}.
+// pooled input: out (B, X / k, Y / k, copies C, H), as gate_of's. geometry: {B, X, Y, C, H, k, copies}.
 template <int64_t H>
 void gate_pool_of(const int64_t* geometry, int64_t workers, const bf16* f, const float* alpha, const float* spatial,
                   bf16* out) {
-    const int64_t b_n = geometry[0], x_n = geometry[1], y_n = geometry[2], c_n = geometry[3], k = geometry[5];
+    const int64_t b_n = geometry[0], x_n = geometry[1], y_n = geometry[2], c_n = geometry[3], k = geometry[5],
+                  copies = geometry[6];
     const int64_t out_rows = x_n / k, out_cols = y_n / k, width = c_n * H;
     const float scale = 1.0f / static_cast<float>(k * k);
     parallel(workers, b_n * out_rows, [&](int64_t task) {
@@ -491,7 +502,7 @@ void gate_pool_of(const int64_t* geometry, int64_t workers, const bf16* f, const
                     gate_pixel_into<H>(f + p * width, w, spatial + p * H, acc, width);
                 }
             }
-            scaled_store(acc, scale, out + ((b * out_rows + r) * out_cols + q) * width, width);
+            scaled_store(acc, scale, out + ((b * out_rows + r) * out_cols + q) * width * copies, width, copies);
         }
     });
 }

@@ -148,9 +148,11 @@ class SpatialFilter:
 
 
 def attend(f: torch.Tensor, channel_mlp: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-           spatial: SpatialFilter, pool: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+           spatial: SpatialFilter, pool: int = 1, copies: int = 1
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """alpha_F of ``f`` in bfloat16 channels last: ``f - alpha_s (alpha_c f)``, pooled over ``pool`` x ``pool`` tiles
-    where ``pool`` > 1 (the sides multiples of it).
+    where ``pool`` > 1 (the sides multiples of it); with ``copies`` 2 its channels twice over, ``[out | out]``, the
+    input of a convolution by split weights (:func:`models.gconv.split_bank`), written in the gate's own pass.
 
     Args:
         f: ``(B, C, X, Y)`` (an image: ``spatial.lifting``) or ``(B, C, G, X, Y)`` bfloat16.
@@ -158,9 +160,9 @@ def attend(f: torch.Tensor, channel_mlp: Callable[[torch.Tensor, torch.Tensor], 
         spatial: the spatial filter.
 
     Returns:
-        The attended ``f`` (same shape, or its planes pooled) channels last, and the channel ``(B, C, [G,] 1, 1)``
-        and spatial ``(B, 1, [G,] X, Y)`` parts in float32, as the PyTorch path gives them; None where the
-        orientation count has no compiled kernel.
+        The attended ``f`` (same shape, or its planes pooled; ``copies`` times its channels) channels last, and the
+        channel ``(B, C, [G,] 1, 1)`` and spatial ``(B, 1, [G,] X, Y)`` parts in float32, as the PyTorch path gives
+        them; None where the orientation count has no compiled kernel.
     """
     h = 1 if f.dim() == 4 else f.shape[2]
     out_channels = spatial.bank.shape[0]
@@ -176,13 +178,13 @@ def attend(f: torch.Tensor, channel_mlp: Callable[[torch.Tensor, torch.Tensor], 
         response = response.amax(dim=-1, keepdim=True)  # (B, X, Y, 1): invariant to the filter's orientation
     alpha_s = torch.sigmoid(response)  # (B, X, Y, G)
     if pool > 1:
-        out = empty_channels_last((*f.shape[:-2], rows // pool, cols // pool))
-        _call("bf16_gate_pool", _geometry(b, rows, cols, c, h, pool), _pointer(f), _pointer(alpha_c),
+        out = empty_channels_last((b, copies * c, *f.shape[2:-2], rows // pool, cols // pool))
+        _call("bf16_gate_pool", _geometry(b, rows, cols, c, h, pool, copies), _pointer(f), _pointer(alpha_c),
               _pointer(alpha_s), _pointer(out))
     else:
-        out = empty_channels_last(tuple(f.shape))
-        _call("bf16_gate", _geometry(b, rows * cols, c, h), _pointer(f), _pointer(alpha_c), _pointer(alpha_s),
-              _pointer(out))
+        out = empty_channels_last((b, copies * c, *f.shape[2:]))
+        _call("bf16_gate", _geometry(b, rows * cols, c, h, copies), _pointer(f), _pointer(alpha_c),
+              _pointer(alpha_s), _pointer(out))
     channel = alpha_c.view(b, c, *(() if f.dim() == 4 else (h,)), 1, 1)
     maps = alpha_s.permute(0, 3, 1, 2)  # (B, G, X, Y)
     return out, channel, maps if f.dim() == 4 else maps.unsqueeze(1)
