@@ -549,7 +549,7 @@ def slide_page(loaded: LoadedModel) -> None:
             st.rerun()
         also = " (and the slide as scanned, for the proof)" if original in missing else ""
         right.caption(f"{finished} of {len(plan.chunks)} chunks analysed so far{also} (kept: an analysis cut short "
-                      f"resumes from them). Runs on {_where()}.")
+                      f"resumes from them). Runs on {_where()}, in {plan.precision.name}.")
     for each in progress:
         if each.lost:
             st.error(each.sentence())
