@@ -20,6 +20,7 @@
 #include <bit>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 #include <omp.h>
 
@@ -393,8 +394,8 @@ void spatial_conv_of(const int64_t* geometry, int64_t workers, const float* in, 
 // 3 and 7: the pixels' statistics as [hi | lo] (Planes) times [w_hi | w_hi], then times [w_lo | 0], so that the
 // sums are those of the float32 statistics and weights to 16 bits of mantissa, as the float32 loop's.
 template <int NC>
-void tile_runs(const bf16* in, const bf16* weight, const bf16* weight_lo, float* out, float* tail, int64_t y0, int64_t y_n, int64_t c_in,
-               int64_t c_out, int64_t k, int64_t d, int64_t cols) {
+void tile_runs(const bf16* in, const bf16* weight, const bf16* weight_lo, float* out, float* tail, int64_t y0,
+               int64_t y_n, int64_t c_in, int64_t c_out, int64_t k, int64_t d, int64_t cols) {
     _tile_zero(0);
     if constexpr (NC > 1) _tile_zero(1);
     if constexpr (NC > 2) _tile_zero(2);
@@ -415,19 +416,32 @@ void tile_runs(const bf16* in, const bf16* weight, const bf16* weight_lo, float*
             if constexpr (NC > 2) _tile_dpbf16ps(2, 6, 7);
         }
     }
-    auto put = [&](int i) {  // run i's 16 pixels, those inside the row
-        const int64_t first = y0 + 16 * i, n = std::min<int64_t>(16, y_n - first);
-        if (n == 16) return true;
-        std::copy(tail, tail + n * c_out, out + first * c_out);
-        return false;
-    };
+    // Run i's sums straight into out where its 16 pixels lie inside the row; else through tail, those inside copied.
+    // (A tile is named by an immediate, so the three stores are written out.)
     float* dst = out + y0 * c_out;
-    if (y0 + 16 <= y_n) _tile_stored(0, dst, c_out * 4); else { _tile_stored(0, tail, c_out * 4); put(0); }
+    const auto whole = [&](int i) { return y0 + 16 * (i + 1) <= y_n; };
+    const auto inside = [&](int i) { std::copy(tail, tail + (y_n - y0 - 16 * i) * c_out, dst + 16 * i * c_out); };
+    if (whole(0)) {
+        _tile_stored(0, dst, c_out * 4);
+    } else {
+        _tile_stored(0, tail, c_out * 4);
+        inside(0);
+    }
     if constexpr (NC > 1) {
-        if (y0 + 32 <= y_n) _tile_stored(1, dst + 16 * c_out, c_out * 4); else { _tile_stored(1, tail, c_out * 4); put(1); }
+        if (whole(1)) {
+            _tile_stored(1, dst + 16 * c_out, c_out * 4);
+        } else {
+            _tile_stored(1, tail, c_out * 4);
+            inside(1);
+        }
     }
     if constexpr (NC > 2) {
-        if (y0 + 48 <= y_n) _tile_stored(2, dst + 32 * c_out, c_out * 4); else { _tile_stored(2, tail, c_out * 4); put(2); }
+        if (whole(2)) {
+            _tile_stored(2, dst + 32 * c_out, c_out * 4);
+        } else {
+            _tile_stored(2, tail, c_out * 4);
+            inside(2);
+        }
     }
 }
 
@@ -441,9 +455,13 @@ void spatial_conv_tiles(const int64_t* geometry, int64_t workers, int64_t c_out,
                   d = geometry[5];
     const int64_t pad = d * (k / 2), rows = x_n + 2 * pad, cols = y_n + 2 * pad, n = b_n * x_n;
     TileConfig config;
-    for (int t = 0; t < 3; ++t) config.rows[t] = 16, config.colsb[t] = static_cast<uint16_t>(c_out * 4);  // sums
-    for (int t : {3, 7}) config.rows[t] = static_cast<uint8_t>(c_in / 2), config.colsb[t] = static_cast<uint16_t>(c_out * 4);
-    for (int t = 4; t < 7; ++t) config.rows[t] = 16, config.colsb[t] = static_cast<uint16_t>(c_in * 2);  // pixels
+    const auto shape = [&](int tile, int64_t rows_, int64_t bytes) {
+        config.rows[tile] = static_cast<uint8_t>(rows_);
+        config.colsb[tile] = static_cast<uint16_t>(bytes);
+    };
+    for (int t = 0; t < 3; ++t) shape(t, 16, c_out * 4);        // the sums: 16 pixels x C_out
+    for (int t : {3, 7}) shape(t, c_in / 2, c_out * 4);         // a tap's weights: pairs of input channels
+    for (int t = 4; t < 7; ++t) shape(t, 16, c_in * 2);         // a tap's 16 pixels
 #pragma omp parallel num_threads(static_cast<int>(std::max<int64_t>(1, std::min(workers, n))))
     {
         _tile_loadconfig(&config);  // per thread: the tile registers are each thread's own
@@ -453,10 +471,13 @@ void spatial_conv_tiles(const int64_t* geometry, int64_t workers, int64_t c_out,
             const int64_t b = task / x_n, x = task % x_n;
             const bf16* row = in + (b * rows + x) * cols * c_in;
             float* dst = out + (b * x_n + x) * y_n * c_out;
+            const auto runs = [&](auto count, int64_t y) {
+                tile_runs<decltype(count)::value>(row, weight, weight_lo, dst, tail, y, y_n, c_in, c_out, k, d, cols);
+            };
             int64_t y0 = 0;
-            for (; y0 + 32 < y_n; y0 += 48) tile_runs<3>(row, weight, weight_lo, dst, tail, y0, y_n, c_in, c_out, k, d, cols);
-            if (y0 + 16 < y_n) tile_runs<2>(row, weight, weight_lo, dst, tail, y0, y_n, c_in, c_out, k, d, cols);
-            else if (y0 < y_n) tile_runs<1>(row, weight, weight_lo, dst, tail, y0, y_n, c_in, c_out, k, d, cols);
+            for (; y0 + 32 < y_n; y0 += 48) runs(std::integral_constant<int, 3>{}, y0);
+            if (y0 + 16 < y_n) runs(std::integral_constant<int, 2>{}, y0);
+            else if (y0 < y_n) runs(std::integral_constant<int, 1>{}, y0);
         }
         _tile_release();
     }
