@@ -228,13 +228,15 @@ def test_the_slide_page_says_where_its_analyses_run(cluster, tmp_path, monkeypat
     try:
         at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120).run()
         at = at.sidebar.radio(key="view").set_value("Slide").run()
-        said = f"Runs on 2 workers, none with a GPU, on the Dask scheduler at {cluster.address}."
+        # ... and in which precision (the one the plan decided; auto: float32 or, with AMX, bfloat16)
+        said = f"Runs on 2 workers, none with a GPU, on the Dask scheduler at {cluster.address}, in "
         deadline = time.monotonic() + 60  # the plan and the client are made in the background
         while said not in " ".join(caption.value for caption in at.caption) and time.monotonic() < deadline:
             time.sleep(0.2)
             at.run()
         assert not at.exception
-        assert said in " ".join(caption.value for caption in at.caption)
+        captions = " ".join(caption.value for caption in at.caption)
+        assert said + "float32." in captions or said + "bfloat16." in captions
     finally:
         slide_page.close_dask_client()
         slide_page._cluster_sentence.clear()
