@@ -103,7 +103,8 @@ def choose_precision(requested: str = "auto", model: nn.Module | None = None,
     """The precision to run ``model`` in on this CPU (or one with ``flags``), for a request of :data:`PRECISIONS`.
 
     ``bfloat16`` asked on a CPU without native bfloat16 runs, emulated, and the reason says that it is slow; asked
-    for a network it does not cover, float32 runs and the reason says why.
+    for a network it does not cover, or where its kernels cannot be built (its layers would then attend in float32
+    and go on in float32), float32 runs and the reason says why: the name is always what ran.
 
     Raises:
         ValueError: ``requested`` is not one of :data:`PRECISIONS`.
@@ -118,6 +119,9 @@ def choose_precision(requested: str = "auto", model: nn.Module | None = None,
         if not covered:
             return Precision("float32", "bfloat16 was asked, but this network has layers without a bfloat16 path "
                                         "(full attention): float32 ran")
+        if not bfloat16_kernels.available():  # the layers would attend in float32 and go on in float32
+            return Precision("float32", "bfloat16 was asked, but its kernels cannot be built here (no C++ compiler, "
+                                        "or AAGC_NATIVE=0): float32 ran")
         if not native:
             return Precision("bfloat16", "bfloat16 as asked, but this CPU has no native bfloat16 (neither AMX-BF16 "
                                          "nor AVX512-BF16): it is emulated, several times slower than float32")

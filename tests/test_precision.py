@@ -30,9 +30,13 @@ def test_auto_picks_bfloat16_only_with_amx(monkeypatch):
     assert "AVX512-BF16" in choose_precision("auto", model, ZEN4).reason
 
 
-def test_auto_keeps_float32_without_the_kernels(monkeypatch):
+def test_without_the_kernels_float32_runs_and_is_named(monkeypatch):
+    """Without the kernels a bfloat16 input would be attended in float32 and go on in float32: never named bfloat16."""
     monkeypatch.setattr(bfloat16_kernels, "available", lambda: False)
-    assert choose_precision("auto", build_model("fa_p4m_densenet"), SAPPHIRE_RAPIDS).name == "float32"
+    model = build_model("fa_p4m_densenet")
+    assert choose_precision("auto", model, SAPPHIRE_RAPIDS).name == "float32"
+    chosen = choose_precision("bfloat16", model, SAPPHIRE_RAPIDS)
+    assert chosen.name == "float32" and "kernels cannot be built" in chosen.reason
 
 
 def test_onednn_limited_below_bfloat16_counts_as_no_native_bfloat16(monkeypatch):
@@ -45,7 +49,8 @@ def test_onednn_limited_below_bfloat16_counts_as_no_native_bfloat16(monkeypatch)
     assert native_bfloat16(SAPPHIRE_RAPIDS) == ("amx_bf16", "avx512_bf16")
 
 
-def test_bfloat16_asked_without_native_bfloat16_runs_and_says_so():
+def test_bfloat16_asked_without_native_bfloat16_runs_and_says_so(monkeypatch):
+    monkeypatch.setattr(bfloat16_kernels, "available", lambda: True)
     chosen = choose_precision("bfloat16", build_model("fa_p4m_densenet"), AVX2_ONLY)
     assert chosen.name == "bfloat16" and "emulated" in chosen.reason and "slower" in chosen.reason
 
