@@ -26,10 +26,10 @@ from torch import nn
 
 from .cpu import bfloat16_kernels
 
-__all__ = ["PRECISIONS", "Precision", "choose_precision", "cpu_flags", "native_bfloat16", "bfloat16_covers"]
+__all__ = ["PRECISIONS", "DTYPES", "Precision", "choose_precision", "cpu_flags", "native_bfloat16", "bfloat16_covers"]
 
 PRECISIONS = ("auto", "float32", "bfloat16")
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # the network's input dtype per precision
 
 # The bfloat16 instructions, by /proc/cpuinfo's flag, and the oneDNN ISA limits below which oneDNN does not use them.
 _NAMES = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16"}
@@ -57,7 +57,7 @@ class Precision:
 
     @property
     def dtype(self) -> torch.dtype:
-        return _DTYPES[self.name]
+        return DTYPES[self.name]
 
 
 @functools.cache

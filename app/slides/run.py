@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from models import load_checkpoint
-from models.precision import Precision
+from models.precision import DTYPES, Precision
 
 from ..analysis.pathology import model_microns_per_pixel
 from ..analysis.transforms import apply_element
@@ -189,10 +188,6 @@ def _worker_model(checkpoint: str, mtime_ns: int):
     return model.to(device), card
 
 
-# The network's input dtype per precision name: a bfloat16 input runs its bfloat16 path (models.precision).
-_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
-
-
 def chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk: int, ci: int,
                cj: int, element: int = 0, stain: dict | None = None, precision: str = "float32") -> ChunkResult:
     """One chunk, on a worker: the slide opened (moved by ``element``), the model from the worker's cache, the
@@ -200,7 +195,7 @@ def chunk_task(slide_path: str, microns_per_pixel: float, checkpoint: str, chunk
     (:meth:`app.slides.stain.SlideStain.to_dict`: the slide's estimate sent, not made again on each worker);
     ``precision`` the plan's, run as it says whatever this worker's CPU would have chosen (emulated bfloat16 is
     slow, but a store holds one precision)."""
-    dtype = _DTYPES[precision]
+    dtype = DTYPES[precision]  # a bfloat16 input runs the network's bfloat16 path
     model, card = _worker_model(checkpoint, os.stat(checkpoint).st_mtime_ns)
     normalised = SlideStain.from_dict(stain) if stain else None
     with moved_slide(open_slide(slide_path), element) as slide:

@@ -5,7 +5,7 @@
 // dtype or layout: DenseNets' relu(bn(cat(parts))) and alpha_F's statistics, spatial filter and gate,
 //
 //   alpha_c = sigmoid(MLP(mean_p f) + MLP(max_p f))          per (b, c, h)     [PyTorch, float32, small]
-//   alpha_s = sigmoid(conv([mean_c a, max_c a]))            per (b, p, h)     [spatial_conv below, float32]
+//   alpha_s = sigmoid(conv([mean_c a, max_c a]))            per (b, p, h)     [AMX tiles or a float32 loop]
 //   out     = f - alpha_s (alpha_c f)                        a = alpha_c f, never written
 //
 // Storage is bfloat16 (uint16_t here: the upper half of a float32); every sum, product and statistic is computed
@@ -13,8 +13,9 @@
 //
 // Layouts: a group map (B, C, H, X, Y) is held channels last, (B, P, C, H), P = X * Y pixels, one pixel's C * H
 // values contiguous (H = 1 for an image): the memory of a channels-last (B, C * H, X, Y) tensor, which is what the
-// convolutions read and write. alpha_c (B, C, H) and the channel statistics are float32; the spatial filter reads
-// them as padded planes (B, 2 H, X + 2 pad, Y + 2 pad) and writes its output channels last (B, P, H_out).
+// convolutions read and write. alpha_c (B, C, H) is float32; the spatial filter reads the channel statistics
+// padded (Planes: float32 planes for the AVX-512 loop, split bfloat16 pixels for the AMX tiles) and writes its
+// output channels last (B, P, H_out).
 
 #include <algorithm>
 #include <bit>
@@ -389,6 +390,17 @@ void spatial_conv_of(const int64_t* geometry, int64_t workers, const float* in, 
 }
 
 #ifdef AAGC_AMX
+// Run I's sums (tile I) straight into dst where its 16 pixels lie inside the row, else through tail, the pixels
+// inside copied. A macro: GCC's tile intrinsics paste their tile number into the instruction's text, so it must be
+// a literal, not even a template argument.
+#define AAGC_STORE_RUN(I)                                                                     \
+    if (y0 + 16 * ((I) + 1) <= y_n) {                                                         \
+        _tile_stored(I, dst + 16 * (I) * c_out, c_out * 4);                                   \
+    } else {                                                                                  \
+        _tile_stored(I, tail, c_out * 4);                                                     \
+        std::copy(tail, tail + (y_n - y0 - 16 * (I)) * c_out, dst + 16 * (I) * c_out);        \
+    }
+
 // NC runs of 16 output pixels of one row, from y0, through every tap: NC sums in tiles 0..NC-1 (independent, so
 // that one tile product's latency hides behind the others'), a tap's 16 pixels in tiles 4..6, its weights in tiles
 // 3 and 7: the pixels' statistics as [hi | lo] (Planes) times [w_hi | w_hi], then times [w_lo | 0], so that the
@@ -416,32 +428,13 @@ void tile_runs(const bf16* in, const bf16* weight, const bf16* weight_lo, float*
             if constexpr (NC > 2) _tile_dpbf16ps(2, 6, 7);
         }
     }
-    // Run i's sums straight into out where its 16 pixels lie inside the row; else through tail, those inside copied.
-    // (A tile is named by an immediate, so the three stores are written out.)
     float* dst = out + y0 * c_out;
-    const auto whole = [&](int i) { return y0 + 16 * (i + 1) <= y_n; };
-    const auto inside = [&](int i) { std::copy(tail, tail + (y_n - y0 - 16 * i) * c_out, dst + 16 * i * c_out); };
-    if (whole(0)) {
-        _tile_stored(0, dst, c_out * 4);
-    } else {
-        _tile_stored(0, tail, c_out * 4);
-        inside(0);
-    }
+    AAGC_STORE_RUN(0)
     if constexpr (NC > 1) {
-        if (whole(1)) {
-            _tile_stored(1, dst + 16 * c_out, c_out * 4);
-        } else {
-            _tile_stored(1, tail, c_out * 4);
-            inside(1);
-        }
+        AAGC_STORE_RUN(1)
     }
     if constexpr (NC > 2) {
-        if (whole(2)) {
-            _tile_stored(2, dst + 32 * c_out, c_out * 4);
-        } else {
-            _tile_stored(2, tail, c_out * 4);
-            inside(2);
-        }
+        AAGC_STORE_RUN(2)
     }
 }
 

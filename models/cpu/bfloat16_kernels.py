@@ -8,14 +8,15 @@ work on bfloat16 channels-last maps, inference only (no gradient wanted):
 
 * :func:`relu_bn`: a DenseNet's ``relu(bn(cat(parts)))``, the running statistics folded into one scale and shift;
 * :func:`attend`: alpha_F, ``f - alpha_s (alpha_c f)``, with the channel and spatial statistics accumulated in
-  float32 from the bfloat16 input, the channel MLP in PyTorch in float32 (it is tiny), and the spatial filter in a
-  direct float32 loop (its 16 -> 8 channels are too few for oneDNN's blocked kernels: 27 G multiply-adds/s in
-  float32 and 54 in bfloat16 there), optionally pooled in the same pass as the gate.
+  float32 from the bfloat16 input, the channel MLP in PyTorch in float32 (it is tiny), and the spatial filter as
+  AMX tile products of split statistics and weights, or a direct float32 loop (its 16 -> 8 channels are too few for
+  oneDNN's blocked kernels: 27 G multiply-adds/s in float32 and 54 in bfloat16 there); the gate optionally pooled,
+  or written twice for a convolution by split weights, in its own pass.
 
 A map ``(B, C, [G,] X, Y)`` is held channels last: its memory is ``(B, X, Y, C, G)`` (:func:`channels_last`), so
 that a group map's view as ``(B, C * G, X, Y)`` is a channels-last tensor for oneDNN and back, with no copy. Every
 result is rounded once from float32, to nearest even as PyTorch's own cast. Which layers use them the layers decide
-(``models.attention.input_attentive_conv``, ``models.architectures.densenet``); this package imports nothing of
+(``models.attention.input_attentive_conv``, ``models.cpu.relu_bn``); this package imports nothing of
 them, and a layer or input these kernels do not cover runs PyTorch's path.
 """
 

@@ -59,13 +59,13 @@ def relu_bn(bn: nn.modules.batchnorm._BatchNorm, parts: tuple[torch.Tensor, ...]
 
     Shape: parts ``(B, C_i, [G,] X, Y)`` -> ``(B, sum C_i, [G,] X, Y)``.
     """
-    if first_is_bfloat16 := parts[0].dtype == torch.bfloat16 and _inference(bn, parts):
+    if bfloat16_inference := parts[0].dtype == torch.bfloat16 and _inference(bn, parts):
         scale, shift = _folded(bn)
         if bfloat16_kernels.applies(*parts) and (out := bfloat16_kernels.relu_bn(parts, scale, shift)) is not None:
             return out
     if not _fused(bn, parts):
         whole = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-        if first_is_bfloat16:  # the folded statistics on the bfloat16 map, in float32, rounded once
+        if bfloat16_inference:  # the folded statistics on the bfloat16 map, in float32, rounded once
             view = (1, -1) + (1,) * (whole.dim() - 2)
             return torch.relu(whole.float() * scale.view(view) + shift.view(view)).to(whole.dtype)
         return torch.relu(bn(whole))
